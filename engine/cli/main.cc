@@ -1,0 +1,54 @@
+// specgen: speculative decoding of Mixture-of-Experts models under partial offload.
+// The subcommands live in cmd_*.cc; this file only parses and dispatches, and turns a Status into a
+// message on stderr and exit status 1.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "CLI/CLI.hpp"
+#include "engine/cli/command.h"
+
+namespace specgen::cli {
+std::vector<Command>& Registry() {
+  static std::vector<Command> registry;
+  return registry;
+}
+}  // namespace specgen::cli
+
+int main(int argc, char** argv) {
+  using specgen::cli::Command;
+  CLI::App app{
+      "specgen: runs Mixture-of-Experts language models too large for one GPU at interactive speed, by\n"
+      "speculative decoding under partial offload. A small resident draft proposes tokens; the large\n"
+      "target verifies them in one batched pass. Output is exactly the target's.\n\n"
+      "MODEL is a GGUF file, a Hugging Face directory (config.json, *.safetensors, tokenizer.json), or\n"
+      "synth:PRESET (random weights of a real model's shape, e.g. synth:qwen3-30b-a3b).",
+      "specgen"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "specgen 0.1");
+  std::vector<Command> commands = specgen::cli::Registry();
+  std::sort(commands.begin(), commands.end(),
+            [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::map<CLI::App*, std::function<absl::Status()>> runners;
+  for (const Command& c : commands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    runners[sub] = c.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& [sub, run] : runners) {
+    if (!sub->parsed()) continue;
+    absl::Status status = run();
+    if (!status.ok()) {
+      std::fprintf(stderr, "specgen %s: error: %s\n", sub->get_name().c_str(),
+                   std::string(status.message()).c_str());
+      return 1;
+    }
+    return 0;
+  }
+  return 1;
+}

@@ -1,0 +1,48 @@
+// Element types of weights and activations: the plain floats and the GGUF block-quantized types, with
+// their block geometry so that the byte size of any tensor is exact (DESIGN.md §5).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace specgen {
+
+// Values are the ggml_type ids written in GGUF tensor infos.
+enum class DType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
+
+struct DTypeInfo {
+  std::string_view name;     // "f32", "q4_k", … (lower case, as on the command line)
+  int64_t block_elems;       // elements per block (1 for plain floats)
+  int64_t block_bytes;       // bytes per block
+  bool quantized;
+};
+
+// Geometry of a supported dtype.
+const DTypeInfo& Info(DType t);
+inline std::string_view Name(DType t) { return Info(t).name; }
+
+// The DType of a GGUF ggml_type id, or nullopt for ids we do not support.
+std::optional<DType> DTypeFromGgmlId(uint32_t id);
+// Parses "f32", "F16", "bf16", "q8_0", "Q4_K", … (case-insensitive).
+absl::StatusOr<DType> ParseDType(std::string_view s);
+
+// Bytes of a row of n elements; error if n is not a multiple of the block size or overflows.
+absl::StatusOr<size_t> RowBytes(DType t, int64_t n);
+// Bytes of a tensor whose fastest dimension is `row` and that has `rows` rows (both >= 0), checked for
+// block divisibility and overflow.
+absl::StatusOr<size_t> TensorBytes(DType t, int64_t row, int64_t rows);
+
+}  // namespace specgen

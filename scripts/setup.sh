@@ -1,0 +1,25 @@
+# Shared by scripts/demo and scripts/test (sourced, not run): installs the Debian packages that are
+# missing, then configures and builds specgen in $SPECGEN_BUILD_DIR (default build/).
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${SPECGEN_BUILD_DIR:-$top/build}
+packages=(build-essential cmake pkg-config libabsl-dev libeigen3-dev libgtest-dev libgmock-dev
+          libbenchmark-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing missing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# nvcc is often outside PATH on Debian (CUDA's own packages put it in /usr/local/cuda/bin).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+jobs=${SPECGEN_JOBS:-$(nproc)}
+cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=${SPECGEN_BUILD_TYPE:-RelWithDebInfo} ${SPECGEN_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j "$jobs"
