@@ -1,0 +1,186 @@
+#include "engine/io/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace specgen {
+namespace {
+
+using Json = nlohmann::json;
+
+// Typed access to config keys; every error names the file and the key.
+class Config {
+ public:
+  Config(const Json& j, std::string_view source) : j_(j), source_(source) {}
+
+  const Json* Find(std::string_view key) const {
+    auto it = j_.find(std::string(key));
+    if (it == j_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  absl::StatusOr<int64_t> Int(std::string_view key) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return InvalidArgument(source_, ": missing required key \"", key, "\"");
+    return AsInt(*v, key);
+  }
+  absl::StatusOr<int64_t> IntOr(std::string_view key, int64_t fallback) const {
+    const Json* v = Find(key);
+    return v == nullptr ? absl::StatusOr<int64_t>(fallback) : AsInt(*v, key);
+  }
+  absl::StatusOr<double> FloatOr(std::string_view key, double fallback) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) return InvalidArgument(source_, ": key \"", key, "\" must be a number");
+    return v->get<double>();
+  }
+  absl::StatusOr<bool> BoolOr(std::string_view key, bool fallback) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return InvalidArgument(source_, ": key \"", key, "\" must be true or false");
+    return v->get<bool>();
+  }
+  // A token id that may be an integer or a list of them (eos in newer configs): the first; -1 if absent.
+  absl::StatusOr<int64_t> TokenId(std::string_view key) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return int64_t{-1};
+    if (v->is_array()) {
+      if (v->empty()) return int64_t{-1};
+      return AsInt((*v)[0], key);
+    }
+    return AsInt(*v, key);
+  }
+  absl::StatusOr<int64_t> AsInt(const Json& v, std::string_view key) const {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {  // some configs write 4096.0
+      const double d = v.get<double>();
+      if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    }
+    return InvalidArgument(source_, ": key \"", key, "\" must be an integer, got ", v.dump());
+  }
+  std::string_view source() const { return source_; }
+
+ private:
+  const Json& j_;
+  std::string_view source_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, std::string_view source) {
+  Json j = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(source, ": not valid JSON");
+  if (!j.is_object()) return InvalidArgument(source, ": expected a JSON object at the top level");
+  Config c(j, source);
+
+  // Architecture from "architectures"[0], else model_type.
+  std::string arch_name;
+  if (const Json* a = c.Find("architectures"); a != nullptr) {
+    if (!a->is_array() || a->empty() || !(*a)[0].is_string()) {
+      return InvalidArgument(source, ": key \"architectures\" must be a non-empty list of strings");
+    }
+    arch_name = (*a)[0].get<std::string>();
+  } else if (const Json* m = c.Find("model_type"); m != nullptr && m->is_string()) {
+    const std::string mt = m->get<std::string>();
+    if (mt == "llama") arch_name = "LlamaForCausalLM";
+    else if (mt == "qwen3") arch_name = "Qwen3ForCausalLM";
+    else if (mt == "qwen3_moe") arch_name = "Qwen3MoeForCausalLM";
+    else if (mt == "mixtral") arch_name = "MixtralForCausalLM";
+    else arch_name = mt;
+  } else {
+    return InvalidArgument(source, ": missing required key \"architectures\" (or \"model_type\")");
+  }
+
+  ModelSpec s;
+  if (arch_name == "LlamaForCausalLM") s.arch = Arch::kLlama;
+  else if (arch_name == "Qwen3ForCausalLM") s.arch = Arch::kQwen3;
+  else if (arch_name == "Qwen3MoeForCausalLM") s.arch = Arch::kQwen3Moe;
+  else if (arch_name == "MixtralForCausalLM") s.arch = Arch::kMixtral;
+  else {
+    return Unimplemented(source, ": unsupported architecture \"", arch_name,
+                         "\" (supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                         "MixtralForCausalLM)");
+  }
+  const bool qwen = s.arch == Arch::kQwen3 || s.arch == Arch::kQwen3Moe;
+
+  ASSIGN_OR_RETURN(s.vocab_size, c.Int("vocab_size"));
+  ASSIGN_OR_RETURN(s.hidden, c.Int("hidden_size"));
+  ASSIGN_OR_RETURN(s.n_layers, c.Int("num_hidden_layers"));
+  ASSIGN_OR_RETURN(s.n_heads, c.Int("num_attention_heads"));
+  ASSIGN_OR_RETURN(s.n_kv_heads, c.IntOr("num_key_value_heads", s.n_heads));
+  if (s.n_heads <= 0) return InvalidArgument(source, ": key \"num_attention_heads\" must be positive");
+  ASSIGN_OR_RETURN(s.head_dim, c.IntOr("head_dim", s.hidden / s.n_heads));  // absent or null
+  ASSIGN_OR_RETURN(s.ffn_dim, c.Int("intermediate_size"));
+  ASSIGN_OR_RETURN(double eps, c.FloatOr("rms_norm_eps", 1e-6));
+  s.rms_eps = static_cast<float>(eps);
+  ASSIGN_OR_RETURN(s.context_length, c.IntOr("max_position_embeddings", 4096));
+  ASSIGN_OR_RETURN(s.tied_embeddings, c.BoolOr("tie_word_embeddings", false));
+
+  // rope_theta (4.x) or rope_parameters.rope_theta (5.x).
+  double theta = s.arch == Arch::kMixtral ? 1e6 : 10000.0;
+  if (const Json* p = c.Find("rope_parameters"); p != nullptr) {
+    if (!p->is_object()) return InvalidArgument(source, ": key \"rope_parameters\" must be an object");
+    Config rp(*p, source);
+    ASSIGN_OR_RETURN(theta, rp.FloatOr("rope_theta", theta));
+  }
+  ASSIGN_OR_RETURN(theta, c.FloatOr("rope_theta", theta));
+  s.rope_theta = static_cast<float>(theta);
+  s.rope_style = RopeStyle::kRotateHalf;  // HF weights are unpermuted for every architecture here
+  s.qk_norm = qwen;
+
+  s.layer_is_moe.assign(s.n_layers > 0 && s.n_layers <= 4096 ? s.n_layers : 0, false);
+  if (s.arch == Arch::kQwen3Moe || s.arch == Arch::kMixtral) {
+    const char* experts_key = c.Find("num_experts") != nullptr ? "num_experts" : "num_local_experts";
+    ASSIGN_OR_RETURN(s.n_experts, c.Int(experts_key));
+    ASSIGN_OR_RETURN(s.n_experts_used, c.Int("num_experts_per_tok"));
+    if (s.arch == Arch::kMixtral) {
+      s.expert_ffn_dim = s.ffn_dim;
+      s.router_norm = RouterNorm::kTopKThenSoftmax;
+      for (size_t l = 0; l < s.layer_is_moe.size(); ++l) s.layer_is_moe[l] = s.n_experts > 0;
+    } else {
+      ASSIGN_OR_RETURN(s.expert_ffn_dim, c.Int("moe_intermediate_size"));
+      ASSIGN_OR_RETURN(bool norm_topk, c.BoolOr("norm_topk_prob", false));  // class default False
+      s.router_norm = norm_topk ? RouterNorm::kSoftmaxTopKRenormalize : RouterNorm::kSoftmaxThenTopK;
+      ASSIGN_OR_RETURN(int64_t step, c.IntOr("decoder_sparse_step", 1));
+      if (step <= 0) return InvalidArgument(source, ": key \"decoder_sparse_step\" must be positive");
+      std::set<int64_t> mlp_only;
+      if (const Json* m = c.Find("mlp_only_layers"); m != nullptr) {
+        if (!m->is_array()) return InvalidArgument(source, ": key \"mlp_only_layers\" must be a list");
+        for (const Json& x : *m) {
+          ASSIGN_OR_RETURN(int64_t i, c.AsInt(x, "mlp_only_layers"));
+          mlp_only.insert(i);
+        }
+      }
+      // Qwen3MoeDecoderLayer: MoE iff not in mlp_only_layers, E > 0 and (i+1) % step == 0.
+      for (size_t l = 0; l < s.layer_is_moe.size(); ++l) {
+        const int64_t i = static_cast<int64_t>(l);
+        s.layer_is_moe[l] = mlp_only.count(i) == 0 && s.n_experts > 0 && (i + 1) % step == 0;
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(s.bos_token_id, c.TokenId("bos_token_id"));
+  ASSIGN_OR_RETURN(s.eos_token_id, c.TokenId("eos_token_id"));
+  RETURN_IF_ERROR(Validate(s, source));
+  return s;
+}
+
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) file = (std::filesystem::path(path) / "config.json").string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return NotFound(file, ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return DataLoss(file, ": read error");
+  ASSIGN_OR_RETURN(ModelSpec spec, ModelSpecFromHfConfigText(text.str(), file));
+  if (spec.name.empty()) spec.name = std::filesystem::path(file).parent_path().filename().string();
+  return spec;
+}
+
+}  // namespace specgen

@@ -1,0 +1,151 @@
+#include "engine/io/model_spec_gguf.h"
+
+#include <optional>
+
+#include "engine/core/status_macros.h"
+
+namespace specgen {
+namespace {
+
+class Reader {
+ public:
+  Reader(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+
+  // `{arch}.suffix` as an integer: required ones error naming the key and the file.
+  absl::StatusOr<int64_t> Int(std::string_view suffix) const {
+    const std::string key = Cat(arch_, ".", suffix);
+    const GgufValue* v = f_.Find(key);
+    if (v == nullptr) return InvalidArgument(f_.path(), ": missing metadata key ", key);
+    std::optional<int64_t> i = v->AsInt();
+    if (!i) return InvalidArgument(f_.path(), ": metadata key ", key, " is not an integer");
+    return *i;
+  }
+  absl::StatusOr<int64_t> IntOr(std::string_view suffix, int64_t fallback) const {
+    if (f_.Find(Cat(arch_, ".", suffix)) == nullptr) return fallback;
+    return Int(suffix);
+  }
+  absl::StatusOr<double> FloatOr(std::string_view suffix, double fallback) const {
+    const std::string key = Cat(arch_, ".", suffix);
+    const GgufValue* v = f_.Find(key);
+    if (v == nullptr) return fallback;
+    std::optional<double> d = v->AsFloat();
+    if (!d) return InvalidArgument(f_.path(), ": metadata key ", key, " is not a number");
+    return *d;
+  }
+  absl::StatusOr<std::optional<bool>> Bool(std::string_view suffix) const {
+    const std::string key = Cat(arch_, ".", suffix);
+    const GgufValue* v = f_.Find(key);
+    if (v == nullptr) return std::optional<bool>();
+    std::optional<bool> b = v->AsBool();
+    if (!b) return InvalidArgument(f_.path(), ": metadata key ", key, " is not a bool");
+    return b;
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string arch_;
+};
+
+int64_t TokenId(const GgufFile& f, std::string_view key) {
+  const GgufValue* v = f.Find(key);
+  if (v == nullptr) return -1;
+  std::optional<int64_t> i = v->AsInt();
+  return i ? *i : -1;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ModelSpecFromGguf(const GgufFile& f) {
+  const GgufValue* arch_value = f.Find("general.architecture");
+  if (arch_value == nullptr || arch_value->AsString() == nullptr) {
+    return InvalidArgument(f.path(), ": missing string metadata key general.architecture");
+  }
+  const std::string arch = *arch_value->AsString();
+  Reader r(f, arch);
+  ModelSpec s;
+  if (arch == "llama") {
+    s.arch = Arch::kLlama;
+  } else if (arch == "qwen3") {
+    s.arch = Arch::kQwen3;
+  } else if (arch == "qwen3moe") {
+    s.arch = Arch::kQwen3Moe;
+  } else {
+    return Unimplemented(f.path(), ": unsupported architecture '", arch,
+                         "' (supported: llama, qwen3, qwen3moe; mixtral is llama with experts)");
+  }
+  if (const GgufValue* n = f.Find("general.name"); n != nullptr && n->AsString() != nullptr) {
+    s.name = *n->AsString();
+  }
+  ASSIGN_OR_RETURN(s.hidden, r.Int("embedding_length"));
+  ASSIGN_OR_RETURN(s.n_layers, r.Int("block_count"));
+  ASSIGN_OR_RETURN(s.n_heads, r.Int("attention.head_count"));
+  ASSIGN_OR_RETURN(s.n_kv_heads, r.IntOr("attention.head_count_kv", s.n_heads));
+  ASSIGN_OR_RETURN(int64_t ff, r.Int("feed_forward_length"));
+  s.ffn_dim = ff;
+  ASSIGN_OR_RETURN(s.n_experts, r.IntOr("expert_count", 0));
+  ASSIGN_OR_RETURN(s.n_experts_used, r.IntOr("expert_used_count", 0));
+  if (s.n_heads <= 0) return InvalidArgument(f.path(), ": ", arch, ".attention.head_count must be positive");
+  ASSIGN_OR_RETURN(s.head_dim, r.IntOr("attention.key_length", s.hidden / s.n_heads));
+  ASSIGN_OR_RETURN(int64_t value_length, r.IntOr("attention.value_length", s.head_dim));
+  if (value_length != s.head_dim) {
+    return Unimplemented(f.path(), ": ", arch, ".attention.value_length ", value_length,
+                         " differs from key_length ", s.head_dim);
+  }
+  ASSIGN_OR_RETURN(s.context_length, r.IntOr("context_length", 4096));
+  ASSIGN_OR_RETURN(double eps, r.FloatOr("attention.layer_norm_rms_epsilon", 1e-6));
+  s.rms_eps = static_cast<float>(eps);
+  ASSIGN_OR_RETURN(double theta, r.FloatOr("rope.freq_base", 10000.0));
+  s.rope_theta = static_cast<float>(theta);
+
+  // Vocabulary: {arch}.vocab_size when written, else the token list, else the embedding's rows.
+  ASSIGN_OR_RETURN(s.vocab_size, r.IntOr("vocab_size", 0));
+  if (s.vocab_size == 0) {
+    if (const GgufValue* t = f.Find("tokenizer.ggml.tokens"); t != nullptr && t->AsArray() != nullptr) {
+      s.vocab_size = static_cast<int64_t>(t->AsArray()->items.size());
+    } else if (const GgufTensorInfo* e = f.FindTensor("token_embd.weight"); e && e->ne.size() == 2) {
+      s.vocab_size = e->ne[1];
+    }
+  }
+
+  if (s.arch == Arch::kLlama && s.n_experts > 0) {
+    // Mixtral: feed_forward_length is the per-expert width; the router always renormalizes.
+    s.arch = Arch::kMixtral;
+    s.expert_ffn_dim = ff;
+    s.router_norm = RouterNorm::kTopKThenSoftmax;
+  } else if (s.arch == Arch::kQwen3Moe) {
+    ASSIGN_OR_RETURN(s.expert_ffn_dim, r.IntOr("expert_feed_forward_length",
+                                               s.n_experts_used > 0 ? ff / s.n_experts_used : 0));
+    // llama.cpp hard-codes renormalized top-k for qwen3moe (it reads no key); files that say
+    // otherwise (OLMoE-shaped exports from `specgen convert`/`synth`) carry expert_weights_norm.
+    ASSIGN_OR_RETURN(std::optional<bool> norm, r.Bool("expert_weights_norm"));
+    s.router_norm = norm.value_or(true) ? RouterNorm::kSoftmaxTopKRenormalize
+                                        : RouterNorm::kSoftmaxThenTopK;
+  } else if (s.n_experts > 0) {
+    return InvalidArgument(f.path(), ": architecture ", arch, " with ", arch, ".expert_count = ",
+                           s.n_experts, " is not supported");
+  }
+  s.qk_norm = s.arch == Arch::kQwen3 || s.arch == Arch::kQwen3Moe;
+  // GGUF llama files hold Q/K rows permuted for interleaved pairs; qwen* are converted unpermuted.
+  s.rope_style = arch == "llama" ? RopeStyle::kInterleaved : RopeStyle::kRotateHalf;
+  s.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+
+  if (s.n_layers < 0 || s.n_layers > 4096) {
+    return InvalidArgument(f.path(), ": ", arch, ".block_count = ", s.n_layers, " is out of range");
+  }
+  s.layer_is_moe.assign(s.n_layers, s.n_experts > 0);
+  if (s.n_experts > 0) {
+    for (int64_t l = 0; l < s.n_layers; ++l) {
+      // A layer with a dense FFN and no router is dense (mlp_only_layers exported by specgen).
+      if (f.FindTensor(Cat("blk.", l, ".ffn_gate_inp.weight")) == nullptr &&
+          f.FindTensor(Cat("blk.", l, ".ffn_gate.weight")) != nullptr) {
+        s.layer_is_moe[l] = false;
+      }
+    }
+  }
+  s.bos_token_id = TokenId(f, "tokenizer.ggml.bos_token_id");
+  s.eos_token_id = TokenId(f, "tokenizer.ggml.eos_token_id");
+  RETURN_IF_ERROR(Validate(s, f.path()));
+  return s;
+}
+
+}  // namespace specgen

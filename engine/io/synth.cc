@@ -1,0 +1,321 @@
+#include "engine/io/synth.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "engine/core/byte_size.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/row_convert.h"
+
+namespace specgen {
+namespace {
+
+ModelSpec Qwen3Moe(std::string name, int64_t layers, int64_t D, int64_t H, int64_t Hkv, int64_t E,
+                   int64_t k, int64_t F, int64_t Fd) {
+  ModelSpec s;
+  s.arch = Arch::kQwen3Moe;
+  s.name = std::move(name);
+  s.vocab_size = 151936;
+  s.hidden = D;
+  s.n_layers = layers;
+  s.n_heads = H;
+  s.n_kv_heads = Hkv;
+  s.head_dim = 128;
+  s.ffn_dim = Fd;
+  s.n_experts = E;
+  s.n_experts_used = k;
+  s.expert_ffn_dim = F;
+  s.layer_is_moe.assign(layers, true);
+  s.router_norm = RouterNorm::kSoftmaxTopKRenormalize;
+  s.qk_norm = true;
+  s.rms_eps = 1e-6f;
+  s.rope_theta = 1e6f;
+  s.rope_style = RopeStyle::kRotateHalf;
+  s.context_length = 40960;
+  s.bos_token_id = 151643;
+  s.eos_token_id = 151645;
+  return s;
+}
+
+ModelSpec Qwen3Dense(std::string name, int64_t layers, int64_t D, int64_t H, int64_t Hkv, int64_t Fd) {
+  ModelSpec s = Qwen3Moe(std::move(name), layers, D, H, Hkv, 0, 0, 0, Fd);
+  s.arch = Arch::kQwen3;
+  s.layer_is_moe.assign(layers, false);
+  s.tied_embeddings = true;
+  return s;
+}
+
+struct Preset {
+  const char* name;
+  const char* description;
+  ModelSpec (*make)();
+};
+
+// Shapes from the published config.json files (../shared/notes/formats.md §3.2, §7).
+const Preset kPresets[] = {
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 layers, 128 experts top-8, 30.5B params, 3.3B active",
+     [] { return Qwen3Moe("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 8, 768, 6144); }},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B: 94 layers, 128 experts top-8, 235B params, 22B active",
+     [] { return Qwen3Moe("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 8, 1536, 12288); }},
+    {"mixtral-8x7b", "Mixtral-8x7B: 32 layers, 8 experts top-2, 46.7B params, 12.9B active",
+     [] {
+       ModelSpec s = Qwen3Moe("mixtral-8x7b", 32, 4096, 32, 8, 8, 2, 14336, 14336);
+       s.arch = Arch::kMixtral;
+       s.vocab_size = 32000;
+       s.router_norm = RouterNorm::kTopKThenSoftmax;
+       s.qk_norm = false;
+       s.rms_eps = 1e-5f;
+       s.context_length = 32768;
+       s.bos_token_id = 1;
+       s.eos_token_id = 2;
+       return s;
+     }},
+    // OLMoE is not one of our architectures; this is its shape as a qwen3moe model. Differences from
+    // the real model: OLMoE's q/k norms span the whole projection ([H*d], [Hkv*d]) where qwen3moe's
+    // are per head ([d]), so this preset has 2*(4096 - 256)*16 fewer norm parameters.
+    {"olmoe-1b-7b", "OLMoE-1B-7B shapes as a qwen3moe model: 16 layers, 64 experts top-8, 6.9B params",
+     [] {
+       ModelSpec s = Qwen3Moe("olmoe-1b-7b", 16, 2048, 16, 16, 64, 8, 1024, 1024);
+       s.vocab_size = 50304;
+       s.router_norm = RouterNorm::kSoftmaxThenTopK;  // norm_topk_prob = false
+       s.rms_eps = 1e-5f;
+       s.rope_theta = 10000.0f;
+       s.context_length = 4096;
+       s.bos_token_id = -1;
+       s.eos_token_id = 50279;
+       return s;
+     }},
+    {"qwen3-0.6b", "Qwen3-0.6B: dense, 28 layers, tied embeddings (a draft for Qwen3 targets)",
+     [] { return Qwen3Dense("qwen3-0.6b", 28, 1024, 16, 8, 3072); }},
+    {"qwen3-1.7b", "Qwen3-1.7B: dense, 28 layers, tied embeddings (a draft for Qwen3 targets)",
+     [] { return Qwen3Dense("qwen3-1.7b", 28, 2048, 16, 8, 6144); }},
+    {"tiny-moe", "tests: qwen3moe, 3 layers, D=64, 8 experts top-2, vocab 300",
+     [] {
+       ModelSpec s = Qwen3Moe("tiny-moe", 3, 64, 4, 2, 8, 2, 32, 96);
+       s.head_dim = 16;
+       s.vocab_size = 300;
+       s.context_length = 512;
+       s.bos_token_id = 1;
+       s.eos_token_id = 2;
+       return s;
+     }},
+    {"tiny-dense", "tests: qwen3, 2 layers, D=64, tied embeddings, vocab 300",
+     [] {
+       ModelSpec s = Qwen3Dense("tiny-dense", 2, 64, 4, 2, 128);
+       s.head_dim = 16;
+       s.vocab_size = 300;
+       s.context_length = 512;
+       s.bos_token_id = 1;
+       s.eos_token_id = 2;
+       return s;
+     }},
+};
+
+uint64_t Mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+uint64_t TensorKey(uint64_t seed, uint64_t tensor) { return Mix64(Mix64(seed) ^ (tensor * kGolden + 1)); }
+
+// Fills n uniform [-1, 1) values of elements [first, first + n) of a tensor with key `key`; two values
+// per 64-bit draw.
+void FillUniform(uint64_t key, uint64_t first, int64_t n, float scale, float offset, float* out) {
+  constexpr float kInv = 1.0f / 2147483648.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t idx = first + static_cast<uint64_t>(i);
+    const uint64_t r = Mix64(key + (idx >> 1) * kGolden);
+    const auto bits = static_cast<int32_t>((idx & 1) ? (r >> 32) : (r & 0xffffffffull));
+    out[i] = offset + scale * (static_cast<float>(bits) * kInv);
+  }
+}
+
+// Amplitude and centre of a tensor's uniform values: norms near 1, matrices ±1/sqrt(fan_in) so a
+// product keeps the scale of its input, embeddings ±1, routers with unit-variance logits so that
+// routing is decisive rather than uniform.
+void ScaleFor(Role role, int64_t fan_in, float* scale, float* offset) {
+  *offset = 0.0f;
+  switch (role) {
+    case Role::kOutputNorm:
+    case Role::kAttnNorm:
+    case Role::kAttnQNorm:
+    case Role::kAttnKNorm:
+    case Role::kFfnNorm:
+      *offset = 1.0f;
+      *scale = 0.05f;
+      return;
+    case Role::kTokenEmbd:
+      *scale = 1.0f;
+      return;
+    case Role::kRouter:
+      *scale = std::sqrt(3.0f / static_cast<float>(fan_in));
+      return;
+    default:
+      *scale = 1.0f / std::sqrt(static_cast<float>(fan_in));
+      return;
+  }
+}
+
+struct Planned {
+  size_t index;        // in ExpectedTensors order: the generator's tensor number
+  DType dtype;
+  size_t offset;       // in the buffer
+  size_t bytes;
+};
+
+absl::StatusOr<std::vector<Planned>> Plan(const std::vector<ExpectedTensor>& expected, DType dtype,
+                                          size_t* total) {
+  // Buffer order: by layer, then role, then expert, so that one role's experts of a layer are
+  // adjacent (a stacked GGUF tensor can be written from them without a copy).
+  std::vector<size_t> order(expected.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const WeightKey& x = expected[a].key;
+    const WeightKey& y = expected[b].key;
+    return std::tie(x.layer, x.role, x.expert) < std::tie(y.layer, y.role, y.expert);
+  });
+  std::vector<Planned> plan;
+  size_t offset = 0;
+  for (size_t i : order) {
+    const ExpectedTensor& e = expected[i];
+    const int64_t cols = e.shape.back();
+    const int64_t rows = e.shape.size() == 2 ? e.shape[0] : 1;
+    const DType t = StorageDType(e.key.role, cols, dtype);
+    ASSIGN_OR_RETURN(size_t bytes, TensorBytes(t, cols, rows));
+    offset = (offset + 63) & ~size_t{63};
+    plan.push_back({i, t, offset, bytes});
+    offset += bytes;
+    if (offset < bytes) return InvalidArgument("synthetic weights: total size overflows");
+  }
+  *total = offset;
+  return plan;
+}
+
+}  // namespace
+
+float SynthUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
+  float v;
+  FillUniform(TensorKey(seed, tensor), index, 1, 1.0f, 0.0f, &v);
+  return v;
+}
+
+std::vector<SynthPresetInfo> SynthPresets() {
+  std::vector<SynthPresetInfo> out;
+  for (const Preset& p : kPresets) out.push_back({p.name, p.description});
+  return out;
+}
+
+absl::StatusOr<ModelSpec> SynthSpec(std::string_view name) {
+  std::string names;
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return p.make();
+    names += Cat(names.empty() ? "" : ", ", p.name);
+  }
+  return NotFound("unknown synthetic preset '", name, "' (presets: ", names, ")");
+}
+
+absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype) {
+  size_t total = 0;
+  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(ExpectedTensors(spec), dtype, &total));
+  (void)plan;
+  return total;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec, DType dtype,
+                                                          uint64_t seed, int threads) {
+  RETURN_IF_ERROR(Validate(spec, Cat("synth:", spec.name)));
+  const std::vector<ExpectedTensor> expected = ExpectedTensors(spec);
+  size_t total = 0;
+  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(expected, dtype, &total));
+
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && static_cast<double>(total) > 0.9 * pages * static_cast<double>(page)) {
+    return absl::ResourceExhaustedError(
+        Cat("synth:", spec.name, " as ", Name(dtype), " needs ", FormatBytes(total),
+            " of weights, more than this machine's memory (",
+            FormatBytes(static_cast<double>(pages) * page), "); pick a smaller --type or preset"));
+  }
+  const size_t alloc = std::max<size_t>(4096, (total + 4095) & ~size_t{4095});
+  void* raw = std::aligned_alloc(4096, alloc);
+  if (raw == nullptr) {
+    return absl::ResourceExhaustedError(Cat("synth:", spec.name, ": cannot allocate ", FormatBytes(total)));
+  }
+  std::shared_ptr<void> buffer(raw, std::free);
+  auto* base = static_cast<uint8_t*>(raw);
+
+  // Work items: row ranges of about 1M elements, so big and small tensors spread over threads.
+  struct Chunk {
+    size_t plan_index;
+    int64_t row_begin, row_end;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t p = 0; p < plan.size(); ++p) {
+    const ExpectedTensor& e = expected[plan[p].index];
+    const int64_t cols = e.shape.back();
+    const int64_t rows = e.shape.size() == 2 ? e.shape[0] : 1;
+    const int64_t step = std::max<int64_t>(1, (int64_t{1} << 20) / cols);
+    for (int64_t r = 0; r < rows; r += step) chunks.push_back({p, r, std::min(rows, r + step)});
+  }
+  int n_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  n_threads = std::max(1, std::min<int>(n_threads, static_cast<int>(chunks.size())));
+
+  std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  absl::Status error;
+  auto worker = [&] {
+    std::vector<float> row;
+    for (size_t c; (c = next.fetch_add(1)) < chunks.size();) {
+      const Chunk& ch = chunks[c];
+      const Planned& p = plan[ch.plan_index];
+      const ExpectedTensor& e = expected[p.index];
+      const int64_t cols = e.shape.back();
+      float scale, offset;
+      ScaleFor(e.key.role, cols, &scale, &offset);
+      const uint64_t key = TensorKey(seed, p.index);
+      const size_t row_bytes = p.bytes / static_cast<size_t>(e.shape.size() == 2 ? e.shape[0] : 1);
+      row.resize(cols);
+      for (int64_t r = ch.row_begin; r < ch.row_end; ++r) {
+        FillUniform(key, static_cast<uint64_t>(r) * cols, cols, scale, offset, row.data());
+        absl::Status s = RowFromF32(p.dtype, row.data(), cols, base + p.offset + r * row_bytes);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error.ok()) error = s;
+          return;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n_threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  RETURN_IF_ERROR(error);
+
+  auto model = std::make_unique<LoadedModel>();
+  model->spec = spec;
+  model->source = Cat("synth:", spec.name);
+  for (const Planned& p : plan) {
+    const ExpectedTensor& e = expected[p.index];
+    TensorView v;
+    v.dtype = p.dtype;
+    v.ndim = static_cast<int>(e.shape.size());
+    for (int i = 0; i < v.ndim; ++i) v.shape[i] = e.shape[i];
+    v.location = Location::kHost;
+    v.data = base + p.offset;
+    v.bytes = p.bytes;
+    model->weights.Add(e.key, v, KeyString(e.key));
+  }
+  model->weights.KeepAlive(std::move(buffer));
+  return model;
+}
+
+}  // namespace specgen

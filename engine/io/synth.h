@@ -1,0 +1,44 @@
+// Synthetic models: the exact shapes of published checkpoints (and two tiny ones for tests), with
+// random weights generated in host memory. `synth:NAME` is a model path; `inspect` and `plan` need
+// only SynthSpec, so even qwen3-235b-a22b costs nothing until SynthWeights is called. Generation is
+// counter-based (value = f(seed, tensor index, element index)), so it runs on many threads and gives
+// the same bytes whatever the thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/dtype.h"
+#include "engine/io/weight_set.h"
+#include "engine/model/model_spec.h"
+
+namespace specgen {
+
+// Preset names with a one-line description each, in display order.
+struct SynthPresetInfo {
+  std::string name;
+  std::string description;
+};
+std::vector<SynthPresetInfo> SynthPresets();
+
+// The ModelSpec of a preset, or NotFound listing the presets.
+absl::StatusOr<ModelSpec> SynthSpec(std::string_view name);
+
+// Random weights for `spec`, stored as `dtype` (norms and routers stay f32, rows the block size does
+// not divide fall back to f16: StorageDType). `threads` <= 0 uses every hardware thread. Fails with
+// ResourceExhausted, before allocating, when the weights would not fit in physical memory.
+absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec, DType dtype,
+                                                          uint64_t seed, int threads = 0);
+
+// Bytes SynthWeights(spec, dtype, ...) would allocate for the tensors themselves.
+absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype);
+
+// The random value of element `index` of tensor number `tensor` (ExpectedTensors order), uniform in
+// [-1, 1): exposed for tests of determinism.
+float SynthUniform(uint64_t seed, uint64_t tensor, uint64_t index);
+
+}  // namespace specgen
