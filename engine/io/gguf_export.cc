@@ -1,0 +1,198 @@
+#include "engine/io/gguf_export.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/core/quant.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/model_loader.h"
+#include "engine/io/row_convert.h"
+
+namespace specgen {
+namespace {
+
+bool IsExpertRole(Role r) {
+  return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown;
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; the first error wins.
+absl::Status ParallelFor(int64_t n, int threads, const std::function<absl::Status(int64_t)>& fn) {
+  int t = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  t = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, n)));
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  absl::Status error;
+  auto worker = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) {
+      absl::Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (error.ok()) error = s;
+        next.store(n);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < t; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  return error;
+}
+
+// Converts a [rows, cols] tensor to `dst_type` into `dst`, taking row r from source row
+// source_row(r) (identity unless permuting Q/K).
+absl::Status ConvertTensor(const TensorView& src, DType dst_type, uint8_t* dst, int threads,
+                           const std::function<int64_t(int64_t)>& source_row) {
+  const int64_t rows = src.rows(), cols = src.cols();
+  ASSIGN_OR_RETURN(size_t src_row_bytes, RowBytes(src.dtype, cols));
+  ASSIGN_OR_RETURN(size_t dst_row_bytes, RowBytes(dst_type, cols));
+  const auto* in = static_cast<const uint8_t*>(src.data);
+  constexpr int64_t kRowsPerTask = 64;
+  return ParallelFor((rows + kRowsPerTask - 1) / kRowsPerTask, threads, [&](int64_t task) {
+    std::vector<float> row(cols);
+    const int64_t end = std::min(rows, (task + 1) * kRowsPerTask);
+    for (int64_t r = task * kRowsPerTask; r < end; ++r) {
+      const int64_t from = source_row ? source_row(r) : r;
+      RETURN_IF_ERROR(RowToF32(src.dtype, in + from * src_row_bytes, cols, row.data()));
+      RETURN_IF_ERROR(RowFromF32(dst_type, row.data(), cols, dst + r * dst_row_bytes));
+    }
+    return absl::OkStatus();
+  });
+}
+
+std::vector<int64_t> Reversed(const TensorView& v) {
+  std::vector<int64_t> ne;
+  for (int i = v.ndim - 1; i >= 0; --i) ne.push_back(v.shape[i]);
+  return ne;
+}
+
+}  // namespace
+
+std::string_view GgufArchName(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+    case Arch::kMixtral: return "llama";
+    case Arch::kQwen3: return "qwen3";
+    case Arch::kQwen3Moe: return "qwen3moe";
+  }
+  return "llama";
+}
+
+int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
+  // Within a head, interleaved row 2i is rotate-half row i and row 2i+1 is row i + head_dim/2.
+  const int64_t half = head_dim / 2;
+  const int64_t head = r / head_dim, within = r % head_dim;
+  return head * head_dim + (within % 2) * half + within / 2;
+}
+
+absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
+                        const GgufExportOptions& opt) {
+  if (!CanQuantize(opt.dtype)) {
+    return InvalidArgument("--type ", Name(opt.dtype),
+                           ": cannot write this type (use f32, f16, bf16, q8_0, q4_0 or q4_k)");
+  }
+  RETURN_IF_ERROR(Validate(spec, path));
+  RETURN_IF_ERROR(weights.Validate(spec, path));
+  const std::string arch(GgufArchName(spec.arch));
+  const bool permute_qk = arch == "llama" && spec.rope_style == RopeStyle::kRotateHalf;
+
+  GgufWriter w;
+  w.SetString("general.architecture", arch);
+  w.SetString("general.name", spec.name);
+  if (Info(opt.dtype).quantized) w.SetU32("general.quantization_version", 2);
+  auto key = [&](std::string_view suffix) { return Cat(arch, ".", suffix); };
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.SetU32(key("context_length"), u32(spec.context_length));
+  w.SetU32(key("embedding_length"), u32(spec.hidden));
+  w.SetU32(key("block_count"), u32(spec.n_layers));
+  // Mixtral files carry the per-expert width here (llama.cpp reads it so).
+  w.SetU32(key("feed_forward_length"), u32(spec.arch == Arch::kMixtral ? spec.expert_ffn_dim : spec.ffn_dim));
+  w.SetU32(key("attention.head_count"), u32(spec.n_heads));
+  w.SetU32(key("attention.head_count_kv"), u32(spec.n_kv_heads));
+  w.SetU32(key("attention.key_length"), u32(spec.head_dim));
+  w.SetU32(key("attention.value_length"), u32(spec.head_dim));
+  w.SetF32(key("attention.layer_norm_rms_epsilon"), spec.rms_eps);
+  w.SetF32(key("rope.freq_base"), spec.rope_theta);
+  w.SetU32(key("rope.dimension_count"), u32(spec.head_dim));
+  w.SetU32(key("vocab_size"), u32(spec.vocab_size));
+  if (spec.is_moe()) {
+    w.SetU32(key("expert_count"), u32(spec.n_experts));
+    w.SetU32(key("expert_used_count"), u32(spec.n_experts_used));
+    if (spec.arch == Arch::kQwen3Moe) {
+      w.SetU32(key("expert_feed_forward_length"), u32(spec.expert_ffn_dim));
+      w.SetBool(key("expert_weights_norm"), spec.router_norm != RouterNorm::kSoftmaxThenTopK);
+    }
+  }
+  if (spec.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", u32(spec.bos_token_id));
+  if (spec.eos_token_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", u32(spec.eos_token_id));
+  for (const auto& [k, v] : opt.extra_metadata) w.Set(k, v);
+
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // converted tensors, alive until Write returns
+  int fallbacks = 0;
+  auto storage = [&](const WeightKey& k, int64_t cols, std::string_view name) {
+    bool fell_back = false;
+    const DType t = StorageDType(k.role, cols, opt.dtype, &fell_back);
+    if (fell_back && opt.note) {
+      opt.note(Cat(name, ": row of ", cols, " is not a multiple of the ", Name(opt.dtype),
+                   " block size ", Info(opt.dtype).block_elems, "; written as f16"));
+    }
+    fallbacks += fell_back;
+    return t;
+  };
+
+  for (const ExpectedTensor& e : ExpectedTensors(spec)) {
+    const WeightKey& k = e.key;
+    if (IsExpertRole(k.role) && k.expert > 0) continue;  // written stacked with expert 0
+    const std::string name = GgufTensorName(k);
+    ASSIGN_OR_RETURN(TensorView v, weights.Get(k));
+    const DType out = storage(k, v.cols(), name);
+    if (!IsExpertRole(k.role)) {
+      const bool permute = permute_qk && (k.role == Role::kAttnQ || k.role == Role::kAttnK);
+      if (out == v.dtype && !permute) {
+        RETURN_IF_ERROR(w.AddTensor(name, Reversed(v), out, v.data, v.bytes));
+        continue;
+      }
+      ASSIGN_OR_RETURN(size_t bytes, TensorBytes(out, v.cols(), v.rows()));
+      buffers.push_back(std::make_unique<uint8_t[]>(bytes));
+      std::function<int64_t(int64_t)> map;
+      if (permute) map = [&](int64_t r) { return InterleavedSourceRow(r, spec.head_dim); };
+      RETURN_IF_ERROR(ConvertTensor(v, out, buffers.back().get(), opt.threads, map));
+      RETURN_IF_ERROR(w.AddTensor(name, Reversed(v), out, buffers.back().get(), bytes));
+      continue;
+    }
+    // Stacked experts: ne = [cols, rows, E]. Zero-copy when the experts already lie back to back in
+    // the output dtype (synthetic weights, GGUF sources).
+    const int64_t E = spec.n_experts;
+    ASSIGN_OR_RETURN(size_t per_expert, TensorBytes(out, v.cols(), v.rows()));
+    std::vector<TensorView> experts;
+    bool contiguous = true;
+    for (int x = 0; x < E; ++x) {
+      ASSIGN_OR_RETURN(TensorView ev, weights.Get({k.role, k.layer, x}));
+      contiguous = contiguous && ev.dtype == out &&
+                   static_cast<const uint8_t*>(ev.data) ==
+                       static_cast<const uint8_t*>(v.data) + per_expert * static_cast<size_t>(x);
+      experts.push_back(ev);
+    }
+    std::vector<int64_t> ne = {v.cols(), v.rows(), E};
+    if (contiguous) {
+      RETURN_IF_ERROR(w.AddTensor(name, ne, out, v.data, per_expert * static_cast<size_t>(E)));
+      continue;
+    }
+    buffers.push_back(std::make_unique<uint8_t[]>(per_expert * static_cast<size_t>(E)));
+    uint8_t* dst = buffers.back().get();
+    for (int x = 0; x < E; ++x) {
+      RETURN_IF_ERROR(ConvertTensor(experts[x], out, dst + per_expert * x, opt.threads, nullptr));
+    }
+    RETURN_IF_ERROR(w.AddTensor(name, ne, out, dst, per_expert * static_cast<size_t>(E)));
+  }
+  if (fallbacks > 0 && opt.note) {
+    opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
+  }
+  return w.Write(path);
+}
+
+}  // namespace specgen

@@ -1,0 +1,43 @@
+// Writes a model (ModelSpec + WeightSet, from any source) as a GGUF v3 file that our reader and
+// llama.cpp load: metadata keys of formats.md §1.4, tensor names of §1.5, experts stacked as
+// [D, F, E]-ne tensors. Weights are converted to one chosen dtype; norms and routers stay f32 and
+// rows the block size does not divide fall back to f16. Llama/Mixtral weights in rotate-half order
+// (Hugging Face, synthetic) get their Q/K rows permuted into llama.cpp's interleaved order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/core/dtype.h"
+#include "engine/io/gguf.h"
+#include "engine/io/weight_set.h"
+#include "engine/model/model_spec.h"
+
+namespace specgen {
+
+struct GgufExportOptions {
+  DType dtype = DType::kF32;  // f32, f16, bf16, q8_0, q4_0 or q4_k
+  // Extra metadata written after ours (e.g. tokenizer.ggml.* from the tokenizer module).
+  std::vector<std::pair<std::string, GgufValue>> extra_metadata;
+  // Receives one line per noteworthy decision (f16 fallbacks); may be empty.
+  std::function<void(std::string_view)> note;
+  int threads = 0;  // <= 0: every hardware thread
+};
+
+// Writes atomically (temporary file renamed into place): no partial file on error.
+absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
+                        const GgufExportOptions& options);
+
+// The GGUF `general.architecture` a spec is written as ("llama" for Mixtral).
+std::string_view GgufArchName(Arch arch);
+
+// Row r of a [n_head * head_dim, in] Q or K matrix in llama.cpp's interleaved order comes from row
+// InterleavedSourceRow(r, head_dim) of the rotate-half matrix (convert_hf_to_gguf.py `permute`).
+int64_t InterleavedSourceRow(int64_t r, int64_t head_dim);
+
+}  // namespace specgen
