@@ -1,0 +1,58 @@
+// SpeculativeDecoder: the propose → verify → accept loop of DESIGN §1 over any CausalLm target and
+// Proposer, with Stats. No draft (or draft length 0) is plain decoding through the same code, so
+// greedy and `coupled` outputs can be compared token for token with and without speculation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "draft/proposer.h"
+#include "engine/model/causal_lm.h"
+#include "engine/sampling/acceptance.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/speculative/draft_length_controller.h"
+#include "engine/speculative/stats.h"
+
+namespace specgen {
+
+struct DecodeOptions {
+  int64_t max_new_tokens = 128;   // -n
+  int draft_max = 4;              // --draft-max: k, or the adaptive controller's upper bound
+  bool adaptive = false;          // --draft-adaptive
+  AcceptMode accept = AcceptMode::kRejection;
+  SamplingParams sampling;
+  std::vector<int32_t> end_ids;   // generation stops after emitting one of these
+  // Called after every pass with the drafted length k and the acceptance result (tests, tracing).
+  std::function<void(int k, const AcceptResult&)> on_pass;
+};
+
+// Receives each pass's newly committed tokens, in order, as soon as they are accepted.
+using TokenSink = std::function<void(std::span<const int32_t>)>;
+
+class SpeculativeDecoder {
+ public:
+  // Neither model is owned; `proposer` may be null (plain decoding).
+  SpeculativeDecoder(CausalLm* target, Proposer* proposer, DecodeOptions options);
+
+  // Generates after `prompt` (target cache reset first); returns the generated tokens.
+  absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
+                                                const TokenSink& sink = nullptr);
+
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  absl::Status Prefill(std::span<const int32_t> prompt);
+  int ChooseDraftLength(int64_t context_len, int64_t remaining);
+
+  CausalLm* target_;
+  Proposer* proposer_;
+  DecodeOptions options_;
+  std::unique_ptr<DraftLengthController> controller_;
+  SpeculativeStats stats_;
+};
+
+}  // namespace specgen

@@ -1,0 +1,72 @@
+#include "engine/speculative/stats.h"
+
+#include <cstdio>
+
+#include "nlohmann/json.hpp"
+
+namespace specgen {
+
+void SpeculativeStats::RecordPass(int k, int n_accepted) {
+  ++passes;
+  drafted += k;
+  accepted += n_accepted;
+  if (drafted_at.size() < static_cast<size_t>(k)) {
+    drafted_at.resize(k, 0);
+    accepted_at.resize(k, 0);
+  }
+  for (int i = 0; i < k; ++i) ++drafted_at[i];
+  for (int i = 0; i < n_accepted; ++i) ++accepted_at[i];
+}
+
+std::string SpeculativeStats::ToJson() const {
+  nlohmann::json per_position = nlohmann::json::array();
+  for (size_t i = 0; i < drafted_at.size(); ++i) {
+    per_position.push_back(drafted_at[i] ? double(accepted_at[i]) / drafted_at[i] : 0.0);
+  }
+  nlohmann::json j = {
+      {"prompt_tokens", prompt_tokens},
+      {"tokens", tokens},
+      {"passes", passes},
+      {"drafted", drafted},
+      {"accepted", accepted},
+      {"acceptance_rate", acceptance_rate()},
+      {"mean_accepted_length", mean_accepted_length()},
+      {"mean_draft_length", mean_draft_length()},
+      {"per_position_acceptance", per_position},
+      {"tokens_per_second", tokens_per_second()},
+      {"h2d_bytes", 0},
+      {"expert_cache_hit_rate", nullptr},
+      {"time",
+       {{"prefill", prefill_seconds},
+        {"draft", draft_seconds},
+        {"verify", verify_seconds},
+        {"accept", accept_seconds},
+        {"transfer_wait", 0.0},
+        {"total", total_seconds}}},
+  };
+  return j.dump();
+}
+
+std::string SpeculativeStats::ToText() const {
+  char buf[1024];
+  std::string per_position;
+  for (size_t i = 0; i < drafted_at.size(); ++i) {
+    char one[32];
+    std::snprintf(one, sizeof(one), "%s%.3f", i ? " " : "",
+                  drafted_at[i] ? double(accepted_at[i]) / drafted_at[i] : 0.0);
+    per_position += one;
+  }
+  std::snprintf(buf, sizeof(buf),
+                "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s\n"
+                "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tau %.3f (bonus "
+                "included), mean k %.2f\n"
+                "per-position acceptance [%s]\n"
+                "time: draft %.3f s, verify %.3f s, accept %.3f s\n",
+                (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
+                prefill_seconds, (long long)passes, (long long)drafted, (long long)accepted,
+                acceptance_rate(), mean_accepted_length(), mean_draft_length(),
+                per_position.c_str(), draft_seconds, verify_seconds, accept_seconds);
+  return buf;
+}
+
+}  // namespace specgen

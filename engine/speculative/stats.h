@@ -1,0 +1,38 @@
+// Counters of a speculative generation run, named as the benchmark figures they feed
+// (../shared/notes/sampling.md §7; DESIGN §7 `--stats json`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specgen {
+
+struct SpeculativeStats {
+  int64_t prompt_tokens = 0;
+  int64_t tokens = 0;    // generated tokens (what was emitted, an end token included)
+  int64_t passes = 0;    // target verification passes (prefill excluded)
+  int64_t drafted = 0;   // draft tokens proposed
+  int64_t accepted = 0;  // draft tokens accepted
+  // Per draft position i (0-based): passes that drafted a token there, and passes that accepted it.
+  std::vector<int64_t> drafted_at;
+  std::vector<int64_t> accepted_at;
+
+  double prefill_seconds = 0;  // target and draft prompt prefill
+  double draft_seconds = 0;
+  double verify_seconds = 0;   // target forward passes
+  double accept_seconds = 0;   // logits processing and the acceptance rule
+  double total_seconds = 0;    // generation, prefill excluded
+
+  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  // τ: tokens per verification pass, the bonus/correction token included.
+  double mean_accepted_length() const { return passes ? 1.0 + double(accepted) / passes : 0.0; }
+  double mean_draft_length() const { return passes ? double(drafted) / passes : 0.0; }
+  double tokens_per_second() const { return total_seconds > 0 ? tokens / total_seconds : 0.0; }
+  void RecordPass(int k, int n_accepted);
+
+  std::string ToJson() const;  // one object; keys as DESIGN §7
+  std::string ToText() const;  // a few human-readable lines
+};
+
+}  // namespace specgen
