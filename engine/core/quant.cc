@@ -1,0 +1,307 @@
+#include "engine/core/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/core/half.h"
+#include "engine/core/str_cat.h"
+
+namespace specgen {
+namespace {
+
+// Block geometry (ggml-common.h); dtype.cc holds the same numbers for byte counts.
+constexpr int kQk = 32;    // Q8_0, Q4_0
+constexpr int kQkK = 256;  // K-quants
+constexpr size_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
+
+uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void StoreU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+float LoadHalf(const uint8_t* p) { return F16ToF32(LoadU16(p)); }
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (get_scale_min_k4).
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void DequantQ8_0(const uint8_t* b, float* y) {
+  const float d = LoadHalf(b);
+  const auto* qs = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < kQk; ++j) y[j] = qs[j] * d;
+}
+
+void DequantQ4_0(const uint8_t* b, float* y) {
+  const float d = LoadHalf(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < kQk / 2; ++j) {
+    y[j] = ((qs[j] & 0x0F) - 8) * d;
+    y[j + kQk / 2] = ((qs[j] >> 4) - 8) * d;
+  }
+}
+
+void DequantQ4_K(const uint8_t* b, float* y) {
+  const float d = LoadHalf(b);
+  const float dmin = LoadHalf(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  for (int c = 0, is = 0; c < 4; ++c, q += 32, is += 2) {
+    uint8_t sc, m;
+    ScaleMinK4(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    ScaleMinK4(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+  }
+}
+
+void DequantQ5_K(const uint8_t* b, float* y) {
+  const float d = LoadHalf(b);
+  const float dmin = LoadHalf(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  uint8_t u1 = 1, u2 = 2;
+  for (int c = 0, is = 0; c < 4; ++c, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+    uint8_t sc, m;
+    ScaleMinK4(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    ScaleMinK4(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+  }
+}
+
+void DequantQ6_K(const uint8_t* b, float* y) {
+  const float d = LoadHalf(b + 208);
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  for (int h = 0; h < 2; ++h, y += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l + 0] = d * sc[is + 0] * q1;
+      y[l + 32] = d * sc[is + 2] * q2;
+      y[l + 64] = d * sc[is + 4] * q3;
+      y[l + 96] = d * sc[is + 6] * q4;
+    }
+  }
+}
+
+// ---- Quantizers ---------------------------------------------------------------------------------
+
+int RoundToInt(float x) { return static_cast<int>(std::nearbyint(x)); }
+
+// Q8_0: d = max|x| / 127, stored as f16; q = round(x / d_f16). Using the stored d (not the exact one)
+// keeps |x − q·d_f16| ≤ d_f16 / 2: |x| / d_f16 ≤ 127·(1 + 2^-11) < 127.5, so no element clamps.
+void QuantQ8_0(const float* x, uint8_t* b) {
+  float amax = 0;
+  for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const uint16_t dh = F32ToF16(amax / 127.0f);
+  const float d = F16ToF32(dh);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  StoreU16(b, dh);
+  auto* qs = reinterpret_cast<int8_t*>(b + 2);
+  for (int j = 0; j < kQk; ++j) qs[j] = static_cast<int8_t>(std::clamp(RoundToInt(x[j] * id), -127, 127));
+}
+
+// Q4_0 (as ggml's quantize_row_q4_0_ref): d = v / −8 where v is the element of largest magnitude, so
+// v maps to q = 0 exactly; q = clamp(round(x / d) + 8, 0, 15). Elements of the other sign than v may
+// reach x/d = 8 and clamp to 7: their error is at most |d| (others |d| / 2).
+void QuantQ4_0(const float* x, uint8_t* b) {
+  float amax = 0, vmax = 0;
+  for (int j = 0; j < kQk; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      vmax = x[j];
+    }
+  }
+  const uint16_t dh = F32ToF16(vmax / -8.0f);
+  const float d = F16ToF32(dh);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  StoreU16(b, dh);
+  uint8_t* qs = b + 2;
+  for (int j = 0; j < kQk / 2; ++j) {
+    const int q0 = std::clamp(RoundToInt(x[j] * id) + 8, 0, 15);
+    const int q1 = std::clamp(RoundToInt(x[j + kQk / 2] * id) + 8, 0, 15);
+    qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+// The smallest f16 value ≥ v (v ≥ 0, finite): scales are rounded up so the grid still covers the data.
+uint16_t F16RoundUp(float v) {
+  uint16_t h = F32ToF16(v);
+  if (F16ToF32(h) < v) ++h;  // positive f16 bit patterns are ordered like their values
+  return h;
+}
+
+// Q4_K, per sub-block j of 32: y = d·sc_j·q − dmin·m_j with q ∈ [0, 15], sc_j, m_j ∈ [0, 63].
+// Simple covering search: the offset dmin·m_j is rounded up to reach below min(0, min x), then the
+// step d·sc_j is rounded up so that 15 steps reach max x from that offset. Every x is then inside the
+// grid, so |x − y| ≤ d·sc_j / 2 (half a step of its own sub-block), up to float rounding.
+void QuantQ4_K(const float* x, uint8_t* b) {
+  float lo[8], hi[8];
+  float max_neg_lo = 0;
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = 0;
+    hi[j] = 0;
+    for (int l = 0; l < 32; ++l) {
+      lo[j] = std::min(lo[j], x[32 * j + l]);
+      hi[j] = std::max(hi[j], x[32 * j + l]);
+    }
+    max_neg_lo = std::max(max_neg_lo, -lo[j]);
+  }
+  const uint16_t dminh = F16RoundUp(max_neg_lo / 63.0f);
+  const float dmin = F16ToF32(dminh);
+  uint8_t m[8], sc[8];
+  float need[8];
+  float max_need = 0;
+  for (int j = 0; j < 8; ++j) {
+    m[j] = dmin > 0 ? static_cast<uint8_t>(std::clamp(static_cast<int>(std::ceil(-lo[j] / dmin)), 0, 63)) : 0;
+    need[j] = (hi[j] + dmin * m[j]) / 15.0f;
+    max_need = std::max(max_need, need[j]);
+  }
+  const uint16_t dh = F16RoundUp(max_need / 63.0f);
+  const float d = F16ToF32(dh);
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d > 0 ? static_cast<uint8_t>(std::clamp(static_cast<int>(std::ceil(need[j] / d)), 0, 63)) : 0;
+  }
+  StoreU16(b, dh);
+  StoreU16(b + 2, dminh);
+  uint8_t* scales = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  uint8_t q[256];
+  for (int j = 0; j < 8; ++j) {
+    const float step = d * sc[j];
+    const float offset = dmin * m[j];
+    const float inv = step > 0 ? 1.0f / step : 0.0f;
+    for (int l = 0; l < 32; ++l) {
+      q[32 * j + l] = static_cast<uint8_t>(std::clamp(RoundToInt((x[32 * j + l] + offset) * inv), 0, 15));
+    }
+  }
+  uint8_t* qs = b + 16;
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+  }
+}
+
+absl::Status CheckRow(DType t, int64_t n) {
+  const DTypeInfo& info = Info(t);
+  if (info.block_bytes == 0) return absl::InvalidArgumentError(Cat("unsupported dtype id ", static_cast<uint32_t>(t)));
+  if (n < 0 || n % info.block_elems != 0) {
+    return absl::InvalidArgumentError(Cat("row of ", n, " elements is not a whole number of ", info.name,
+                                          " blocks of ", info.block_elems));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Fn>
+void ForEachBlock(const void* src, int64_t n, int block_elems, size_t block_bytes, float* dst, Fn fn) {
+  const auto* b = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n / block_elems; ++i) fn(b + i * block_bytes, dst + i * block_elems);
+}
+
+}  // namespace
+
+absl::Status DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
+  if (absl::Status s = CheckRow(t, n); !s.ok()) return s;
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kF16: {
+      const auto* h = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(LoadU16(h + 2 * i));
+      break;
+    }
+    case DType::kBF16: {
+      const auto* h = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(LoadU16(h + 2 * i));
+      break;
+    }
+    case DType::kQ8_0: ForEachBlock(src, n, kQk, kQ8_0Bytes, dst, DequantQ8_0); break;
+    case DType::kQ4_0: ForEachBlock(src, n, kQk, kQ4_0Bytes, dst, DequantQ4_0); break;
+    case DType::kQ4_K: ForEachBlock(src, n, kQkK, kQ4_KBytes, dst, DequantQ4_K); break;
+    case DType::kQ5_K: ForEachBlock(src, n, kQkK, kQ5_KBytes, dst, DequantQ5_K); break;
+    case DType::kQ6_K: ForEachBlock(src, n, kQkK, kQ6_KBytes, dst, DequantQ6_K); break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeRows(DType t, const void* src, int64_t rows, int64_t row_elems, float* dst) {
+  if (rows < 0) return absl::InvalidArgumentError(Cat("negative row count ", rows));
+  absl::StatusOr<size_t> row_bytes = RowBytes(t, row_elems);
+  if (!row_bytes.ok()) return row_bytes.status();
+  const auto* b = static_cast<const uint8_t*>(src);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (absl::Status s = DequantizeRow(t, b + r * *row_bytes, row_elems, dst + r * row_elems); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool CanQuantize(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kF16: case DType::kBF16:
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status QuantizeRow(DType t, const float* src, int64_t n, void* dst) {
+  if (absl::Status s = CheckRow(t, n); !s.ok()) return s;
+  if (!CanQuantize(t)) {
+    return absl::UnimplementedError(Cat("quantizing to ", Name(t), " is not supported (supported: f32, "
+                                        "f16, bf16, q8_0, q4_0, q4_k)"));
+  }
+  auto* b = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) StoreU16(b + 2 * i, F32ToF16(src[i]));
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) StoreU16(b + 2 * i, F32ToBf16(src[i]));
+      break;
+    case DType::kQ8_0:
+      for (int64_t i = 0; i < n / kQk; ++i) QuantQ8_0(src + i * kQk, b + i * kQ8_0Bytes);
+      break;
+    case DType::kQ4_0:
+      for (int64_t i = 0; i < n / kQk; ++i) QuantQ4_0(src + i * kQk, b + i * kQ4_0Bytes);
+      break;
+    case DType::kQ4_K:
+      for (int64_t i = 0; i < n / kQkK; ++i) QuantQ4_K(src + i * kQkK, b + i * kQ4_KBytes);
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specgen
