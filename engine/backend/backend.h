@@ -1,0 +1,142 @@
+// Backend: the ops of the forward pass on one device (DESIGN.md §5). The CPU backend (Eigen, fp32) is
+// the reference; the CUDA backend implements the same interface and is tested op by op against it.
+// Memory is backend-owned and opaque (host memory on the CPU, VRAM on CUDA): activations live in
+// Buffers, weights in Weights; only Write/Read and the small host-side arguments cross to the host.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/core/dtype.h"
+#include "engine/core/tensor_view.h"
+#include "engine/model/model_spec.h"
+
+namespace specgen {
+
+// An fp32 activation matrix [rows, cols], row-major, allocated by a backend for `capacity_rows` rows.
+// The number of rows in use can change per pass (prefill, decode, verify) without reallocation.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t capacity_rows() const { return capacity_rows_; }
+  // Uses the first `rows` rows of the allocation; contents of newly exposed rows are unspecified.
+  absl::Status set_rows(int64_t rows) {
+    if (rows < 0 || rows > capacity_rows_) {
+      return absl::InvalidArgumentError("Buffer::set_rows: rows exceed the buffer's capacity");
+    }
+    rows_ = rows;
+    return absl::OkStatus();
+  }
+
+ protected:
+  Buffer(int64_t capacity_rows, int64_t cols)
+      : rows_(capacity_rows), cols_(cols), capacity_rows_(capacity_rows) {}
+
+ private:
+  int64_t rows_;
+  int64_t cols_;
+  int64_t capacity_rows_;
+};
+
+// A weight prepared for this backend from a TensorView of any supported DType: a matrix [rows, cols]
+// = [out, in] (a vector is [1, n]). The backend chooses the representation (CPU: fp32).
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  Weight(const Weight&) = delete;
+  Weight& operator=(const Weight&) = delete;
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  DType source_dtype() const { return source_dtype_; }
+
+ protected:
+  Weight(int64_t rows, int64_t cols, DType source_dtype)
+      : rows_(rows), cols_(cols), source_dtype_(source_dtype) {}
+
+ private:
+  int64_t rows_;
+  int64_t cols_;
+  DType source_dtype_;
+};
+
+// Router decision for a batch, on the host (the union of experts decides what to fetch, §6).
+struct Routing {
+  int64_t n_tokens = 0;
+  int64_t k = 0;
+  std::vector<int32_t> expert;  // [n_tokens, k]; per token by descending weight, ties: lower id first
+  std::vector<float> weight;    // [n_tokens, k]; the factor applied to that expert's output
+};
+
+// Geometry of one attention call. The batch's n queries sit at KV rows n_prefix .. n_prefix+n-1 (their
+// K and V are already stored there); every query sees all rows < n_prefix, plus the batch rows allowed
+// by the mask (causal when no explicit mask is given).
+struct AttentionShape {
+  int64_t n_heads = 0;     // H; query head h reads KV head h / (H / Hkv)
+  int64_t n_kv_heads = 0;  // Hkv
+  int64_t head_dim = 0;    // d
+  int64_t n_prefix = 0;    // KV rows before the batch
+  float scale = 0.0f;      // multiplies q·k (1/sqrt(d))
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Memory. A Buffer starts with rows() == capacity_rows and unspecified contents.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) = 0;
+  // Prepares a 1-D or 2-D tensor for the ops below; `name` is used in error messages. The view's data
+  // must stay valid as long as the returned Weight (the CPU backend may use f32 data in place).
+  virtual absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) = 0;
+  // host → dst's first dst->rows() rows (src.size() == rows * cols), and back.
+  virtual absl::Status Write(std::span<const float> src, Buffer* dst) = 0;
+  virtual absl::Status Read(const Buffer& src, std::span<float> dst) = 0;
+
+  // out[i] = table[tokens[i]]; table [V, D], out [n, D]. Ids must be < V (checked: error names the id).
+  virtual absl::Status Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) = 0;
+  // y[n, out] = x[n, in] · W[out, in]^T. Every row is reduced in the same order whatever n (batch
+  // invariance, DESIGN §6).
+  virtual absl::Status MatMul(const Buffer& x, const Weight& w, Buffer* y) = 0;
+  // y = w ⊙ x / sqrt(mean(x²) + eps) over each consecutive group of `group` columns of a row (group ==
+  // cols: the usual row norm; group == head_dim: per-head q/k norm). w has `group` elements. y may be x.
+  virtual absl::Status RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) = 0;
+  // In place on x [n, heads*head_dim]: rotates each head of row i by positions[i] (θ_j = pos ·
+  // theta^(−2j/head_dim)), pairing (j, j + d/2) for kRotateHalf and (2j, 2j+1) for kInterleaved.
+  virtual absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
+                            RopeStyle style, Buffer* x) = 0;
+  // y = 0 (the first y->rows() rows).
+  virtual absl::Status Zero(Buffer* y) = 0;
+  // y += x (same shape).
+  virtual absl::Status Add(const Buffer& x, Buffer* y) = 0;
+  // out = silu(gate) ⊙ up, silu(z) = z / (1 + e^−z). out may be gate or up.
+  virtual absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) = 0;
+  // dst rows dst_row .. dst_row + src.rows() − 1 = src (KV cache append).
+  virtual absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) = 0;
+  // Scaled-dot-product attention with GQA. q [n, H*d]; k_cache, v_cache [≥ n_prefix + n, Hkv*d];
+  // out [n, H*d]. mask: empty for causal, else n*n bytes, mask[i*n + j] != 0 iff batch query i may see
+  // batch row j (a tree; the diagonal must be set). Softmax in fp32 with max subtraction.
+  virtual absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                 const AttentionShape& shape, std::span<const uint8_t> mask,
+                                 Buffer* out) = 0;
+  // Router logits [n, E] → top-k experts and weights per token (../shared/notes/formats.md §4.1-4.2).
+  virtual absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) = 0;
+  // dst[i] = src[rows[i]]; dst->rows() must equal rows.size().
+  virtual absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) = 0;
+  // dst[rows[i]] += scales[i] · src[i], applied in order i = 0, 1, … (expert outputs into the residual
+  // stream of the tokens that chose the expert).
+  virtual absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
+                                        std::span<const float> scales, Buffer* dst) = 0;
+};
+
+}  // namespace specgen

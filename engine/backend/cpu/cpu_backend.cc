@@ -1,0 +1,394 @@
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "Eigen/Core"
+#include "engine/core/quant.h"
+#include "engine/core/status_macros.h"
+
+namespace specgen {
+namespace {
+
+class CpuBuffer : public Buffer {
+ public:
+  CpuBuffer(int64_t capacity_rows, int64_t cols)
+      : Buffer(capacity_rows, cols), data_(static_cast<size_t>(capacity_rows * cols)) {}
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  float* row(int64_t r) { return data_.data() + r * cols(); }
+  const float* row(int64_t r) const { return data_.data() + r * cols(); }
+
+ private:
+  std::vector<float> data_;
+};
+
+class CpuWeight : public Weight {
+ public:
+  // f32 data read in place (owned by the caller's mapping).
+  CpuWeight(int64_t rows, int64_t cols, DType src, const float* in_place)
+      : Weight(rows, cols, src), data_(in_place) {}
+  // Dequantized copy.
+  CpuWeight(int64_t rows, int64_t cols, DType src, std::vector<float> owned)
+      : Weight(rows, cols, src), owned_(std::move(owned)), data_(owned_.data()) {}
+  const float* data() const { return data_; }
+  const float* row(int64_t r) const { return data_ + r * cols(); }
+
+ private:
+  std::vector<float> owned_;
+  const float* data_;
+};
+
+const CpuBuffer& B(const Buffer& b) { return static_cast<const CpuBuffer&>(b); }
+CpuBuffer& B(Buffer& b) { return static_cast<CpuBuffer&>(b); }
+const CpuWeight& W(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+
+std::string Shape(const Buffer& b) { return Cat("[", b.rows(), ", ", b.cols(), "]"); }
+std::string Shape(const Weight& w) { return Cat("[", w.rows(), ", ", w.cols(), "]"); }
+
+absl::Status SameShape(const char* op, const Buffer& a, const Buffer& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) {
+    return InvalidArgument(op, ": shape mismatch ", Shape(a), " vs ", Shape(b));
+  }
+  return absl::OkStatus();
+}
+
+// Below this many multiply-adds a loop runs on the calling thread: waking workers costs more.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
+}  // namespace
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  // Lane j sums the products i ≡ j (mod 16) in index order; the tail and the lanes are then added in a
+  // fixed order. Unaligned loads, so the order never depends on where the data sits.
+  using Lanes = Eigen::Array<float, 16, 1>;
+  Lanes acc = Lanes::Zero();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc += Eigen::Map<const Lanes>(a + i) * Eigen::Map<const Lanes>(b + i);
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return acc.sum() + tail;
+}
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::~CpuBackend() = default;
+
+float* CpuBackend::Data(Buffer& b) { return B(b).data(); }
+const float* CpuBackend::Data(const Buffer& b) { return B(b).data(); }
+const float* CpuBackend::Data(const Weight& w) { return W(w).data(); }
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::NewBuffer(int64_t capacity_rows, int64_t cols) {
+  if (capacity_rows < 0 || cols <= 0) {
+    return InvalidArgument("cpu NewBuffer: bad shape [", capacity_rows, ", ", cols, "]");
+  }
+  return std::unique_ptr<Buffer>(new CpuBuffer(capacity_rows, cols));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::Upload(const TensorView& t, std::string_view name) {
+  if (t.ndim < 1 || t.ndim > 2) {
+    return InvalidArgument("tensor ", name, ": expected 1 or 2 dimensions, got ", ShapeString(t));
+  }
+  if (t.location == Location::kDevice) {
+    return InvalidArgument("tensor ", name, ": the cpu backend cannot read device memory");
+  }
+  const int64_t rows = t.ndim == 2 ? t.shape[0] : 1;
+  const int64_t cols = t.cols();
+  ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(t.dtype, cols, rows));
+  if (t.data == nullptr || t.bytes < bytes) {
+    return DataLoss("tensor ", name, ": ", t.bytes, " bytes of ", Name(t.dtype), " for shape ",
+                    ShapeString(t), ", which needs ", bytes);
+  }
+  if (t.dtype == DType::kF32) {
+    return std::unique_ptr<Weight>(
+        new CpuWeight(rows, cols, t.dtype, static_cast<const float*>(t.data)));
+  }
+  std::vector<float> f32(static_cast<size_t>(rows * cols));
+  absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
+  if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
+  return std::unique_ptr<Weight>(new CpuWeight(rows, cols, t.dtype, std::move(f32)));
+}
+
+absl::Status CpuBackend::Write(std::span<const float> src, Buffer* dst) {
+  if (static_cast<int64_t>(src.size()) != dst->rows() * dst->cols()) {
+    return InvalidArgument("cpu Write: ", src.size(), " floats into ", Shape(*dst));
+  }
+  std::copy(src.begin(), src.end(), B(*dst).data());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Read(const Buffer& src, std::span<float> dst) {
+  if (static_cast<int64_t>(dst.size()) != src.rows() * src.cols()) {
+    return InvalidArgument("cpu Read: ", Shape(src), " into ", dst.size(), " floats");
+  }
+  std::copy_n(B(src).data(), dst.size(), dst.begin());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) {
+  if (out->rows() != static_cast<int64_t>(tokens.size()) || out->cols() != table.cols()) {
+    return InvalidArgument("cpu Embed: ", tokens.size(), " tokens of table ", Shape(table), " into ",
+                           Shape(*out));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= table.rows()) {
+      return InvalidArgument("token id ", tokens[i], " at batch index ", i,
+                             " is outside the vocabulary [0, ", table.rows(), ")");
+    }
+    std::copy_n(W(table).row(tokens[i]), table.cols(), B(*out).row(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
+  if (x.cols() != w.cols() || y->rows() != x.rows() || y->cols() != w.rows()) {
+    return InvalidArgument("cpu MatMul: x ", Shape(x), " · W", Shape(w), "^T into ", Shape(*y));
+  }
+  const int64_t n = x.rows(), in = x.cols(), out = w.rows();
+  const CpuBuffer& xb = B(x);
+  const CpuWeight& wb = W(w);
+  CpuBuffer& yb = B(*y);
+  // Each thread owns a range of output features; within it, blocks of W rows small enough to stay in
+  // cache are reused across the batch. Every element is one DotF32, so blocking never changes a value.
+  const int64_t block = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(in, 1));
+  const int64_t min_parallel = std::max<int64_t>(1, kMinParallelWork / std::max<int64_t>(n * in, 1));
+  pool_.ParallelFor(out, min_parallel, [&](int64_t begin, int64_t end) {
+    for (int64_t o0 = begin; o0 < end; o0 += block) {
+      const int64_t o1 = std::min(end, o0 + block);
+      for (int64_t r = 0; r < n; ++r) {
+        const float* xr = xb.row(r);
+        float* yr = yb.row(r);
+        for (int64_t o = o0; o < o1; ++o) yr[o] = DotF32(wb.row(o), xr, in);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
+  RETURN_IF_ERROR(SameShape("cpu RmsNorm", x, *y));
+  if (group <= 0 || x.cols() % group != 0 || w.rows() * w.cols() != group) {
+    return InvalidArgument("cpu RmsNorm: row ", x.cols(), " in groups of ", group, " with weight ",
+                           Shape(w));
+  }
+  const float* wd = W(w).data();
+  const int64_t n_groups = x.rows() * (x.cols() / group);
+  pool_.ParallelFor(n_groups, std::max<int64_t>(1, kMinParallelWork / group), [&](int64_t b, int64_t e) {
+    for (int64_t g = b; g < e; ++g) {
+      const float* xg = B(x).data() + g * group;
+      float* yg = B(*y).data() + g * group;
+      // As transformers: w ⊙ (x · rsqrt(mean(x²) + eps)), in fp32.
+      const float mean_sq = DotF32(xg, xg, group) / static_cast<float>(group);
+      const float inv = 1.0f / std::sqrt(mean_sq + eps);
+      for (int64_t i = 0; i < group; ++i) yg[i] = wd[i] * (xg[i] * inv);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
+                              RopeStyle style, Buffer* x) {
+  if (static_cast<int64_t>(positions.size()) != x->rows() || head_dim <= 0 || head_dim % 2 != 0 ||
+      x->cols() % head_dim != 0) {
+    return InvalidArgument("cpu Rope: ", positions.size(), " positions, head_dim ", head_dim, " on ",
+                           Shape(*x));
+  }
+  const int64_t half = head_dim / 2, n_heads = x->cols() / head_dim;
+  // As transformers' default RoPE: inv_freq_j = 1 / theta^(2j/d) and the angle pos·inv_freq in fp32.
+  std::vector<float> inv_freq(half);
+  for (int64_t j = 0; j < half; ++j) {
+    inv_freq[j] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+  }
+  std::vector<float> cos_t(half), sin_t(half);
+  for (int64_t i = 0; i < x->rows(); ++i) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = static_cast<float>(positions[i]) * inv_freq[j];
+      cos_t[j] = std::cos(angle);
+      sin_t[j] = std::sin(angle);
+    }
+    float* row = B(*x).row(i);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = row + h * head_dim;
+      for (int64_t j = 0; j < half; ++j) {
+        // kRotateHalf pairs (j, j + d/2); kInterleaved pairs (2j, 2j + 1).
+        float* a = style == RopeStyle::kRotateHalf ? v + j : v + 2 * j;
+        float* b = style == RopeStyle::kRotateHalf ? v + j + half : v + 2 * j + 1;
+        const float x0 = *a, x1 = *b;
+        *a = x0 * cos_t[j] - x1 * sin_t[j];
+        *b = x1 * cos_t[j] + x0 * sin_t[j];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Zero(Buffer* y) {
+  std::fill_n(B(*y).data(), y->rows() * y->cols(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Add(const Buffer& x, Buffer* y) {
+  RETURN_IF_ERROR(SameShape("cpu Add", x, *y));
+  const float* xd = B(x).data();
+  float* yd = B(*y).data();
+  for (int64_t i = 0, n = x.rows() * x.cols(); i < n; ++i) yd[i] += xd[i];
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) {
+  RETURN_IF_ERROR(SameShape("cpu SwiGlu", gate, up));
+  RETURN_IF_ERROR(SameShape("cpu SwiGlu", gate, *out));
+  const float* g = B(gate).data();
+  const float* u = B(up).data();
+  float* o = B(*out).data();
+  for (int64_t i = 0, n = gate.rows() * gate.cols(); i < n; ++i) {
+    o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
+  if (src.cols() != dst->cols() || dst_row < 0 || dst_row + src.rows() > dst->rows()) {
+    return InvalidArgument("cpu CopyRows: ", Shape(src), " at row ", dst_row, " of ", Shape(*dst));
+  }
+  std::copy_n(B(src).data(), src.rows() * src.cols(), B(*dst).row(dst_row));
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                   const AttentionShape& s, std::span<const uint8_t> mask, Buffer* out) {
+  const int64_t n = q.rows(), d = s.head_dim;
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || d <= 0 ||
+      q.cols() != s.n_heads * d || k_cache.cols() != s.n_kv_heads * d ||
+      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || k_cache.rows() < s.n_prefix + n ||
+      v_cache.rows() < s.n_prefix + n) {
+    return InvalidArgument("cpu Attention: q ", Shape(q), ", k ", Shape(k_cache), ", v ",
+                           Shape(v_cache), " for H=", s.n_heads, " Hkv=", s.n_kv_heads, " d=", d,
+                           " prefix=", s.n_prefix);
+  }
+  RETURN_IF_ERROR(SameShape("cpu Attention", q, *out));
+  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
+    return InvalidArgument("cpu Attention: mask of ", mask.size(), " entries for ", n, " queries");
+  }
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  const int64_t work_per_item = (s.n_prefix + n) * d * 2;
+  pool_.ParallelFor(n * s.n_heads, std::max<int64_t>(1, kMinParallelWork / work_per_item),
+                    [&](int64_t begin, int64_t end) {
+    std::vector<float> p;
+    std::vector<int64_t> keys;  // KV rows this query sees, ascending
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / s.n_heads, h = item % s.n_heads, g = h / group;
+      keys.clear();
+      for (int64_t j = 0; j < s.n_prefix; ++j) keys.push_back(j);
+      for (int64_t j = 0; j < n; ++j) {
+        if (mask.empty() ? j <= i : mask[i * n + j] != 0) keys.push_back(s.n_prefix + j);
+      }
+      const float* qh = B(q).row(i) + h * d;
+      float* oh = B(*out).row(i) + h * d;
+      std::fill_n(oh, d, 0.0f);
+      if (keys.empty()) continue;  // a row that sees nothing outputs zeros (never NaN)
+      p.resize(keys.size());
+      float max_score = -INFINITY;
+      for (size_t t = 0; t < keys.size(); ++t) {
+        p[t] = DotF32(qh, B(k_cache).row(keys[t]) + g * d, d) * s.scale;
+        max_score = std::max(max_score, p[t]);
+      }
+      float sum = 0.0f;
+      for (float& v : p) {
+        v = std::exp(v - max_score);
+        sum += v;
+      }
+      // As transformers' eager attention: normalize the probabilities, then weight V.
+      const float inv_sum = 1.0f / sum;
+      for (size_t t = 0; t < keys.size(); ++t) {
+        const float w = p[t] * inv_sum;
+        const float* vh = B(v_cache).row(keys[t]) + g * d;
+        for (int64_t c = 0; c < d; ++c) oh[c] += w * vh[c];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
+  const int64_t n = logits.rows(), e = logits.cols();
+  if (k <= 0 || k > e) return InvalidArgument("cpu Route: top-", k, " of ", e, " experts");
+  routing->n_tokens = n;
+  routing->k = k;
+  routing->expert.assign(n * k, 0);
+  routing->weight.assign(n * k, 0.0f);
+  std::vector<float> prob(e);
+  std::vector<int32_t> order(e);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* l = B(logits).row(i);
+    const bool softmax_first = norm != RouterNorm::kTopKThenSoftmax;
+    if (softmax_first) {
+      const float m = *std::max_element(l, l + e);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < e; ++j) sum += prob[j] = std::exp(l[j] - m);
+      for (int64_t j = 0; j < e; ++j) prob[j] /= sum;
+    } else {
+      std::copy_n(l, e, prob.begin());
+    }
+    // Top-k by descending score; equal scores: the lower expert id first.
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return prob[a] != prob[b] ? prob[a] > prob[b] : a < b;
+    });
+    int32_t* ids = routing->expert.data() + i * k;
+    float* w = routing->weight.data() + i * k;
+    for (int64_t j = 0; j < k; ++j) {
+      ids[j] = order[j];
+      w[j] = prob[order[j]];
+    }
+    if (norm == RouterNorm::kSoftmaxTopKRenormalize) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[j];
+      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+    } else if (norm == RouterNorm::kTopKThenSoftmax) {
+      const float m = w[0];  // the largest selected logit
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[j] = std::exp(w[j] - m);
+      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) {
+  if (dst->rows() != static_cast<int64_t>(rows.size()) || dst->cols() != src.cols()) {
+    return InvalidArgument("cpu GatherRows: ", rows.size(), " rows of ", Shape(src), " into ",
+                           Shape(*dst));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= src.rows()) {
+      return InvalidArgument("cpu GatherRows: row ", rows[i], " of ", Shape(src));
+    }
+    std::copy_n(B(src).row(rows[i]), src.cols(), B(*dst).row(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
+                                          std::span<const float> scales, Buffer* dst) {
+  if (src.rows() != static_cast<int64_t>(rows.size()) || scales.size() != rows.size() ||
+      dst->cols() != src.cols()) {
+    return InvalidArgument("cpu ScatterAddScaled: ", Shape(src), " with ", rows.size(), " rows and ",
+                           scales.size(), " scales into ", Shape(*dst));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= dst->rows()) {
+      return InvalidArgument("cpu ScatterAddScaled: row ", rows[i], " of ", Shape(*dst));
+    }
+    const float* s = B(src).row(i);
+    float* d = B(*dst).row(rows[i]);
+    for (int64_t c = 0; c < src.cols(); ++c) d[c] += scales[i] * s[c];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specgen

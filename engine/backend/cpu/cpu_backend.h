@@ -1,0 +1,59 @@
+// CpuBackend: the reference implementation of Backend in fp32 on the host. Weights of any DType are
+// dequantized to fp32 when uploaded (f32 weights are read in place), so the only rounding is fp32
+// arithmetic. Matrix products are per-row dot products with one fixed reduction order (Eigen packets
+// over 16 lanes, then a fixed lane sum), not Eigen's GEMM, whose blocking and GEMV/GEMM switch change
+// the summation order with the batch size: a row's result is bit-identical for any batch and any
+// thread count (DESIGN §6, batch invariance).
+#pragma once
+
+#include <memory>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/thread_pool.h"
+
+namespace specgen {
+
+class CpuBackend : public Backend {
+ public:
+  // n_threads <= 0: all hardware threads.
+  explicit CpuBackend(int n_threads = 0);
+  ~CpuBackend() override;
+
+  std::string_view name() const override { return "cpu"; }
+  int n_threads() const { return pool_.n_threads(); }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
+  absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
+  absl::Status Write(std::span<const float> src, Buffer* dst) override;
+  absl::Status Read(const Buffer& src, std::span<float> dst) override;
+
+  absl::Status Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) override;
+  absl::Status MatMul(const Buffer& x, const Weight& w, Buffer* y) override;
+  absl::Status RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) override;
+  absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta, RopeStyle style,
+                    Buffer* x) override;
+  absl::Status Zero(Buffer* y) override;
+  absl::Status Add(const Buffer& x, Buffer* y) override;
+  absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
+  absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) override;
+  absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                         const AttentionShape& shape, std::span<const uint8_t> mask,
+                         Buffer* out) override;
+  absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) override;
+  absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
+  absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
+                                std::span<const float> scales, Buffer* dst) override;
+
+  // Host access to a CPU buffer's or weight's fp32 data (tests, and callers that know the backend).
+  static float* Data(Buffer& b);
+  static const float* Data(const Buffer& b);
+  static const float* Data(const Weight& w);
+
+ private:
+  ThreadPool pool_;
+};
+
+// The dot product every CPU op uses: a fixed reduction order that depends only on n.
+float DotF32(const float* a, const float* b, int64_t n);
+
+}  // namespace specgen

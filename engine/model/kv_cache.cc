@@ -1,0 +1,51 @@
+#include "engine/model/kv_cache.h"
+
+#include "engine/core/status_macros.h"
+
+namespace specgen {
+
+absl::StatusOr<KvCache> KvCache::Create(Backend& backend, int64_t n_layers, int64_t max_positions,
+                                        int64_t kv_dim) {
+  if (n_layers <= 0 || max_positions <= 0 || kv_dim <= 0) {
+    return InvalidArgument("KV cache: bad geometry: ", n_layers, " layers, ", max_positions,
+                           " positions, ", kv_dim, " floats per row");
+  }
+  KvCache cache;
+  cache.max_positions_ = max_positions;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> k, backend.NewBuffer(max_positions, kv_dim));
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> v, backend.NewBuffer(max_positions, kv_dim));
+    cache.k_.push_back(std::move(k));
+    cache.v_.push_back(std::move(v));
+  }
+  return cache;
+}
+
+absl::Status KvCache::Store(Backend& backend, int64_t layer, const Buffer& k, const Buffer& v) {
+  if (layer < 0 || layer >= n_layers()) return InvalidArgument("KV cache: no layer ", layer);
+  if (size_ + k.rows() > max_positions_) {
+    return InvalidArgument("KV cache: ", size_, " + ", k.rows(), " positions exceed the context of ",
+                           max_positions_);
+  }
+  RETURN_IF_ERROR(backend.CopyRows(k, size_, k_[layer].get()));
+  return backend.CopyRows(v, size_, v_[layer].get());
+}
+
+absl::Status KvCache::Append(int64_t n) {
+  if (n < 0 || size_ + n > max_positions_) {
+    return InvalidArgument("KV cache: appending ", n, " positions to ", size_, " exceeds the context of ",
+                           max_positions_);
+  }
+  size_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::Truncate(int64_t n) {
+  if (n < 0 || n > size_) {
+    return InvalidArgument("KV cache: cannot truncate to ", n, " positions; it holds ", size_);
+  }
+  size_ = n;
+  return absl::OkStatus();
+}
+
+}  // namespace specgen

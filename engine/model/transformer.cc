@@ -1,0 +1,287 @@
+#include "engine/model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/status_macros.h"
+
+namespace specgen {
+
+struct Transformer::LayerWeights {
+  std::unique_ptr<Weight> attn_norm, q, k, v, o;
+  std::unique_ptr<Weight> q_norm, k_norm;  // qk_norm only
+  std::unique_ptr<Weight> ffn_norm;
+  std::unique_ptr<Weight> gate, up, down;  // dense layers
+  std::unique_ptr<Weight> router;          // MoE layers
+  struct Expert {
+    std::unique_ptr<Weight> gate, up, down;
+  };
+  std::vector<Expert> experts;
+};
+
+// Activations of one pass, allocated for the largest batch seen and reused (set_rows) after that.
+struct Transformer::Scratch {
+  int64_t capacity = 0;
+  std::unique_ptr<Buffer> h;        // [n, D] residual stream
+  std::unique_ptr<Buffer> x;        // [n, D] normed input of a block
+  std::unique_ptr<Buffer> q;        // [n, H*d]
+  std::unique_ptr<Buffer> k, v;     // [n, Hkv*d]
+  std::unique_ptr<Buffer> attn;     // [n, H*d]
+  std::unique_ptr<Buffer> out;      // [n, D] block output before the residual add
+  std::unique_ptr<Buffer> ffn_g, ffn_u;      // [n, Fd] dense FFN
+  std::unique_ptr<Buffer> router_logits;     // [n, E]
+  std::unique_ptr<Buffer> ex_x, ex_y;        // [≤n, D] one expert's tokens in / out
+  std::unique_ptr<Buffer> ex_g, ex_u;        // [≤n, F]
+  std::unique_ptr<Buffer> logits;            // [n, V]
+
+  std::vector<Buffer*> all() {
+    std::vector<Buffer*> v_all;
+    for (auto* p : {&h, &x, &q, &k, &v, &attn, &out, &ffn_g, &ffn_u, &router_logits, &ex_x, &ex_y,
+                    &ex_g, &ex_u, &logits}) {
+      if (*p) v_all.push_back(p->get());
+    }
+    return v_all;
+  }
+};
+
+Transformer::Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache)
+    : model_(std::move(model)), backend_(backend), cache_(std::move(cache)) {}
+Transformer::~Transformer() = default;
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr<const LoadedModel> model,
+                                                                 Backend* backend,
+                                                                 const TransformerOptions& options) {
+  if (model == nullptr || backend == nullptr) return InvalidArgument("Transformer: no model or backend");
+  const ModelSpec& spec = model->spec;
+  RETURN_IF_ERROR(Validate(spec, model->source));
+  RETURN_IF_ERROR(model->weights.Validate(spec, model->source));
+  if (spec.head_dim % 2 != 0) {
+    return InvalidArgument(model->source, ": head_dim ", spec.head_dim, " is odd; RoPE needs pairs");
+  }
+  if (static_cast<int64_t>(spec.layer_is_moe.size()) != spec.n_layers) {
+    return InvalidArgument(model->source, ": layer_is_moe has ", spec.layer_is_moe.size(),
+                           " entries for ", spec.n_layers, " layers");
+  }
+  const int64_t max_context =
+      options.max_context > 0 ? options.max_context : std::min<int64_t>(spec.context_length, 4096);
+  if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim()));
+  std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
+  RETURN_IF_ERROR(t->UploadWeights());
+  return t;
+}
+
+absl::Status Transformer::UploadWeights() {
+  const ModelSpec& spec = model_->spec;
+  const WeightSet& ws = model_->weights;
+  auto up = [&](Role role, int layer, int expert,
+                std::unique_ptr<Weight>* dst) -> absl::Status {
+    const WeightKey key{role, layer, expert};
+    ASSIGN_OR_RETURN(TensorView view, ws.Get(key));
+    std::string name = std::string(ws.SourceName(key));
+    if (name.empty()) name = KeyString(key);
+    ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(up(Role::kTokenEmbd, -1, -1, &token_embd_));
+  RETURN_IF_ERROR(up(Role::kOutputNorm, -1, -1, &output_norm_));
+  if (!spec.tied_embeddings) RETURN_IF_ERROR(up(Role::kOutput, -1, -1, &output_));
+  layers_.resize(spec.n_layers);
+  for (int l = 0; l < spec.n_layers; ++l) {
+    LayerWeights& lw = layers_[l];
+    RETURN_IF_ERROR(up(Role::kAttnNorm, l, -1, &lw.attn_norm));
+    RETURN_IF_ERROR(up(Role::kAttnQ, l, -1, &lw.q));
+    RETURN_IF_ERROR(up(Role::kAttnK, l, -1, &lw.k));
+    RETURN_IF_ERROR(up(Role::kAttnV, l, -1, &lw.v));
+    RETURN_IF_ERROR(up(Role::kAttnOut, l, -1, &lw.o));
+    if (spec.qk_norm) {
+      RETURN_IF_ERROR(up(Role::kAttnQNorm, l, -1, &lw.q_norm));
+      RETURN_IF_ERROR(up(Role::kAttnKNorm, l, -1, &lw.k_norm));
+    }
+    RETURN_IF_ERROR(up(Role::kFfnNorm, l, -1, &lw.ffn_norm));
+    if (spec.layer_is_moe[l]) {
+      RETURN_IF_ERROR(up(Role::kRouter, l, -1, &lw.router));
+      lw.experts.resize(spec.n_experts);
+      for (int e = 0; e < spec.n_experts; ++e) {
+        RETURN_IF_ERROR(up(Role::kExpertGate, l, e, &lw.experts[e].gate));
+        RETURN_IF_ERROR(up(Role::kExpertUp, l, e, &lw.experts[e].up));
+        RETURN_IF_ERROR(up(Role::kExpertDown, l, e, &lw.experts[e].down));
+      }
+    } else {
+      RETURN_IF_ERROR(up(Role::kFfnGate, l, -1, &lw.gate));
+      RETURN_IF_ERROR(up(Role::kFfnUp, l, -1, &lw.up));
+      RETURN_IF_ERROR(up(Role::kFfnDown, l, -1, &lw.down));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::EnsureScratch(int64_t n) {
+  const ModelSpec& spec = model_->spec;
+  if (scratch_ == nullptr || scratch_->capacity < n) {
+    auto s = std::make_unique<Scratch>();
+    s->capacity = n;
+    auto alloc = [&](int64_t cols, std::unique_ptr<Buffer>* dst) -> absl::Status {
+      ASSIGN_OR_RETURN(*dst, backend_->NewBuffer(n, cols));
+      return absl::OkStatus();
+    };
+    const bool any_dense = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), false) > 0;
+    const bool any_moe = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true) > 0;
+    RETURN_IF_ERROR(alloc(spec.hidden, &s->h));
+    RETURN_IF_ERROR(alloc(spec.hidden, &s->x));
+    RETURN_IF_ERROR(alloc(spec.q_dim(), &s->q));
+    RETURN_IF_ERROR(alloc(spec.kv_dim(), &s->k));
+    RETURN_IF_ERROR(alloc(spec.kv_dim(), &s->v));
+    RETURN_IF_ERROR(alloc(spec.q_dim(), &s->attn));
+    RETURN_IF_ERROR(alloc(spec.hidden, &s->out));
+    if (any_dense) {
+      RETURN_IF_ERROR(alloc(spec.ffn_dim, &s->ffn_g));
+      RETURN_IF_ERROR(alloc(spec.ffn_dim, &s->ffn_u));
+    }
+    if (any_moe) {
+      RETURN_IF_ERROR(alloc(spec.n_experts, &s->router_logits));
+      RETURN_IF_ERROR(alloc(spec.hidden, &s->ex_x));
+      RETURN_IF_ERROR(alloc(spec.hidden, &s->ex_y));
+      RETURN_IF_ERROR(alloc(spec.expert_ffn_dim, &s->ex_g));
+      RETURN_IF_ERROR(alloc(spec.expert_ffn_dim, &s->ex_u));
+    }
+    RETURN_IF_ERROR(alloc(spec.vocab_size, &s->logits));
+    scratch_ = std::move(s);
+  }
+  for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::Forward(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  std::vector<int32_t> positions(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int32_t>(n_past() + i);
+  return ForwardMasked(tokens, positions, {}, logits);
+}
+
+absl::Status Transformer::ForwardMasked(std::span<const int32_t> tokens,
+                                        std::span<const int32_t> positions,
+                                        std::span<const uint8_t> mask, std::vector<float>* logits) {
+  const ModelSpec& spec = model_->spec;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return InvalidArgument("forward: no tokens");
+  if (n_past() + n > max_context()) {
+    return InvalidArgument("forward: ", n_past(), " cached + ", n, " new positions exceed the context of ",
+                           max_context(), " (raise it with -c)");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= spec.vocab_size) {
+      return InvalidArgument("token id ", tokens[i], " at position ", n_past() + i,
+                             " is outside the vocabulary [0, ", spec.vocab_size, ")");
+    }
+  }
+  if (static_cast<int64_t>(positions.size()) != n) {
+    return InvalidArgument("forward: ", positions.size(), " positions for ", n, " tokens");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (positions[i] < 0) return InvalidArgument("forward: negative position ", positions[i]);
+  }
+  if (!mask.empty()) {
+    if (static_cast<int64_t>(mask.size()) != n * n) {
+      return InvalidArgument("forward: mask of ", mask.size(), " entries for ", n, " tokens (need n*n)");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (mask[i * n + i] == 0) return InvalidArgument("forward: mask row ", i, " does not see itself");
+    }
+  }
+
+  RETURN_IF_ERROR(EnsureScratch(n));
+  Scratch& s = *scratch_;
+  RETURN_IF_ERROR(backend_->Embed(*token_embd_, tokens, s.h.get()));
+  for (int64_t l = 0; l < spec.n_layers; ++l) {
+    RETURN_IF_ERROR(AttentionBlock(l, positions, mask));
+    RETURN_IF_ERROR(spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l));
+  }
+  RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
+  logits->resize(n * spec.vocab_size);
+  RETURN_IF_ERROR(backend_->Read(*s.logits, *logits));
+  return cache_.Append(n);
+}
+
+absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t> positions,
+                                         std::span<const uint8_t> mask) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  Backend& be = *backend_;
+  RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.attn_norm, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.q, s.q.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.k, s.k.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.v, s.v.get()));
+  if (spec.qk_norm) {  // per head, before RoPE; V is neither normed nor roped
+    RETURN_IF_ERROR(be.RmsNorm(*s.q, *lw.q_norm, spec.head_dim, spec.rms_eps, s.q.get()));
+    RETURN_IF_ERROR(be.RmsNorm(*s.k, *lw.k_norm, spec.head_dim, spec.rms_eps, s.k.get()));
+  }
+  RETURN_IF_ERROR(be.Rope(positions, spec.head_dim, spec.rope_theta, spec.rope_style, s.q.get()));
+  RETURN_IF_ERROR(be.Rope(positions, spec.head_dim, spec.rope_theta, spec.rope_style, s.k.get()));
+  RETURN_IF_ERROR(cache_.Store(be, layer, *s.k, *s.v));
+  AttentionShape shape;
+  shape.n_heads = spec.n_heads;
+  shape.n_kv_heads = spec.n_kv_heads;
+  shape.head_dim = spec.head_dim;
+  shape.n_prefix = cache_.size();
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+  RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), shape, mask, s.attn.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));
+  return be.Add(*s.out, s.h.get());
+}
+
+absl::Status Transformer::DenseFfnBlock(int64_t layer) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  Backend& be = *backend_;
+  RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.gate, s.ffn_g.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.up, s.ffn_u.get()));
+  RETURN_IF_ERROR(be.SwiGlu(*s.ffn_g, *s.ffn_u, s.ffn_g.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.ffn_g, *lw.down, s.out.get()));
+  return be.Add(*s.out, s.h.get());
+}
+
+absl::Status Transformer::MoeFfnBlock(int64_t layer) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  Backend& be = *backend_;
+  RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
+  Routing routing;
+  RETURN_IF_ERROR(be.Route(*s.router_logits, spec.n_experts_used, spec.router_norm, &routing));
+
+  // Group the (token, weight) pairs by expert. Experts run in ascending id and each token's outputs
+  // are summed into a zeroed buffer in that order (as transformers does), so a token's result depends
+  // only on its own routing, never on the other tokens of the batch.
+  std::vector<std::vector<int32_t>> rows(spec.n_experts);
+  std::vector<std::vector<float>> scales(spec.n_experts);
+  for (int64_t i = 0; i < routing.n_tokens; ++i) {
+    for (int64_t j = 0; j < routing.k; ++j) {
+      const int32_t e = routing.expert[i * routing.k + j];
+      rows[e].push_back(static_cast<int32_t>(i));
+      scales[e].push_back(routing.weight[i * routing.k + j]);
+    }
+  }
+  RETURN_IF_ERROR(be.Zero(s.out.get()));
+  for (int64_t e = 0; e < spec.n_experts; ++e) {
+    if (rows[e].empty()) continue;
+    const int64_t m = static_cast<int64_t>(rows[e].size());
+    for (Buffer* b : {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()}) {
+      RETURN_IF_ERROR(b->set_rows(m));
+    }
+    const LayerWeights::Expert& ex = lw.experts[e];
+    RETURN_IF_ERROR(be.GatherRows(*s.x, rows[e], s.ex_x.get()));
+    RETURN_IF_ERROR(be.MatMul(*s.ex_x, *ex.gate, s.ex_g.get()));
+    RETURN_IF_ERROR(be.MatMul(*s.ex_x, *ex.up, s.ex_u.get()));
+    RETURN_IF_ERROR(be.SwiGlu(*s.ex_g, *s.ex_u, s.ex_g.get()));
+    RETURN_IF_ERROR(be.MatMul(*s.ex_g, *ex.down, s.ex_y.get()));
+    RETURN_IF_ERROR(be.ScatterAddScaled(*s.ex_y, rows[e], scales[e], s.out.get()));
+  }
+  return be.Add(*s.out, s.h.get());
+}
+
+}  // namespace specgen

@@ -1,0 +1,77 @@
+// Transformer: the forward pass of every supported architecture (llama, qwen3, qwen3moe, mixtral) on
+// any Backend. One loop built from shared blocks (attention, dense FFN, MoE FFN); what differs between
+// architectures is data read from ModelSpec (qk_norm, rope_style, router_norm, layer_is_moe,
+// tied_embeddings), never a copy of the loop. Prefill and decode are the same call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/io/weight_set.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/kv_cache.h"
+#include "engine/model/model_spec.h"
+
+namespace specgen {
+
+struct TransformerOptions {
+  // Largest number of positions (prompt + generated); 0: min(spec.context_length, 4096).
+  int64_t max_context = 0;
+};
+
+class Transformer : public CausalLm {
+ public:
+  // Validates the weights against the spec (a mismatch names the tensor) and uploads them to
+  // `backend`. `model` is kept alive (the CPU backend may read f32 weights in place); `backend` must
+  // outlive the Transformer.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Create(std::shared_ptr<const LoadedModel> model,
+                                                             Backend* backend,
+                                                             const TransformerOptions& options = {});
+  ~Transformer() override;
+
+  const ModelSpec& spec() const override { return model_->spec; }
+  int64_t n_past() const override { return cache_.size(); }
+  int64_t max_context() const override { return cache_.max_positions(); }
+
+  // Consecutive positions n_past() .. with a causal mask (CausalLm).
+  absl::Status Forward(std::span<const int32_t> tokens, std::vector<float>* logits) override;
+
+  // General form (token trees for speculative verification): token i is roped at positions[i], its K/V
+  // go to cache row n_past()+i, and it attends to all committed rows plus the batch rows j with
+  // mask[i*n + j] != 0 (empty mask: causal). All n rows are committed; Truncate drops what a tree
+  // rejects. logits: [n, V] row-major fp32.
+  absl::Status ForwardMasked(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                             std::span<const uint8_t> mask, std::vector<float>* logits);
+
+  absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
+
+  Backend& backend() const { return *backend_; }
+
+ private:
+  struct LayerWeights;
+  struct Scratch;
+
+  Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache);
+  absl::Status UploadWeights();
+  absl::Status EnsureScratch(int64_t n);
+  absl::Status AttentionBlock(int64_t layer, std::span<const int32_t> positions,
+                              std::span<const uint8_t> mask);
+  absl::Status DenseFfnBlock(int64_t layer);
+  absl::Status MoeFfnBlock(int64_t layer);
+
+  std::shared_ptr<const LoadedModel> model_;
+  Backend* backend_;
+  KvCache cache_;
+  std::unique_ptr<Weight> token_embd_;
+  std::unique_ptr<Weight> output_norm_;
+  std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
+  std::vector<LayerWeights> layers_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace specgen
