@@ -1,0 +1,63 @@
+// `specgen convert HF_DIR OUT.gguf --type T`: a Hugging Face checkpoint (or any model path) to a GGUF
+// file that specgen and llama.cpp load. Llama/Mixtral Q/K rows are permuted for interleaved RoPE.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/cli/command.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/gguf_export.h"
+#include "engine/io/model_loader.h"
+
+namespace specgen::cli {
+namespace {
+
+struct ConvertFlags {
+  std::string in;
+  std::string out;
+  std::string type = "f16";
+  int threads = 0;
+};
+
+absl::Status RunConvert(const ConvertFlags& f) {
+  ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadModel(f.in));
+  GgufExportOptions opt;
+  opt.dtype = dtype;
+  opt.threads = f.threads;
+  opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
+  RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(f.out, ec);
+  std::printf("wrote %s: %s (%s) as %s, %s in %.2f s\n", f.out.c_str(), model->spec.name.c_str(),
+              std::string(ArchName(model->spec.arch)).c_str(), std::string(Name(dtype)).c_str(),
+              ec ? "?" : FormatBytes(static_cast<double>(size)).c_str(), s);
+  return absl::OkStatus();
+}
+
+Registrar kConvert{{"convert", "Convert a Hugging Face checkpoint to GGUF",
+                    [](CLI::App& app) {
+                      auto f = std::make_shared<ConvertFlags>();
+                      app.add_option("HF_DIR", f->in,
+                                     "Hugging Face directory (config.json + model.safetensors or a sharded "
+                                     "set with model.safetensors.index.json); a GGUF file or synth:PRESET "
+                                     "also works, to re-type a model")
+                          ->required();
+                      app.add_option("OUT", f->out,
+                                     "Output .gguf path; written to a temporary file and renamed, so it is "
+                                     "never left half-written")
+                          ->required();
+                      app.add_option("--type", f->type,
+                                     "Weight dtype: f32, f16, bf16, q8_0, q4_0 or q4_k. Norms and routers stay "
+                                     "f32; rows the block size does not divide fall back to f16 (with a note)")
+                          ->capture_default_str();
+                      app.add_option("--threads", f->threads, "Conversion threads; 0 = every hardware thread")
+                          ->capture_default_str();
+                      return [f]() { return RunConvert(*f); };
+                    }}};
+
+}  // namespace
+}  // namespace specgen::cli

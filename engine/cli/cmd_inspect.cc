@@ -1,0 +1,230 @@
+// `specgen inspect MODEL [--tensors]`: what a model is (architecture, every hyper-parameter), how big
+// it is (parameters total and active per token; bytes per layer, per expert and in all) and, with
+// --tensors, every tensor. Synthetic presets are inspected from their spec alone: nothing is generated.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "engine/cli/command.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/gguf.h"
+#include "engine/io/model_loader.h"
+#include "engine/io/row_convert.h"
+#include "nlohmann/json.hpp"
+
+namespace specgen::cli {
+namespace {
+
+// One tensor as inspect shows it; experts of one layer and role are one row (count = E).
+struct Row {
+  WeightKey key;
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;  // of one tensor (one expert)
+  int64_t count = 1;
+};
+
+bool IsExpert(Role r) { return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown; }
+
+std::string Shape(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += Cat(i ? ", " : "", s[i]);
+  return out + "]";
+}
+
+// "30.53B (30,532,122,624)"
+std::string Params(int64_t n) {
+  std::string digits = std::to_string(n), grouped;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  char buf[32];
+  if (n >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  return Cat(buf, " (", grouped, ")");
+}
+
+std::string Bytes(size_t b) { return Cat(FormatBytes(static_cast<double>(b)), " (", b, " B)"); }
+
+void Line(std::string_view label, std::string_view value) {
+  std::printf("  %-24s %s\n", std::string(label).c_str(), std::string(value).c_str());
+}
+
+std::string_view RouterText(RouterNorm n) {
+  switch (n) {
+    case RouterNorm::kSoftmaxThenTopK: return "softmax over all experts, top-k (no renormalization)";
+    case RouterNorm::kSoftmaxTopKRenormalize: return "softmax over all experts, top-k, renormalized";
+    case RouterNorm::kTopKThenSoftmax: return "top-k logits, softmax over the k";
+  }
+  return "?";
+}
+
+// Tokenizer kind and vocabulary size, when the model's files say.
+std::string TokenizerText(const std::string& path, ModelSourceKind kind) {
+  if (kind == ModelSourceKind::kSynth) return "none (synthetic weights)";
+  if (kind == ModelSourceKind::kGguf) {
+    absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
+    if (!f.ok()) return "unknown";
+    const GgufValue* model = (*f)->Find("tokenizer.ggml.model");
+    const GgufValue* tokens = (*f)->Find("tokenizer.ggml.tokens");
+    if (model == nullptr || model->AsString() == nullptr) return "none in file";
+    std::string kind_text = *model->AsString() == "gpt2"    ? "byte-level BPE (gpt2)"
+                            : *model->AsString() == "llama" ? "SentencePiece BPE (llama)"
+                                                            : *model->AsString();
+    if (tokens && tokens->AsArray()) kind_text += Cat(", ", tokens->AsArray()->items.size(), " tokens");
+    return kind_text;
+  }
+  const std::filesystem::path tj = std::filesystem::path(path) / "tokenizer.json";
+  std::ifstream in(tj);
+  if (!in) return "none (no tokenizer.json)";
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_object()) {
+    return "tokenizer.json unreadable";
+  }
+  const nlohmann::json& m = j["model"];
+  std::string type = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "?";
+  size_t vocab = m.contains("vocab") && (m["vocab"].is_object() || m["vocab"].is_array()) ? m["vocab"].size() : 0;
+  size_t added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0;
+  return Cat(type, " (tokenizer.json), ", vocab, " tokens + ", added, " added");
+}
+
+absl::Status Inspect(const std::string& path, bool tensors, const std::string& type_text) {
+  const ModelSourceKind kind = SourceKind(path);
+  ModelSpec spec;
+  std::vector<Row> rows;
+  std::string dtype_note;
+  if (kind == ModelSourceKind::kSynth) {
+    ASSIGN_OR_RETURN(spec, LoadModelSpec(path));
+    ASSIGN_OR_RETURN(DType t, ParseDType(type_text));
+    dtype_note = Cat(" (sizes as ", Name(t), ", --type)");
+    for (const ExpectedTensor& e : ExpectedTensors(spec)) {
+      if (IsExpert(e.key.role) && e.key.expert > 0) continue;
+      Row r{e.key, KeyString(e.key), StorageDType(e.key.role, e.shape.back(), t), e.shape};
+      ASSIGN_OR_RETURN(r.bytes, TensorBytes(r.dtype, e.shape.back(), e.shape.size() == 2 ? e.shape[0] : 1));
+      if (IsExpert(e.key.role)) r.count = spec.n_experts;
+      rows.push_back(r);
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadModel(path));
+    spec = model->spec;
+    for (const auto& [key, v] : model->weights.tensors()) {
+      if (IsExpert(key.role) && key.expert > 0) continue;
+      std::string name(model->weights.SourceName(key));
+      if (IsExpert(key.role)) name = name.substr(0, name.rfind('['));
+      Row r{key, name, v.dtype, std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.ndim), v.bytes};
+      if (IsExpert(key.role)) r.count = spec.n_experts;
+      rows.push_back(r);
+    }
+  }
+
+  const ParamCounts pc = CountParams(spec);
+  int64_t n_moe = 0;
+  for (bool m : spec.layer_is_moe) n_moe += m;
+  std::printf("%s\n", path.c_str());
+  Line("architecture", ArchName(spec.arch));
+  Line("name", spec.name.empty() ? "-" : spec.name);
+  Line("vocab_size", Cat(spec.vocab_size));
+  Line("hidden (D)", Cat(spec.hidden));
+  Line("layers", Cat(spec.n_layers, " (", n_moe, " MoE, ", spec.n_layers - n_moe, " dense)"));
+  Line("attention heads", Cat(spec.n_heads, " query, ", spec.n_kv_heads, " key/value (GQA ",
+                              spec.n_heads / std::max<int64_t>(1, spec.n_kv_heads), ")"));
+  Line("head_dim", Cat(spec.head_dim));
+  Line("q/k norm", spec.qk_norm ? "per-head RMSNorm" : "none");
+  if (spec.layer_is_moe.size() != static_cast<size_t>(n_moe) || !spec.is_moe()) {
+    Line("dense ffn_dim", Cat(spec.ffn_dim));
+  }
+  if (spec.is_moe()) {
+    Line("experts", Cat(spec.n_experts, ", top-", spec.n_experts_used, " per token"));
+    Line("expert ffn_dim (F)", Cat(spec.expert_ffn_dim));
+    Line("router", RouterText(spec.router_norm));
+  }
+  Line("tied embeddings", spec.tied_embeddings ? "yes" : "no");
+  Line("rms_eps", Cat(spec.rms_eps));
+  Line("rope", Cat("theta ", spec.rope_theta, ", ",
+                   spec.rope_style == RopeStyle::kRotateHalf ? "rotate-half (neox)" : "interleaved (gpt-j)"));
+  Line("context_length", Cat(spec.context_length));
+  Line("bos / eos token ids", Cat(spec.bos_token_id, " / ", spec.eos_token_id));
+  Line("tokenizer", TokenizerText(path, kind));
+
+  std::printf("parameters\n");
+  Line("total", Params(pc.total));
+  Line("active per token", Params(pc.active));
+  Line("embeddings", Params(pc.embedding));
+  if (spec.is_moe()) Line("per expert", Params(pc.per_expert));
+
+  // Bytes by category, from the tensors actually present (or planned, for synth).
+  size_t total = 0, global = 0, expert_bytes = 0;
+  std::map<int, size_t> layer_bytes, layer_expert_bytes;
+  int first_moe = -1;
+  for (const Row& r : rows) {
+    const size_t all = r.bytes * static_cast<size_t>(r.count);
+    total += all;
+    if (r.key.layer < 0) {
+      global += all;
+      continue;
+    }
+    layer_bytes[r.key.layer] += all;
+    if (IsExpert(r.key.role)) {
+      layer_expert_bytes[r.key.layer] += all;
+      if (first_moe < 0 || r.key.layer == first_moe) {
+        first_moe = r.key.layer;
+        expert_bytes += r.bytes;
+      }
+    }
+  }
+  std::printf("bytes%s\n", dtype_note.c_str());
+  Line("total", Bytes(total));
+  Line("embeddings, head, norm", Bytes(global));
+  if (!layer_bytes.empty()) {
+    Line(Cat("per layer (layer ", layer_bytes.begin()->first, ")"), Bytes(layer_bytes.begin()->second));
+    if (first_moe >= 0) {
+      Line(Cat("  of which experts"), Bytes(layer_expert_bytes[first_moe]));
+      Line("per expert", Bytes(expert_bytes));
+      // Bytes that cross PCIe for one token whose experts all miss the cache.
+      Line("expert bytes per token", Bytes(expert_bytes * spec.n_experts_used * n_moe));
+    }
+  }
+
+  if (tensors) {
+    size_t w = 4;
+    for (const Row& r : rows) w = std::max(w, r.name.size() + (r.count > 1 ? 0 : 0));
+    std::printf("tensors (experts: one row per layer and role, shape of one expert)\n");
+    std::printf("  %-*s %-24s %-6s %-20s %8s %12s\n", static_cast<int>(w), "name", "role", "dtype", "shape",
+                "experts", "bytes");
+    for (const Row& r : rows) {
+      std::printf("  %-*s %-24s %-6s %-20s %8s %12zu\n", static_cast<int>(w), r.name.c_str(),
+                  KeyString(r.key).c_str(), std::string(Name(r.dtype)).c_str(), Shape(r.shape).c_str(),
+                  r.count > 1 ? std::to_string(r.count).c_str() : "", r.bytes * static_cast<size_t>(r.count));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Registrar kInspect{{"inspect", "Show a model's architecture, hyper-parameters, parameter counts and sizes",
+                    [](CLI::App& app) {
+                      auto model = std::make_shared<std::string>();
+                      auto tensors = std::make_shared<bool>(false);
+                      auto type = std::make_shared<std::string>("bf16");
+                      app.add_option("MODEL", *model,
+                                     "A GGUF file, a Hugging Face directory (config.json + *.safetensors), or "
+                                     "synth:PRESET (inspected from its shape alone; nothing is generated)")
+                          ->required();
+                      app.add_flag("--tensors", *tensors,
+                                   "Also list every tensor: file name, role, dtype, row-major shape, bytes "
+                                   "(experts of a layer collapsed into one row)");
+                      app.add_option("--type", *type,
+                                     "For synth: presets only, the dtype the byte sizes assume (f32, f16, bf16, "
+                                     "q8_0, q4_0, q4_k); files report their own dtypes")
+                          ->capture_default_str();
+                      return [=]() { return Inspect(*model, *tensors, *type); };
+                    }}};
+
+}  // namespace
+}  // namespace specgen::cli
