@@ -1,0 +1,119 @@
+// `specgen logits`: runs one prompt through the CPU reference forward pass and writes the fp32 logits
+// of every position ([n, V] little-endian row-major), the way to check a model against another
+// implementation. The file is written atomically (temporary + rename): never half a file.
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/cli/command.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/model_loader.h"
+#include "engine/model/transformer.h"
+
+namespace specgen::cli {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "logits files are little-endian");
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return InvalidArgument("--prompt-ids: '", AsStd(piece), "' is not a token id");
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return InvalidArgument("--prompt-ids: no token ids");
+  return ids;
+}
+
+absl::Status WriteAtomically(const std::string& path, const std::vector<float>& data) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return InvalidArgument("--out ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
+  const size_t written = std::fwrite(data.data(), sizeof(float), data.size(), f);
+  const bool closed = std::fclose(f) == 0;
+  if (written != data.size() || !closed) {
+    std::remove(tmp.c_str());
+    return absl::DataLossError(Cat("--out ", path, ": write failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return InvalidArgument("--out ", path, ": cannot rename ", tmp, ": ", std::strerror(errno));
+  }
+  return absl::OkStatus();
+}
+
+// FNV-1a over the bytes: equal checksums mean bit-identical logits.
+uint64_t Checksum(const std::vector<float>& data) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  for (size_t i = 0; i < data.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+struct LogitsFlags {
+  std::string model;
+  std::string prompt_ids;
+  std::string out;
+  int64_t context = 0;
+  int threads = 0;
+};
+
+absl::Status RunLogits(const LogitsFlags& flags) {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(flags.prompt_ids));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
+  std::shared_ptr<const LoadedModel> model = std::move(loaded);
+  CpuBackend backend(flags.threads);
+  TransformerOptions options;
+  options.max_context = flags.context;
+  ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, &backend, options));
+  if (static_cast<int64_t>(ids.size()) > lm->max_context()) {
+    return InvalidArgument("--prompt-ids: ", ids.size(), " tokens exceed the context of ",
+                           lm->max_context(), " (raise it with -c)");
+  }
+  std::vector<float> logits;
+  RETURN_IF_ERROR(lm->Forward(ids, &logits));
+  const int64_t n = static_cast<int64_t>(ids.size()), v = lm->vocab_size();
+  if (!flags.out.empty()) RETURN_IF_ERROR(WriteAtomically(flags.out, logits));
+
+  std::printf("model %s (%s), logits [%lld, %lld] fp32%s%s\n", model->source.c_str(),
+              std::string(ArchName(model->spec.arch)).c_str(), static_cast<long long>(n),
+              static_cast<long long>(v), flags.out.empty() ? "" : " -> ", flags.out.c_str());
+  for (int64_t i = std::max<int64_t>(0, n - 5); i < n; ++i) {
+    const float* row = logits.data() + i * v;
+    const int64_t arg = std::max_element(row, row + v) - row;
+    std::printf("  pos %lld: token %d  argmax %lld  logit %.6g\n", static_cast<long long>(i), ids[i],
+                static_cast<long long>(arg), row[arg]);
+  }
+  double sum = 0.0;
+  for (float x : logits) sum += x;
+  std::printf("checksum fnv1a64=%016llx sum=%.9g\n", static_cast<unsigned long long>(Checksum(logits)),
+              sum);
+  return absl::OkStatus();
+}
+
+Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CPU reference)",
+                   [](CLI::App& app) {
+                     auto flags = std::make_shared<LogitsFlags>();
+                     app.add_option("-m,--model", flags->model, "GGUF file, HF directory or synth:PRESET")
+                         ->required();
+                     app.add_option("--prompt-ids", flags->prompt_ids, "comma-separated token ids")
+                         ->required();
+                     app.add_option("--out", flags->out, "write [n, V] fp32 little-endian logits here");
+                     app.add_option("-c,--ctx-size", flags->context,
+                                    "context length (default: min(model's, 4096))");
+                     app.add_option("-t,--threads", flags->threads, "CPU threads (default: all)");
+                     return [flags]() { return RunLogits(*flags); };
+                   }}};
+
+}  // namespace
+}  // namespace specgen::cli
