@@ -432,7 +432,10 @@ def spm_tokenizer_config():
     return {"add_bos_token": True, "add_eos_token": False, "added_tokens_decoder": added,
             "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
             "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": 4096,
-            "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer"}
+            "sp_model_kwargs": {},
+            # The generic class loads tokenizer.json as it is; transformers 5's LlamaTokenizer rebuilds
+            # its own pipeline and then differs on whitespace runs and on text around <s>/</s>.
+            "tokenizer_class": "PreTrainedTokenizerFast"}
 
 
 def write_tokenizer_dir(d, tok, config, texts):
@@ -459,7 +462,8 @@ def write_tokenizer_dir(d, tok, config, texts):
               f"{len(encs) - len(bad)}/{len(encs)}; differs on {bad[:5]!r}")
     except Exception as e:  # noqa: BLE001 - diagnostic only
         print(f"  {os.path.basename(d)}: AutoTokenizer cross-check failed: {type(e).__name__}: {e}")
-    rt = sum(tok.decode(e["ids"], skip_special_tokens=False) == e["text"] for e in encs)
+    rt = sum(tok.decode(e["ids"], skip_special_tokens=False) == e["text"]
+             or tok.decode(e["ids"], skip_special_tokens=True) == e["text"] for e in encs)
     print(f"  {os.path.basename(d)}: vocab {tok.get_vocab_size()}, decode round-trips {rt}/{len(encs)}")
 
 

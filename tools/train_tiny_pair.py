@@ -41,7 +41,7 @@ def log(*a):
 def load_corpus(heldout_mod):
     root = sysconfig.get_paths()["stdlib"]
     skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
-    train, held = [], []
+    train, val, held = [], [], []
     for p in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
         rel = os.path.relpath(p, root)
         if skip & set(rel.split(os.sep)[:-1]):
@@ -54,8 +54,8 @@ def load_corpus(heldout_mod):
         if not text.strip():
             continue
         bucket = hashlib.sha1(rel.encode()).digest()[0] % heldout_mod
-        (held if bucket == 0 else train).append((rel, text))
-    return root, train, held
+        (held if bucket == 0 else val if bucket == 1 else train).append((rel, text))
+    return root, train, val, held
 
 
 def encode_stream(tok, docs, eos):
@@ -160,7 +160,16 @@ def build_trainable(cfg, is_moe, batch, stream, dev):
     raise RuntimeError("no experts implementation trains")
 
 
-def train(model, is_moe, stream, seconds, batch, lr, dev, seed, aux_coef=0.01):
+def windows(stream, n):
+    """n evenly spaced [n, SEQ+1] windows over a token stream (so no single file dominates)."""
+    n = min(n, (len(stream) - 1) // (SEQ + 1))
+    starts = torch.linspace(0, len(stream) - SEQ - 1, n).long()
+    return stream[starts[:, None] + torch.arange(SEQ + 1)]
+
+
+def train(model, is_moe, stream, val_stream, seconds, batch, lr, dev, seed, aux_coef=0.01,
+          eval_every=15.0):
+    """Time-boxed AdamW; keeps the weights with the best validation loss (the corpus is small)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     nodecay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -172,8 +181,23 @@ def train(model, is_moe, stream, seconds, batch, lr, dev, seed, aux_coef=0.01):
     warmup = 50
     t0 = time.time()
     step, tokens, ema = 0, 0, None
+    val_x = windows(val_stream, 64).to(dev)
+    best = (float("inf"), 0, None)
+    curve = []
+    next_eval = eval_every
     while True:
         elapsed = time.time() - t0
+        if elapsed >= next_eval or elapsed >= seconds:
+            next_eval += eval_every
+            model.eval()
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                vl = float(sum(lm_loss(model, val_x[i:i + 32], False, 0)[1] for i in range(0, len(val_x), 32))
+                           / len(range(0, len(val_x), 32)))
+            model.train()
+            curve.append([step, round(vl, 4)])
+            log(f"  step {step} validation loss {vl:.4f}")
+            if vl < best[0]:
+                best = (vl, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
         if elapsed >= seconds:
             break
         frac = elapsed / seconds
@@ -191,18 +215,20 @@ def train(model, is_moe, stream, seconds, batch, lr, dev, seed, aux_coef=0.01):
         step += 1
         tokens += batch * SEQ
         if step % 50 == 0:
-            lv = float(loss)
+            lv = loss.item()
             ema = lv if ema is None else 0.7 * ema + 0.3 * lv
             log(f"  step {step} loss {lv:.3f} lr {cur:.2e} {tokens / (time.time() - t0) / 1e3:.0f}k tok/s")
     torch.cuda.synchronize()
-    return {"steps": step, "tokens": tokens, "seconds": round(time.time() - t0, 1),
+    model.load_state_dict(best[2])
+    return {"best_validation_loss": round(best[0], 4), "best_step": best[1], "validation_curve": curve,
+            "steps": step, "tokens": tokens, "seconds": round(time.time() - t0, 1),
             "batch": batch, "seq_len": SEQ, "peak_lr": lr, "final_train_loss_ema": ema}
 
 
 @torch.no_grad()
 def heldout_loss(model, held_stream, dev, n_windows=128):
-    n = min(n_windows, (len(held_stream) - 1) // (SEQ + 1))
-    x = held_stream[:n * (SEQ + 1)].view(n, SEQ + 1).to(dev)
+    x = windows(held_stream, n_windows).to(dev)
+    n = len(x)
     total, count = 0.0, 0
     for i in range(0, n, 32):
         xb = x[i:i + 32]
@@ -310,8 +336,8 @@ def plain_greedy(model, prompt, n, dev):
 
 @torch.no_grad()
 def routing_stats(model, held_stream, n_experts, top_k, dev, n_windows=64):
-    n = min(n_windows, len(held_stream) // SEQ)
-    x = held_stream[:n * SEQ].view(n, SEQ).to(dev)
+    x = windows(held_stream, n_windows)[:, :SEQ].contiguous().to(dev)
+    n = len(x)
     captured = []
     hooks = []
     try:
@@ -420,7 +446,7 @@ def main():
                 "gpu": torch.cuda.get_device_name(0)}
     log(versions)
 
-    root, train_docs, held_docs = load_corpus(heldout_mod=16)
+    root, train_docs, val_docs, held_docs = load_corpus(heldout_mod=16)
     train_bytes = sum(len(t.encode()) for _, t in train_docs)
     held_bytes = sum(len(t.encode()) for _, t in held_docs)
     log(f"corpus {root}: {len(train_docs)} train files ({train_bytes / 2**20:.1f} MiB), "
@@ -430,6 +456,7 @@ def main():
     eot, im_end = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
     train_stream = encode_stream(tok, train_docs, eot)
     held_stream = encode_stream(tok, held_docs, eot)
+    val_stream = encode_stream(tok, val_docs, eot)
     log(f"tokenizer vocab {V}; train {len(train_stream) / 1e6:.2f}M tokens, "
         f"held-out {len(held_stream) / 1e6:.2f}M tokens ({train_bytes / len(train_stream):.2f} bytes/token)")
 
@@ -453,7 +480,7 @@ def main():
         cfg = cfg_fn(V, eot)
         model, impl = build_trainable(cfg, is_moe, args.batch, train_stream, dev)
         log(f"{role}: {count_params(model) / 1e6:.2f}M parameters; training {seconds:.0f}s")
-        tr = train(model, is_moe, train_stream, seconds, args.batch, lr, dev, args.seed + (1 if is_moe else 2))
+        tr = train(model, is_moe, train_stream, val_stream, seconds, args.batch, lr, dev, args.seed + (1 if is_moe else 2))
         tr["experts_implementation"] = impl
         d = os.path.join(args.out, f"tiny-{role}")
         write_model_dir(model, d, tok, bpe_tokenizer_config(tok, 4096), [im_end, eot], eot)
@@ -461,7 +488,7 @@ def main():
         torch.cuda.empty_cache()
         # Everything below runs the saved bf16 weights in fp32 (what the engine loads).
         m = from_pretrained(d, attn_implementation="sdpa", experts_implementation="eager").to(dev).eval()
-        hl, nwin = heldout_loss(m, held_stream, dev)
+        hl, nwin = heldout_loss(m, held_stream, dev, n_windows=512)
         c = m.config
         entry = {"parameters": count_params(m), "training": tr, "heldout_loss": round(hl, 4),
                  "heldout_perplexity": round(math.exp(hl), 3), "heldout_tokens": nwin * SEQ,
@@ -512,7 +539,9 @@ def main():
                                  "excluding test/, tests/, idle_test/ and site-packages",
                        "license": "Python Software Foundation License Version 2 (PSF-2.0)",
                        "train_files": len(train_docs), "heldout_files": len(held_docs),
-                       "heldout_split": "sha1(relative path)[0] % 16 == 0",
+                       "validation_files": len(val_docs),
+                       "split": "by file: sha1(relative path)[0] % 16 == 0 held-out (test, prompts), "
+                                "== 1 validation (checkpoint selection), else train",
                        "train_bytes": train_bytes, "heldout_bytes": held_bytes,
                        "train_tokens": len(train_stream), "heldout_tokens": len(held_stream)}
     stats["tokenizer"] = {"type": "byte-level BPE, Qwen2 pre-tokenizer regex", "vocab_size": V,
