@@ -1,0 +1,245 @@
+// The speculative loop over test doubles: greedy and `coupled` outputs equal plain decoding token for
+// token, every pass emits 1..k+1 tokens and the stats add up, caches end holding exactly the accepted
+// prefix, the first two tokens of `rejection` sampling are distributed as the target's, and stops
+// (-n, end ids, context end) and bad input behave.
+#include "engine/speculative/speculative_decoder.h"
+
+#include <random>
+
+#include "draft/model_proposer.h"
+#include "engine/sampling/distribution.h"
+#include "gtest/gtest.h"
+#include "tests/sampling/chi_square.h"
+#include "tests/speculative/fake_lm.h"
+
+namespace specgen {
+namespace {
+
+using ::specgen::testing::ChiSquareTest;
+using ::specgen::testing::FakeLm;
+using ::specgen::testing::kFalseFailureRate;
+
+constexpr int64_t kVocab = 50;
+constexpr int64_t kContext = 256;
+
+std::vector<std::vector<int32_t>> Prompts(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prompts(n);
+  for (auto& p : prompts) {
+    p.resize(1 + rng() % 12);
+    for (auto& t : p) t = rng() % kVocab;
+  }
+  return prompts;
+}
+
+// Runs one generation with a fresh target (and draft when draft_max > 0 or adaptive).
+struct RunResult {
+  std::vector<int32_t> tokens;
+  SpeculativeStats stats;
+};
+RunResult Generate(const std::vector<int32_t>& prompt, DecodeOptions options, double draft_perturbation,
+             bool with_draft = true) {
+  FakeLm target(kVocab, kContext);
+  FakeLm draft(kVocab, kContext, 4.0, draft_perturbation);
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder decoder(&target, with_draft ? &proposer : nullptr, options);
+  auto out = decoder.Generate(prompt);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return {out.ok() ? *out : std::vector<int32_t>{}, decoder.stats()};
+}
+
+DecodeOptions Options(SamplingParams sampling, int draft_max, bool adaptive = false,
+                      AcceptMode mode = AcceptMode::kRejection, int64_t n = 40) {
+  DecodeOptions o;
+  o.sampling = sampling;
+  o.draft_max = draft_max;
+  o.adaptive = adaptive;
+  o.accept = mode;
+  o.max_new_tokens = n;
+  return o;
+}
+
+TEST(SpeculativeDecoder, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
+  const auto greedy = SamplingParams::Greedy();
+  for (const auto& prompt : Prompts(12, 1)) {
+    const RunResult plain = Generate(prompt, Options(greedy, 0), 0.0, /*with_draft=*/false);
+    ASSERT_EQ(plain.tokens.size(), 40u);
+    for (double perturbation : {0.3, 1.0}) {  // a close draft and a poor one
+      for (int k = 1; k <= 8; ++k) {
+        EXPECT_EQ(Generate(prompt, Options(greedy, k), perturbation).tokens, plain.tokens)
+            << "k=" << k << " perturbation=" << perturbation;
+      }
+      EXPECT_EQ(Generate(prompt, Options(greedy, 8, /*adaptive=*/true), perturbation).tokens,
+                plain.tokens)
+          << "adaptive, perturbation=" << perturbation;
+    }
+  }
+}
+
+TEST(SpeculativeDecoder, CoupledOutputPerSeedEqualsPlainDecoding) {
+  std::vector<SamplingParams> settings;
+  for (float t : {0.5f, 1.0f, 1.5f}) settings.push_back(SamplingParams::Plain(t, 0));
+  SamplingParams filtered;  // top-k 40, top-p 0.95, min-p 0.05
+  filtered.temperature = 1.2f;
+  settings.push_back(filtered);
+  SamplingParams top_k = SamplingParams::Plain(1.0f, 0);
+  top_k.top_k = 5;
+  settings.push_back(top_k);
+  SamplingParams top_p = SamplingParams::Plain(0.9f, 0);
+  top_p.top_p = 0.7f;
+  settings.push_back(top_p);
+  for (auto params : settings) {
+    for (uint64_t seed : {1ull, 2ull, 99ull}) {
+      params.seed = seed;
+      const auto prompt = Prompts(1, static_cast<uint32_t>(seed))[0];
+      const RunResult plain = Generate(prompt, Options(params, 0, false, AcceptMode::kCoupled), 0.0, false);
+      // Plain decoding does not depend on the mode: both sample with the target's keyed noise.
+      EXPECT_EQ(Generate(prompt, Options(params, 0), 0.0, false).tokens, plain.tokens);
+      for (int k : {1, 3, 6}) {
+        const RunResult spec = Generate(prompt, Options(params, k, false, AcceptMode::kCoupled), 0.5);
+        EXPECT_EQ(spec.tokens, plain.tokens) << ToString(params) << " k=" << k;
+        EXPECT_GT(spec.stats.accepted, 0) << ToString(params) << " k=" << k;
+      }
+      EXPECT_EQ(Generate(prompt, Options(params, 6, true, AcceptMode::kCoupled), 0.5).tokens,
+                plain.tokens);
+    }
+  }
+}
+
+TEST(SpeculativeDecoder, PassesEmitOneToKPlusOneTokensAndStatsAddUp) {
+  for (auto mode : {AcceptMode::kRejection, AcceptMode::kCoupled}) {
+    for (bool adaptive : {false, true}) {
+      auto options = Options(SamplingParams::Plain(1.0f, 5), 5, adaptive, mode, 100);
+      int64_t passes = 0, drafted = 0, accepted = 0, emitted = 0;
+      std::vector<int64_t> accepted_at(5, 0);
+      options.on_pass = [&](int k, const AcceptResult& r) {
+        EXPECT_GE(k, 0);
+        EXPECT_LE(k, 5);
+        EXPECT_GE(r.n_accepted, 0);
+        EXPECT_LE(r.n_accepted, k);
+        EXPECT_EQ(r.tokens.size(), static_cast<size_t>(r.n_accepted) + 1);
+        ++passes;
+        drafted += k;
+        accepted += r.n_accepted;
+        emitted += static_cast<int64_t>(r.tokens.size());
+        for (int i = 0; i < r.n_accepted; ++i) ++accepted_at[i];
+      };
+      const RunResult run = Generate({3, 1, 4}, options, 0.5);
+      EXPECT_EQ(run.tokens.size(), 100u);
+      EXPECT_EQ(run.stats.tokens, 100);
+      EXPECT_EQ(emitted, 100);  // drafting is capped so -n never cuts a pass short
+      EXPECT_EQ(run.stats.passes, passes);
+      EXPECT_EQ(run.stats.drafted, drafted);
+      EXPECT_EQ(run.stats.accepted, accepted);
+      EXPECT_DOUBLE_EQ(run.stats.mean_accepted_length(), 1.0 + double(accepted) / passes);
+      EXPECT_DOUBLE_EQ(run.stats.mean_accepted_length(), double(emitted) / passes);
+      for (size_t i = 0; i < run.stats.accepted_at.size(); ++i) {
+        EXPECT_EQ(run.stats.accepted_at[i], accepted_at[i]) << i;
+      }
+      EXPECT_GT(run.stats.accepted, 0);
+    }
+  }
+}
+
+TEST(SpeculativeDecoder, CachesHoldExactlyTheAcceptedPrefixAfterRejections) {
+  FakeLm target(kVocab, kContext);
+  FakeLm draft(kVocab, kContext, 4.0, 1.0);  // poor draft: many rejections
+  auto options = Options(SamplingParams::Plain(1.0f, 3), 4);
+  int64_t rejections = 0;
+  options.on_pass = [&](int k, const AcceptResult& r) { rejections += r.n_accepted < k; };
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder decoder(&target, &proposer, options);
+  const std::vector<int32_t> prompt = {7, 8, 9};
+  auto out = decoder.Generate(prompt);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_GT(rejections, 5);
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), out->begin(), out->end());
+  // Target: every committed token but the last (which the next pass would feed).
+  EXPECT_EQ(target.cache(), std::vector<int32_t>(sequence.begin(), sequence.end() - 1));
+  // Draft: a prefix of the committed sequence, nothing rejected left in it.
+  ASSERT_LE(draft.cache().size(), sequence.size());
+  EXPECT_EQ(draft.cache(), std::vector<int32_t>(sequence.begin(), sequence.begin() + draft.cache().size()));
+  EXPECT_EQ(proposer.cached(), draft.cache());
+  // ONE target forward per pass, plus the prompt prefill.
+  EXPECT_EQ(target.forward_calls(), decoder.stats().passes + 1);
+}
+
+TEST(SpeculativeDecoder, RejectionSamplingFirstTwoTokensAreDistributedAsTheTarget) {
+  // The whole loop (draft decode, rollback, re-draft at the same positions) must sample the target's
+  // joint of the first two tokens. V = 5 keeps 25 cells at ≥ 10^5 · (min joint prob) ≥ 100 draws.
+  constexpr int64_t kV = 5;
+  constexpr int kTrials = 100000;
+  const std::vector<int32_t> prompt = {2};
+  FakeLm target(kV, 16, 1.5), draft(kV, 16, 1.5, 1.5, 7);
+  auto params = SamplingParams::Plain(1.0f, 0);
+  std::vector<int64_t> counts(kV * kV, 0);
+  int64_t accepted = 0;
+  for (int t = 0; t < kTrials; ++t) {
+    params.seed = 7919ull * t + 1;
+    auto options = Options(params, 2, false, AcceptMode::kRejection, 2);
+    ModelProposer proposer(&draft, kV, params, AcceptMode::kRejection);
+    SpeculativeDecoder decoder(&target, &proposer, options);
+    auto out = decoder.Generate(prompt);
+    ASSERT_TRUE(out.ok());
+    ++counts[(*out)[0] * kV + (*out)[1]];
+    accepted += decoder.stats().accepted;
+  }
+  std::vector<float> logits(kV), p1, p2;
+  target.NextLogits(prompt[0], 0, logits.data());
+  ProcessLogits(logits, params, &p1);
+  std::vector<double> expected(kV * kV);
+  for (int a = 0; a < kV; ++a) {
+    target.NextLogits(a, 1, logits.data());
+    ProcessLogits(logits, params, &p2);
+    for (int b = 0; b < kV; ++b) expected[a * kV + b] = double(p1[a]) * p2[b];
+  }
+  const auto r = ChiSquareTest(counts, expected);
+  EXPECT_GT(r.p_value, kFalseFailureRate) << "chi2 " << r.statistic << " dof " << r.dof;
+  EXPECT_GT(accepted, kTrials / 4);  // the draft is used, not always rejected
+}
+
+TEST(SpeculativeDecoder, StopsAtAnEndToken) {
+  const auto greedy = SamplingParams::Greedy();
+  const RunResult plain = Generate({1, 2}, Options(greedy, 0), 0, false);
+  auto options = Options(greedy, 4);
+  options.end_ids = {plain.tokens[5]};
+  const RunResult run = Generate({1, 2}, options, 0.3);
+  const auto first_end = std::find(plain.tokens.begin(), plain.tokens.end(), plain.tokens[5]);
+  EXPECT_EQ(run.tokens, std::vector<int32_t>(plain.tokens.begin(), first_end + 1));
+}
+
+TEST(SpeculativeDecoder, StopsAtTheContextEnd) {
+  FakeLm target(kVocab, 20), draft(kVocab, 20, 4.0, 0.3);
+  const auto options = Options(SamplingParams::Greedy(), 8, false, AcceptMode::kRejection, 100);
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder decoder(&target, &proposer, options);
+  auto out = decoder.Generate(std::vector<int32_t>{1, 2, 3});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->size(), 17u);  // the sequence fills the 20 positions
+}
+
+TEST(SpeculativeDecoder, RejectsBadPrompts) {
+  FakeLm target(kVocab, 8);
+  SpeculativeDecoder decoder(&target, nullptr, Options(SamplingParams::Greedy(), 0));
+  EXPECT_FALSE(decoder.Generate(std::vector<int32_t>{}).ok());
+  EXPECT_NE(decoder.Generate(std::vector<int32_t>{1, kVocab}).status().message().find("vocabulary"),
+            std::string::npos);
+  EXPECT_NE(decoder.Generate(std::vector<int32_t>(8, 1)).status().message().find("context"),
+            std::string::npos);
+}
+
+TEST(SpeculativeDecoder, StreamsEachPassesTokensInOrder) {
+  FakeLm target(kVocab, kContext), draft(kVocab, kContext, 4.0, 0.3);
+  const auto options = Options(SamplingParams::Greedy(), 4);
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder decoder(&target, &proposer, options);
+  std::vector<int32_t> streamed;
+  auto out = decoder.Generate(std::vector<int32_t>{5},
+                              [&](std::span<const int32_t> t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(streamed, *out);
+}
+
+}  // namespace
+}  // namespace specgen
