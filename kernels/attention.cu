@@ -1,0 +1,208 @@
+#include "kernels/attention.cuh"
+#include "kernels/device_util.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr int kWarps = kAttentionChunk / 32;  // one 32-key tile per warp
+constexpr int kG = kAttentionMaxGroup;
+
+template <ElemType kT, int kPer>
+__device__ __forceinline__ void LoadRow(const void* base, int64_t offset, float (&v)[kPer]) {
+  if constexpr (kT == ElemType::kF32) {
+    const float* p = static_cast<const float*>(base) + offset;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) v[e] = p[e];
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + offset;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) v[e] = detail::Bf16BitsToF32(p[e]);
+  }
+}
+
+// Partial attention of the queries of one (query i, kv head) over one chunk of cache slots.
+// grid = (kv_heads, n, chunks), block = kWarps * 32. Writes m, l and the unnormalized acc per query
+// head into the workspace.
+template <ElemType kT, int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    AttentionChunkKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
+                         const void* __restrict__ v_cache, const uint8_t* __restrict__ mask, int n,
+                         int n_past, int heads, int kv_heads, float scale,
+                         float* __restrict__ ws_ml, float* __restrict__ ws_acc, int chunks) {
+  constexpr int kPer = D / 32;  // dims per lane in the V accumulation
+  __shared__ float q_s[kG][D];
+  __shared__ float m_s[kWarps][kG], l_s[kWarps][kG];
+  __shared__ float acc_s[kG][D];
+  const int kvh = blockIdx.x, i = blockIdx.y, chunk = blockIdx.z;
+  const int G = heads / kv_heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    q_s[e / D][e % D] = q[(static_cast<int64_t>(i) * heads + kvh * G + e / D) * D + e % D];
+  }
+  __syncthreads();
+
+  const int j = chunk * kAttentionChunk + warp * 32 + lane;  // this lane's cache slot
+  bool visible = false;
+  if (j < n_past) {
+    visible = true;
+  } else if (j < n_past + n) {
+    const int b = j - n_past;
+    visible = mask ? mask[i * n + b] != 0 : b <= i;
+  }
+  float s[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) s[g] = 0.f;
+  if (visible) {
+    const int64_t row = (static_cast<int64_t>(j) * kv_heads + kvh) * D;
+#pragma unroll 4
+    for (int d = 0; d < D; d += 8) {
+      float kv[8];
+      LoadRow<kT, 8>(k_cache, row + d, kv);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        if (g < G) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s[g] = fmaf(q_s[g][d + e], kv[e], s[g]);
+        }
+      }
+    }
+  }
+  float m[kG], l[kG], acc[kG][kPer], p[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    const float sg = visible ? s[g] * scale : -INFINITY;
+    m[g] = detail::WarpMax(sg);
+    p[g] = visible ? expf(sg - m[g]) : 0.f;
+    l[g] = detail::WarpSum(p[g]);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc[g][e] = 0.f;
+  }
+  // V accumulation: lane owns dims lane*kPer .. +kPer; keys of the tile in slot order.
+  const unsigned any = __ballot_sync(0xffffffffu, visible);
+  for (int jj = 0; jj < 32; ++jj) {
+    if (!(any >> jj & 1u)) continue;
+    const int64_t row = (static_cast<int64_t>(warp * 32 + jj + chunk * kAttentionChunk) * kv_heads +
+                         kvh) * D + lane * kPer;
+    float vv[kPer];
+    LoadRow<kT, kPer>(v_cache, row, vv);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(pj, vv[e], acc[g][e]);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      m_s[warp][g] = m[g];
+      l_s[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+  // Merge the warps' tiles in slot order (warp 0 first), rescaled to the chunk's max.
+  float c[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    float mm = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][g]);
+    c[g] = m[g] == -INFINITY ? 0.f : expf(m[g] - mm);
+  }
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        if (g >= G) continue;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          float& t = acc_s[g][lane * kPer + e];
+          t = fmaf(acc[g][e], c[g], w == 0 ? 0.f : t);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    const int64_t qh = static_cast<int64_t>(i) * heads + kvh * G + g;
+    ws_acc[(qh * chunks + chunk) * D + d] = acc_s[g][d];
+    if (d == 0) {
+      float mm = -INFINITY, ll = 0.f;
+      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][g]);
+      for (int w = 0; w < kWarps; ++w) {
+        if (m_s[w][g] != -INFINITY) ll = fmaf(l_s[w][g], expf(m_s[w][g] - mm), ll);
+      }
+      ws_ml[(qh * chunks + chunk) * 2] = mm;
+      ws_ml[(qh * chunks + chunk) * 2 + 1] = ll;
+    }
+  }
+}
+
+// out[i, h, d]: merge the chunk partials in chunk order. grid = (heads, n), block = D.
+__global__ void AttentionMergeKernel(const float* __restrict__ ws_ml, const float* __restrict__ ws_acc,
+                                     float* __restrict__ out, int heads, int chunks, int D) {
+  const int h = blockIdx.x, i = blockIdx.y, d = threadIdx.x;
+  const int64_t qh = static_cast<int64_t>(i) * heads + h;
+  float mm = -INFINITY;
+  for (int c = 0; c < chunks; ++c) mm = fmaxf(mm, ws_ml[(qh * chunks + c) * 2]);
+  float ll = 0.f, aa = 0.f;
+  if (mm != -INFINITY) {
+    for (int c = 0; c < chunks; ++c) {
+      const float mc = ws_ml[(qh * chunks + c) * 2];
+      if (mc == -INFINITY) continue;
+      const float f = expf(mc - mm);
+      ll = fmaf(ws_ml[(qh * chunks + c) * 2 + 1], f, ll);
+      aa = fmaf(ws_acc[(qh * chunks + c) * D + d], f, aa);
+    }
+  }
+  out[qh * D + d] = ll > 0.f ? aa / ll : 0.f;
+}
+
+template <ElemType kT, int D>
+cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint8_t* mask,
+                        float* out, int n, int n_past, int heads, int kv_heads, float scale,
+                        float* ws, cudaStream_t stream) {
+  const int chunks = (n_past + n + kAttentionChunk - 1) / kAttentionChunk;
+  float* ws_ml = ws;
+  float* ws_acc = ws + static_cast<size_t>(n) * heads * chunks * 2;
+  AttentionChunkKernel<kT, D><<<dim3(kv_heads, n, chunks), kWarps * 32, 0, stream>>>(
+      q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks);
+  AttentionMergeKernel<<<dim3(heads, n), D, 0, stream>>>(ws_ml, ws_acc, out, heads, chunks, D);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_dim) {
+  const size_t chunks = (static_cast<size_t>(max_keys) + kAttentionChunk - 1) / kAttentionChunk;
+  return static_cast<size_t>(queries) * heads * chunks * (head_dim + 2) * sizeof(float);
+}
+
+cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
+                            ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
+                            int heads, int kv_heads, int head_dim, float scale, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kAttentionMaxQueries && n_past >= 0);
+  SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
+                         heads / kv_heads <= kAttentionMaxGroup);
+  SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
+  SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
+  SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && workspace);
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >=
+                         AttentionWorkspaceBytes(n, heads, n_past + n, head_dim));
+  float* ws = static_cast<float*>(workspace);
+#define SPECGEN_ATTN_CASE(T, D)                                                                    \
+  if (kv_type == T && head_dim == D)                                                               \
+    return LaunchTyped<T, D>(q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, scale, ws, \
+                             stream);
+  SPECGEN_ATTN_CASE(ElemType::kF32, 64)
+  SPECGEN_ATTN_CASE(ElemType::kF32, 128)
+  SPECGEN_ATTN_CASE(ElemType::kF32, 256)
+  SPECGEN_ATTN_CASE(ElemType::kBF16, 64)
+  SPECGEN_ATTN_CASE(ElemType::kBF16, 128)
+  SPECGEN_ATTN_CASE(ElemType::kBF16, 256)
+#undef SPECGEN_ATTN_CASE
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace specgen::kernels

@@ -1,0 +1,43 @@
+// Attention of a batch of 1..64 new positions over a KV cache, GQA, causal or explicit (tree) mask,
+// fp32 softmax with scale 1/sqrt(head_dim) passed in. Keys are processed in fixed chunks of
+// kAttentionChunk cache slots whose partial results are merged in slot order, so a query's output
+// depends only on the keys it sees, never on how many queries share the pass (batch invariance).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels {
+
+inline constexpr int kAttentionChunk = 256;   // cache slots per partial
+inline constexpr int kAttentionMaxQueries = 64;
+inline constexpr int kAttentionMaxGroup = 8;  // query heads per KV head
+
+// Bytes of the fp32 scratch LaunchAttention needs for `queries` positions, `heads` query heads,
+// `max_keys` = n_past + queries cache slots at most, head size `head_dim`.
+size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_dim);
+
+// out[i, h, :] = sum_j softmax_j(scale * q[i, h] . K[j, h / G]) V[j, h / G], G = heads / kv_heads,
+// over the cache slots j that query i sees:
+//   every j < n_past (the committed prefix), and the batch's own slots j = n_past + b, b < n, where
+//   mask == nullptr: b <= i (causal);  mask != nullptr: mask[i * n + b] != 0 (tree; a node sees its
+//   ancestors and itself). A query seeing no key yields zeros.
+//   q          [n, heads, head_dim] fp32, device
+//   k_cache    [capacity, kv_heads, head_dim] of kv_type (kF32 or kBF16), device; slots
+//              n_past .. n_past + n - 1 already hold the batch's own keys
+//   v_cache    same layout and type as k_cache
+//   mask       [n, n] uint8 or nullptr, device
+//   out        [n, heads, head_dim] fp32, device (must not alias q)
+//   n          1..kAttentionMaxQueries;  n_past >= 0
+//   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
+//   workspace  AttentionWorkspaceBytes(n, heads, n_past + n, head_dim) bytes of device memory
+cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
+                            ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
+                            int heads, int kv_heads, int head_dim, float scale, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace specgen::kernels

@@ -1,0 +1,76 @@
+// Device-side helpers shared by the kernel families (loads of bf16/f16/f32 as fp32, warp and block
+// reductions in a fixed order). Internal to kernels/: included from .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels::detail {
+
+__device__ __forceinline__ float Bf16BitsToF32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+__device__ __forceinline__ float F16BitsToF32(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+// Element i of an array of the given type, as fp32 (exact for all three types).
+__device__ __forceinline__ float LoadAsF32(const void* base, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::kF32:
+      return static_cast<const float*>(base)[i];
+    case ElemType::kF16:
+      return F16BitsToF32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return Bf16BitsToF32(static_cast<const uint16_t*>(base)[i]);
+  }
+}
+
+// Butterfly sum over the 32 lanes: every lane ends with the same value, computed in the same order
+// whatever the data, so results are reproducible.
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum/max (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` is 32 floats of shared memory; the call ends with a barrier so scratch can be reused.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : 0.f;
+  t = WarpSum(t);
+  __syncthreads();
+  return t;
+}
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = WarpMax(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : -INFINITY;
+  t = WarpMax(t);
+  __syncthreads();
+  return t;
+}
+
+// Launch-argument check helper: launchers return cudaErrorInvalidValue for bad shapes.
+#define SPECGEN_KERNEL_REQUIRE(cond) \
+  do {                               \
+    if (!(cond)) return cudaErrorInvalidValue; \
+  } while (0)
+
+}  // namespace specgen::kernels::detail

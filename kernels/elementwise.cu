@@ -1,0 +1,68 @@
+#include "kernels/device_util.cuh"
+#include "kernels/elementwise.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void SwiGluKernel(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void AddKernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+// One block per token.
+__global__ void EmbeddingKernel(const void* __restrict__ table, ElemType table_type, int64_t vocab,
+                                int dim, const int32_t* __restrict__ ids, float* __restrict__ out) {
+  const int32_t id = ids[blockIdx.x];
+  float* row = out + static_cast<int64_t>(blockIdx.x) * dim;
+  const bool valid = id >= 0 && id < vocab;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    row[i] = valid ? detail::LoadAsF32(table, table_type, static_cast<int64_t>(id) * dim + i) : NAN;
+  }
+}
+
+unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
+}
+
+}  // namespace
+
+cudaError_t LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
+                         cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(n >= 0);
+  if (n == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(gate != nullptr && up != nullptr && out != nullptr);
+  SwiGluKernel<<<GridFor(n), kThreads, 0, stream>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(n >= 0);
+  if (n == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(a != nullptr && b != nullptr && out != nullptr);
+  AddKernel<<<GridFor(n), kThreads, 0, stream>>>(a, b, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbedding(const void* table, ElemType table_type, int64_t vocab, int dim,
+                            const int32_t* ids, int tokens, float* out, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(vocab > 0 && dim > 0 && tokens >= 0);
+  if (tokens == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(table != nullptr && ids != nullptr && out != nullptr);
+  EmbeddingKernel<<<tokens, kThreads, 0, stream>>>(table, table_type, vocab, dim, ids, out);
+  return cudaGetLastError();
+}
+
+}  // namespace specgen::kernels

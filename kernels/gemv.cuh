@@ -1,0 +1,30 @@
+// Small-batch matrix product for decode and verification (1..16 tokens): y = x · W^T with W in
+// bf16/f16 read from HBM exactly once for all tokens, fp32 accumulation, and ONE reduction order per
+// output element whatever the batch size (DESIGN.md §6 batch invariance: row i of y is bit-identical
+// whether the call had 1 or 16 tokens).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels {
+
+inline constexpr int kGemvMaxTokens = 16;
+
+// y[t, o] = sum_k x[t, k] * W[o, k]   for t < n, o < out.
+//   w       [out, in] of type w_type (kBF16 or kF16), row-major (HF layout), device, 16-byte aligned
+//   x       [n, in] fp32, device, 16-byte aligned
+//   y       [n, out] fp32, device (must not alias x)
+//   n       tokens, 1..kGemvMaxTokens
+//   out,in  in must be a multiple of 8 (16-byte weight loads)
+// Reduction order of y[t, o]: lane l of the warp owning row o sums k = l*8 + 256*s + j for s = 0,1,..
+// and j = 0..7 in that order with fmaf, then a fixed butterfly across the 32 lanes. Nothing in that
+// order depends on n, so results are batch invariant bit for bit.
+// Returns cudaErrorInvalidValue for bad shapes or types.
+cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
+                       int in, cudaStream_t stream);
+
+}  // namespace specgen::kernels

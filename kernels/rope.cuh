@@ -1,0 +1,24 @@
+// Rotary position embedding applied in place to q or k, in the two pairings models use: rotate-half
+// (HF llama/qwen: element i pairs with i + rot_dim/2) and interleaved (GGUF llama: 2i with 2i+1).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace specgen::kernels {
+
+enum class RopeStyle : uint8_t { kRotateHalf = 0, kInterleaved = 1 };
+
+// For token t, head h, pair index i < rot_dim/2 with inverse frequency f_i = theta^(-2i/rot_dim) and
+// angle a = positions[t] * f_i (computed in double, then cos/sin rounded to fp32):
+//   (x0, x1) <- (x0 cos a - x1 sin a, x0 sin a + x1 cos a)
+// where (x0, x1) = (x[i], x[i + rot_dim/2]) for kRotateHalf, (x[2i], x[2i+1]) for kInterleaved.
+//   x          [tokens, heads, head_dim] fp32, device, rotated in place (elements >= rot_dim untouched)
+//   positions  [tokens] int32 absolute positions, device
+//   rot_dim    rotated prefix of each head (even, <= head_dim); head_dim for full rotary
+//   theta      RoPE base (10000, 1e6, ...)
+cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
+                       int rot_dim, double theta, RopeStyle style, cudaStream_t stream);
+
+}  // namespace specgen::kernels

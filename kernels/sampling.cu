@@ -1,0 +1,416 @@
+#include <cub/block/block_scan.cuh>
+
+#include "engine/sampling/keyed_random.h"
+#include "kernels/device_util.cuh"
+#include "kernels/sampling.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr int kProcThreads = 1024;
+constexpr int kBuckets = 2048;            // 11-bit radix digits: bits 31..21, 20..10, 9..0
+constexpr double kMassScale = 4294967296.0;  // fixed-point mass 2^32: exact, order-free sums
+
+__device__ __forceinline__ uint32_t Bits(float w) { return __float_as_uint(w); }
+__device__ __forceinline__ uint64_t Mass(float w) {
+  return static_cast<uint64_t>(static_cast<double>(w) * kMassScale);
+}
+
+__device__ __forceinline__ double WarpSumD(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ double BlockSumD(double v, double* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = WarpSumD(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double t = lane < nwarps ? scratch[lane] : 0.0;
+  t = WarpSumD(t);
+  __syncthreads();
+  return t;
+}
+
+// (value, id) max, ties to the lower id; id -1 loses to everything.
+__device__ __forceinline__ bool Better(double v, int id, double bv, int bid) {
+  if (id < 0) return false;
+  if (bid < 0) return true;
+  return v > bv || (v == bv && id < bid);
+}
+__device__ __forceinline__ void WarpBest(double& v, int& id) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+    if (Better(ov, oi, v, id)) {
+      v = ov;
+      id = oi;
+    }
+  }
+}
+// Block-wide best; every thread gets it. scratch_v/scratch_i hold 32 entries.
+__device__ void BlockBest(double& v, int& id, double* scratch_v, int* scratch_i) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  WarpBest(v, id);
+  if (lane == 0) {
+    scratch_v[warp] = v;
+    scratch_i[warp] = id;
+  }
+  __syncthreads();
+  v = lane < nwarps ? scratch_v[lane] : 0.0;
+  id = lane < nwarps ? scratch_i[lane] : -1;
+  WarpBest(v, id);
+  __syncthreads();
+}
+
+// Which ids survive the filters applied so far: top-k and top-p each keep ids whose bits are above
+// a threshold, plus ties at it up to an id cut-off; min-p keeps w >= min_p.
+struct Filter {
+  bool k_on, p_on, m_on;
+  uint32_t k_thr, p_thr;
+  int k_cut, p_cut;
+  float min_p;
+  __device__ bool Kept(float w, int i) const {
+    const uint32_t b = Bits(w);
+    if (k_on && !(b > k_thr || (b == k_thr && i <= k_cut))) return false;
+    if (p_on && !(b > p_thr || (b == p_thr && i <= p_cut))) return false;
+    if (m_on && !(static_cast<double>(w) >= static_cast<double>(min_p))) return false;
+    return true;
+  }
+};
+
+struct ProcShared {
+  unsigned long long hist[kBuckets];
+  typename cub::BlockScan<unsigned long long, kProcThreads>::TempStorage scan;
+  double scratch_d[32];
+  int scratch_i[32];
+  Filter f;
+  uint32_t sel_digit;
+  unsigned long long sel_above;
+  int sel_id;
+};
+
+// Radix select over the kept ids' bits, largest first, measured by count (by_mass false) or by
+// fixed-point mass: returns the bits T with measure(bits > T) < target <= measure(bits >= T), and
+// sets *above = measure(bits > T). Requires target <= total measure.
+__device__ uint32_t RadixSelect(const float* w, int vocab, bool by_mass, unsigned long long target,
+                                unsigned long long* above_out, ProcShared& sh) {
+  uint32_t prefix = 0;
+  unsigned long long above = 0;
+  const int shifts[3] = {21, 10, 0};
+  const int widths[3] = {11, 11, 10};
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = shifts[pass];
+    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.hist[b] = 0;
+    __syncthreads();
+    const uint32_t hi_shift = shift + widths[pass];
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float wi = w[i];
+      if (!sh.f.Kept(wi, i)) continue;
+      const uint32_t b = Bits(wi);
+      if (pass > 0 && (b >> hi_shift) != prefix) continue;
+      const uint32_t digit = (b >> shift) & ((1u << widths[pass]) - 1u);
+      atomicAdd(&sh.hist[digit], by_mass ? static_cast<unsigned long long>(Mass(wi)) : 1ull);
+    }
+    __syncthreads();
+    // Thread j owns buckets 2047-2j and 2046-2j (descending), so an exclusive scan gives the
+    // measure above each bucket.
+    const int b0 = kBuckets - 1 - 2 * threadIdx.x, b1 = b0 - 1;
+    const unsigned long long h0 = sh.hist[b0], h1 = sh.hist[b1];
+    unsigned long long excl;
+    cub::BlockScan<unsigned long long, kProcThreads>(sh.scan).ExclusiveSum(h0 + h1, excl);
+    const unsigned long long a0 = above + excl, a1 = a0 + h0;
+    if (a0 < target && target <= a0 + h0) {
+      sh.sel_digit = b0;
+      sh.sel_above = a0;
+    } else if (a1 < target && target <= a1 + h1) {
+      sh.sel_digit = b1;
+      sh.sel_above = a1;
+    }
+    __syncthreads();
+    prefix = (prefix << widths[pass]) | sh.sel_digit;
+    above = sh.sel_above;
+    __syncthreads();
+  }
+  *above_out = above;
+  return prefix;
+}
+
+// The id of the `need`-th kept id (in id order) whose bits equal `thr` (need >= 1; clamped to the
+// number of such ids).
+__device__ int TieCut(const float* w, int vocab, uint32_t thr, unsigned long long need,
+                      ProcShared& sh) {
+  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int lo = threadIdx.x * chunk, hi = min(vocab, lo + chunk);
+  unsigned long long cnt = 0;
+  int last = -1;
+  for (int i = lo; i < hi; ++i) {
+    if (Bits(w[i]) == thr && sh.f.Kept(w[i], i)) {
+      ++cnt;
+      last = i;
+    }
+  }
+  unsigned long long excl, total;
+  cub::BlockScan<unsigned long long, kProcThreads>(sh.scan).ExclusiveSum(cnt, excl, total);
+  if (need > total) need = total;
+  if (excl < need && need <= excl + cnt) {
+    unsigned long long seen = excl;
+    for (int i = lo; i < hi; ++i) {
+      if (Bits(w[i]) == thr && sh.f.Kept(w[i], i) && ++seen == need) {
+        sh.sel_id = i;
+        break;
+      }
+    }
+  }
+  if (total == 0 && threadIdx.x == 0) sh.sel_id = last;  // unreachable for a valid threshold
+  __syncthreads();
+  const int id = sh.sel_id;
+  __syncthreads();
+  return id;
+}
+
+__global__ void __launch_bounds__(kProcThreads)
+    ProcessLogitsKernel(const float* __restrict__ logits, int vocab, SamplingConfig cfg,
+                        float* __restrict__ probs) {
+  __shared__ ProcShared sh;
+  const float* l = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float* w = probs + static_cast<int64_t>(blockIdx.x) * vocab;
+  // Argmax (ties to the lowest id): greedy's answer, and the max for the softmax.
+  double best = 0.0;
+  int best_id = -1;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (Better(l[i], i, best, best_id)) {
+      best = l[i];
+      best_id = i;
+    }
+  }
+  BlockBest(best, best_id, sh.scratch_d, sh.scratch_i);
+  if (cfg.temperature <= 0.f) {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) w[i] = i == best_id ? 1.f : 0.f;
+    return;
+  }
+  const double max_logit = best, inv_t = 1.0 / static_cast<double>(cfg.temperature);
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    w[i] = expf(static_cast<float>((static_cast<double>(l[i]) - max_logit) * inv_t));
+  }
+  if (threadIdx.x == 0) sh.f = Filter{false, false, false, 0, 0, 0, 0, 0.f};
+  __syncthreads();
+  if (cfg.top_k > 0 && cfg.top_k < vocab) {
+    unsigned long long above;
+    const uint32_t thr = RadixSelect(w, vocab, false, cfg.top_k, &above, sh);
+    const int cut = TieCut(w, vocab, thr, cfg.top_k - above, sh);
+    if (threadIdx.x == 0) {
+      sh.f.k_on = true;
+      sh.f.k_thr = thr;
+      sh.f.k_cut = cut;
+    }
+    __syncthreads();
+  }
+  if (cfg.top_p < 1.f) {
+    unsigned long long mass = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (sh.f.Kept(w[i], i)) mass += Mass(w[i]);
+    }
+    unsigned long long total;
+    cub::BlockScan<unsigned long long, kProcThreads>(sh.scan).ExclusiveSum(mass, mass, total);
+    __syncthreads();
+    unsigned long long target =
+        static_cast<unsigned long long>(ceil(static_cast<double>(cfg.top_p) * total));
+    if (target < 1) target = 1;
+    if (target > total) target = total;
+    unsigned long long above;
+    const uint32_t thr = RadixSelect(w, vocab, true, target, &above, sh);
+    const unsigned long long m_thr = Mass(__uint_as_float(thr));
+    const unsigned long long need = m_thr > 0 ? (target - above + m_thr - 1) / m_thr : 1;
+    const int cut = TieCut(w, vocab, thr, need > 0 ? need : 1, sh);
+    if (threadIdx.x == 0) {
+      sh.f.p_on = true;
+      sh.f.p_thr = thr;
+      sh.f.p_cut = cut;
+    }
+    __syncthreads();
+  }
+  if (cfg.min_p > 0.f && threadIdx.x == 0) {
+    sh.f.m_on = true;  // max w is exp(0) = 1 exactly, so the threshold is min_p itself
+    sh.f.min_p = cfg.min_p;
+  }
+  __syncthreads();
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (sh.f.Kept(w[i], i)) sum += static_cast<double>(w[i]);
+  }
+  sum = BlockSumD(sum, sh.scratch_d);
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float wi = w[i];
+    w[i] = sh.f.Kept(wi, i) ? static_cast<float>(static_cast<double>(wi) / sum) : 0.f;
+  }
+}
+
+// ---- Gumbel-max / argmax partials ----
+
+constexpr int kPartThreads = 256;
+constexpr float kScoreMargin = 1e-3f;  // >> the fp32 score error (< 1e-4), so the exact winner is
+                                       // always among the candidates re-scored in double
+
+__device__ __forceinline__ float Weight(const float* p, const float* q, int64_t i,
+                                        detail::WeightKind kind) {
+  if (kind == detail::WeightKind::kGumbelResidual) return fmaxf(0.f, p[i] - q[i]);
+  return p[i];
+}
+
+// fp32 approximation of log(w) + Gumbel(bits), within 1e-4 of the double value for w > 0.
+__device__ __forceinline__ float FastScore(float w, uint32_t x) {
+  float e;  // -log(u), u = (x + 0.5) 2^-32
+  if (x < 0x80000000u) {
+    e = -__logf(static_cast<float>((static_cast<double>(x) + 0.5) * 0x1p-32));
+  } else {
+    e = -log1pf(-static_cast<float>((4294967296.0 - static_cast<double>(x) - 0.5) * 0x1p-32));
+  }
+  return __logf(w) - __logf(e);
+}
+
+__global__ void __launch_bounds__(kPartThreads)
+    SamplePartialKernel(const float* __restrict__ p_all, const float* __restrict__ q_all, int vocab,
+                        detail::WeightKind kind, uint64_t seed, int64_t first_position,
+                        uint32_t purpose, detail::SamplePartial* __restrict__ partials) {
+  __shared__ double sv[32];
+  __shared__ int si[32];
+  __shared__ float sf[32];
+  const int row = blockIdx.x, split = blockIdx.y;
+  const float* p = p_all + static_cast<int64_t>(row) * vocab;
+  const float* q = q_all ? q_all + static_cast<int64_t>(row) * vocab : nullptr;
+  const int64_t position = first_position + row;
+  const int nblocks4 = (vocab + 3) / 4;
+  const int b_lo = static_cast<int>(static_cast<int64_t>(nblocks4) * split / kSampleSplits);
+  const int b_hi = static_cast<int>(static_cast<int64_t>(nblocks4) * (split + 1) / kSampleSplits);
+  double best = 0.0;
+  int best_id = -1;
+  if (kind == detail::WeightKind::kArgmax) {
+    for (int i = b_lo * 4 + threadIdx.x; i < min(vocab, b_hi * 4); i += blockDim.x) {
+      if (Better(p[i], i, best, best_id)) {
+        best = p[i];
+        best_id = i;
+      }
+    }
+    BlockBest(best, best_id, sv, si);
+  } else {
+    const RandomPurpose rp = static_cast<RandomPurpose>(purpose);
+    // Pass 1: the best fp32 score.
+    float fbest = -INFINITY;
+    for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {
+      float wv[4];
+      bool any = false;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = b * 4 + j;
+        wv[j] = i < vocab ? Weight(p, q, i, kind) : 0.f;
+        any |= wv[j] > 0.f;
+      }
+      if (!any) continue;
+      const PhiloxCounter bits = KeyedBlock(seed, position, rp, static_cast<uint32_t>(b));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (wv[j] > 0.f) fbest = fmaxf(fbest, FastScore(wv[j], bits.v[j]));
+      }
+    }
+    fbest = detail::WarpMax(fbest);
+    if ((threadIdx.x & 31) == 0) sf[threadIdx.x >> 5] = fbest;
+    __syncthreads();
+    fbest = -INFINITY;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) fbest = fmaxf(fbest, sf[w]);
+    // Pass 2: exact double scores (as the CPU reference computes them) for the near-best.
+    if (fbest > -INFINITY) {
+      for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {
+        float wv[4];
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int i = b * 4 + j;
+          wv[j] = i < vocab ? Weight(p, q, i, kind) : 0.f;
+          any |= wv[j] > 0.f;
+        }
+        if (!any) continue;
+        const PhiloxCounter bits = KeyedBlock(seed, position, rp, static_cast<uint32_t>(b));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (wv[j] > 0.f && FastScore(wv[j], bits.v[j]) >= fbest - kScoreMargin) {
+            const double s = log(static_cast<double>(wv[j])) + GumbelFromBits(bits.v[j]);
+            if (Better(s, b * 4 + j, best, best_id)) {
+              best = s;
+              best_id = b * 4 + j;
+            }
+          }
+        }
+      }
+    }
+    BlockBest(best, best_id, sv, si);
+  }
+  if (threadIdx.x == 0) {
+    partials[row * kSampleSplits + split] = detail::SamplePartial{best, best_id, 0};
+  }
+}
+
+__global__ void CombinePartialsKernel(const detail::SamplePartial* __restrict__ partials, int rows,
+                                      int32_t* __restrict__ tokens) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  double best = 0.0;
+  int best_id = -1;
+  for (int s = 0; s < kSampleSplits; ++s) {
+    const detail::SamplePartial& sp = partials[r * kSampleSplits + s];
+    if (Better(sp.score, sp.id, best, best_id)) {
+      best = sp.score;
+      best_id = sp.id;
+    }
+  }
+  tokens[r] = best_id;
+}
+
+}  // namespace
+
+cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, SamplingConfig config,
+                                float* probs, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(rows >= 0 && vocab > 0 && config.top_k >= 0 &&
+                         !(config.temperature != config.temperature));
+  if (rows == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs);
+  ProcessLogitsKernel<<<rows, kProcThreads, 0, stream>>>(logits, vocab, config, probs);
+  return cudaGetLastError();
+}
+
+size_t SampleWorkspaceBytes(int rows) {
+  return static_cast<size_t>(rows) * kSampleSplits * sizeof(detail::SamplePartial);
+}
+
+namespace detail {
+cudaError_t LaunchSamplePartials(const float* p, const float* q, int rows, int vocab,
+                                 WeightKind kind, uint64_t seed, int64_t first_position,
+                                 uint32_t purpose, SamplePartial* partials, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(rows >= 0 && vocab > 0);
+  if (rows == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(p && partials && (kind != WeightKind::kGumbelResidual || q));
+  SamplePartialKernel<<<dim3(rows, kSampleSplits), kPartThreads, 0, stream>>>(
+      p, q, vocab, kind, seed, first_position, purpose, partials);
+  return cudaGetLastError();
+}
+}  // namespace detail
+
+cudaError_t LaunchSampleTokens(const float* weights, int rows, int vocab, bool greedy,
+                               uint64_t seed, int64_t first_position, uint32_t purpose,
+                               int32_t* tokens, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(rows >= 0 && vocab > 0);
+  if (rows == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(weights && tokens && workspace &&
+                         workspace_bytes >= SampleWorkspaceBytes(rows));
+  auto* partials = static_cast<detail::SamplePartial*>(workspace);
+  cudaError_t err = detail::LaunchSamplePartials(
+      weights, nullptr, rows, vocab, greedy ? detail::WeightKind::kArgmax : detail::WeightKind::kGumbel,
+      seed, first_position, purpose, partials, stream);
+  if (err != cudaSuccess) return err;
+  CombinePartialsKernel<<<(rows + 127) / 128, 128, 0, stream>>>(partials, rows, tokens);
+  return cudaGetLastError();
+}
+
+}  // namespace specgen::kernels

@@ -1,0 +1,67 @@
+// Sampling on the GPU over the full vocabulary, never copying logits to the host: logits → the
+// processed distribution (temperature, top-k, top-p, min-p, renormalized; sorting-free, by radix
+// select over the probability bits), and draws from it by keyed Gumbel-max with Philox keyed by
+// (seed, absolute position, purpose) exactly as engine/sampling/keyed_random.h, so GPU and CPU draws
+// agree token for token up to numeric ties.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specgen::kernels {
+
+// Mirrors specgen::SamplingParams (engine/sampling/sampling_params.h) without depending on it.
+struct SamplingConfig {
+  float temperature = 1.0f;  // <= 0: greedy (one-hot at the argmax, ties to the lowest id)
+  int32_t top_k = 0;         // 0 or >= vocab: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+};
+
+// probs[r, :] = the processed distribution of logits[r, :], the same as the CPU reference
+// specgen::ProcessLogits: w = exp((logit - max) / T); keep the top_k largest (ties: lower id), then
+// the smallest most-probable prefix whose mass reaches top_p of the kept mass (ties: lower id first),
+// then ids with w >= min_p * max w; renormalize in double. Exponentials are fp32 (the reference uses
+// double), so probabilities agree to a few fp32 ulps and kept sets agree except at exact-tie margins.
+//   logits  [rows, vocab] fp32, device
+//   probs   [rows, vocab] fp32, device (must not alias logits)
+// One 1024-thread block per row.
+cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, SamplingConfig config,
+                                float* probs, cudaStream_t stream);
+
+// Splits of one row's vocabulary in the parallel Gumbel-max / argmax (fixed, so results never depend
+// on the launch shape).
+inline constexpr int kSampleSplits = 16;
+
+// Bytes of device scratch LaunchSampleTokens needs for `rows` rows.
+size_t SampleWorkspaceBytes(int rows);
+
+// tokens[r] = a draw from the distribution proportional to weights[r, :] (>= 0, need not be
+// normalized): argmax over ids with weight > 0 of log(weight) + Gumbel(seed, first_position + r,
+// purpose, id), ties to the lower id, -1 if all weights are 0 (= specgen::SampleGumbelMax).
+// greedy: tokens[r] = argmax of weights[r, :] (ties to the lowest id), no randomness.
+//   purpose  a specgen::RandomPurpose value (kTargetSample = 1, kDraftSample = 2, ...)
+//   tokens   [rows] int32, device
+cudaError_t LaunchSampleTokens(const float* weights, int rows, int vocab, bool greedy,
+                               uint64_t seed, int64_t first_position, uint32_t purpose,
+                               int32_t* tokens, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream);
+
+namespace detail {
+// A partial winner of one split: the exact (double) score and its id; id -1 = none.
+struct SamplePartial {
+  double score;
+  int32_t id;
+  int32_t pad;
+};
+enum class WeightKind : uint8_t { kArgmax = 0, kGumbel = 1, kGumbelResidual = 2 };
+// Partial winners over kSampleSplits splits of each row: partials[r * kSampleSplits + s].
+// kGumbelResidual uses weights max(0, p[r] - q[r]) (q must be non-null).
+cudaError_t LaunchSamplePartials(const float* p, const float* q, int rows, int vocab,
+                                 WeightKind kind, uint64_t seed, int64_t first_position,
+                                 uint32_t purpose, SamplePartial* partials, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace specgen::kernels
