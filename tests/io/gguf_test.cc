@@ -203,7 +203,9 @@ void CheckTensorsRoundTrip(uint32_t alignment) {
     EXPECT_EQ(t->dtype, cases[i].dtype);
     EXPECT_EQ(t->bytes, cases[i].bytes);
     EXPECT_EQ(t->offset % alignment, 0u);
-    EXPECT_EQ(0, std::memcmp(g.TensorData(*t), payloads[i].data(), payloads[i].size())) << cases[i].name;
+    if (!payloads[i].empty()) {
+      EXPECT_EQ(0, std::memcmp(g.TensorData(*t), payloads[i].data(), payloads[i].size())) << cases[i].name;
+    }
   }
   EXPECT_EQ(g.FindTensor("nope"), nullptr);
 
