@@ -1,0 +1,178 @@
+// GPU kernel benchmarks (Google Benchmark, CUDA-event timing, manual time = median-friendly per-launch
+// seconds): GEMV for 1..16 tokens against the H200's HBM figure, attention decode over a KV cache,
+// and logits processing + sampling + acceptance over a 151936-token vocabulary.
+// Counters: GB/s (bytes the kernel must move / time) and hbm_ratio = GB/s / 4200 (DESIGN.md §2).
+// Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/acceptance.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/sampling.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr double kHbmGBs = 4200.0;  // measured device→device copy, DESIGN.md §2
+
+bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+void* DeviceAlloc(size_t bytes, uint8_t fill) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+  cudaMemset(p, fill, bytes);
+  return p;
+}
+
+// Times `launch(i)` (i = iteration index, for rotating buffers) with CUDA events, `inner` launches
+// per benchmark iteration; reports seconds per launch.
+void TimeLoop(benchmark::State& state, int inner, const std::function<void(int)>& launch,
+              double bytes_per_launch) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  int it = 0;
+  for (int w = 0; w < inner; ++w) launch(it++);  // warm-up
+  for (auto _ : state) {
+    cudaEventRecord(a);
+    for (int r = 0; r < inner; ++r) launch(it++);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3 / inner);
+  }
+  if (cudaGetLastError() != cudaSuccess) state.SkipWithError("CUDA error");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (bytes_per_launch > 0) {
+    state.counters["GB/s"] = benchmark::Counter(bytes_per_launch * 1e-9 * state.iterations(),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+    // ratio needs the rate too: bytes / time / peak
+    state.counters["hbm_ratio"] = benchmark::Counter(
+        bytes_per_launch * 1e-9 / kHbmGBs * state.iterations(),
+        benchmark::Counter::kIsIterationInvariantRate);
+  }
+}
+
+// args: tokens, out, in. Weight copies rotate so the total exceeds the 50 MB L2 several times.
+void BM_Gemv(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const int n = state.range(0), out = state.range(1), in = state.range(2);
+  const size_t wbytes = size_t(out) * in * 2;
+  const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
+  void* w = DeviceAlloc(wbytes * copies, 0x3c);  // 0x3c3c: a small finite bf16
+  void* x = DeviceAlloc(size_t(n) * in * 4, 0);
+  void* y = DeviceAlloc(size_t(n) * out * 4, 0);
+  if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
+  TimeLoop(state, 50, [&](int i) {
+    LaunchGemv(static_cast<uint8_t*>(w) + wbytes * (i % copies), ElemType::kBF16,
+               static_cast<float*>(x), static_cast<float*>(y), n, out, in, nullptr);
+  }, double(wbytes) + n * (in + out) * 4.0);
+  cudaFree(w);
+  cudaFree(x);
+  cudaFree(y);
+}
+BENCHMARK(BM_Gemv)
+    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {4096}, {4096}})
+    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {14336}, {4096}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// args: queries, context, kv type (0 f32, 2 bf16). Qwen3-8B-like: 32 q heads, 8 kv heads, d 128.
+void BM_AttentionDecode(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const int n = state.range(0), ctx = state.range(1);
+  const ElemType kv = static_cast<ElemType>(state.range(2));
+  const int heads = 32, kv_heads = 8, d = 128, past = ctx - n;
+  const size_t kv_bytes = size_t(ctx) * kv_heads * d * ElemBytes(kv);
+  void* q = DeviceAlloc(size_t(n) * heads * d * 4, 0);
+  void* o = DeviceAlloc(size_t(n) * heads * d * 4, 0);
+  void* k = DeviceAlloc(kv_bytes, 0);
+  void* v = DeviceAlloc(kv_bytes, 0);
+  const size_t ws_bytes = AttentionWorkspaceBytes(n, heads, ctx, d);
+  void* ws = DeviceAlloc(ws_bytes, 0);
+  if (!q || !o || !k || !v || !ws) return state.SkipWithError("cudaMalloc failed");
+  TimeLoop(state, 50, [&](int) {
+    LaunchAttention(static_cast<float*>(q), k, v, kv, nullptr, static_cast<float*>(o), n, past,
+                    heads, kv_heads, d, 0.088f, ws, ws_bytes, nullptr);
+  }, 2.0 * kv_bytes);
+  for (void* p : {q, o, k, v, ws}) cudaFree(p);
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{1, 5}, {4096, 32768}, {0, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+constexpr int kVocab = 151936;
+
+// args: rows, mode (0 plain T=1, 1 T=0.8 top-k 40 top-p 0.95 min-p 0.05). Processing + one keyed draw
+// per row: the draft's per-token sampling cost (rows 1) and the target's k+1 rows.
+void BM_ProcessAndSample(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const int rows = state.range(0);
+  const SamplingConfig cfg = state.range(1) == 0 ? SamplingConfig{1.f, 0, 1.f, 0.f}
+                                                 : SamplingConfig{0.8f, 40, 0.95f, 0.05f};
+  std::vector<float> host(size_t(rows) * kVocab);
+  uint32_t s = 12345;
+  for (auto& x : host) {
+    s = s * 1664525u + 1013904223u;
+    x = ((s >> 8) * 0x1p-24f - 0.5f) * 12.f;
+  }
+  float* logits = static_cast<float*>(DeviceAlloc(host.size() * 4, 0));
+  float* probs = static_cast<float*>(DeviceAlloc(host.size() * 4, 0));
+  int32_t* tok = static_cast<int32_t*>(DeviceAlloc(rows * 4, 0));
+  void* ws = DeviceAlloc(SampleWorkspaceBytes(rows), 0);
+  cudaMemcpy(logits, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+  TimeLoop(state, 20, [&](int i) {
+    LaunchProcessLogits(logits, rows, kVocab, cfg, probs, nullptr);
+    LaunchSampleTokens(probs, rows, kVocab, false, 7, 1000 + i, 1, tok, ws,
+                       SampleWorkspaceBytes(rows), nullptr);
+  }, 0);
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws})
+    cudaFree(p);
+}
+BENCHMARK(BM_ProcessAndSample)
+    ->ArgsProduct({{1, 5, 9}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// args: k, mode (0 greedy, 1 rejection, 2 coupled); p = q = uniform probabilities (every draft
+// accepted: the longest path).
+void BM_Acceptance(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const int k = state.range(0);
+  const auto mode = static_cast<AcceptKernelMode>(state.range(1));
+  std::vector<float> uni(size_t(k + 1) * kVocab, 1.f / kVocab);
+  float* p = static_cast<float*>(DeviceAlloc(uni.size() * 4, 0));
+  float* q = static_cast<float*>(DeviceAlloc(uni.size() * 4, 0));
+  cudaMemcpy(p, uni.data(), uni.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(q, uni.data(), uni.size() * 4, cudaMemcpyHostToDevice);
+  int32_t* drafts = static_cast<int32_t*>(DeviceAlloc(std::max(k, 1) * 4, 0));
+  auto* res = static_cast<AcceptanceResult*>(DeviceAlloc(sizeof(AcceptanceResult), 0));
+  void* ws = DeviceAlloc(AcceptanceWorkspaceBytes(k), 0);
+  TimeLoop(state, 20, [&](int i) {
+    LaunchAcceptance(q, p, drafts, k, kVocab, mode, 7, 1000 + i, res, ws,
+                     AcceptanceWorkspaceBytes(k), nullptr);
+  }, 0);
+  for (void* x : {static_cast<void*>(p), static_cast<void*>(q), static_cast<void*>(drafts),
+                  static_cast<void*>(res), ws})
+    cudaFree(x);
+}
+BENCHMARK(BM_Acceptance)
+    ->ArgsProduct({{4, 8}, {0, 1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace specgen::kernels
+
+BENCHMARK_MAIN();

@@ -1,0 +1,134 @@
+// KV-cache attention against a CPU loop: GQA, causal and tree masks, fp32 and bf16 caches, and batch
+// invariance (a query's output is bit-identical alone or in a batch).
+#include <cmath>
+#include <cstring>
+
+#include "kernels/attention.cuh"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace specgen::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::ExpectAllClose;
+
+struct Case {
+  int n, n_past, heads, kv_heads, d;
+  ElemType kv;
+  bool tree;
+};
+
+std::vector<uint8_t> RandomTree(std::mt19937_64& rng, int n) {
+  // Node b's parent is a random earlier node (or the prefix); a node sees itself and its ancestors.
+  std::vector<int> parent(n);
+  std::vector<uint8_t> mask(size_t(n) * n, 0);
+  for (int b = 0; b < n; ++b) {
+    parent[b] = b == 0 ? -1 : std::uniform_int_distribution<int>(-1, b - 1)(rng);
+    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n + a] = 1;
+  }
+  return mask;
+}
+
+void CheckAttention(const Case& c) {
+  auto rng = testing::FreshRng();
+  const int keys = c.n_past + c.n, g = c.heads / c.kv_heads;
+  const auto q = testing::RandomNormal(rng, size_t(c.n) * c.heads * c.d);
+  auto k = testing::RandomNormal(rng, size_t(keys) * c.kv_heads * c.d);
+  auto v = testing::RandomNormal(rng, size_t(keys) * c.kv_heads * c.d);
+  std::vector<uint16_t> kb, vb;
+  if (c.kv == ElemType::kBF16) {  // the reference uses the same bf16 values the cache holds
+    kb = testing::ToBf16(k);
+    vb = testing::ToBf16(v);
+    k = testing::Bf16Values(kb);
+    v = testing::Bf16Values(vb);
+  }
+  const auto mask = c.tree ? RandomTree(rng, c.n) : std::vector<uint8_t>();
+  const double scale = 1.0 / std::sqrt(double(c.d));
+  std::vector<double> ref(q.size()), tol(q.size());
+  for (int i = 0; i < c.n; ++i)
+    for (int h = 0; h < c.heads; ++h) {
+      const int kh = h / g;
+      std::vector<double> s;
+      std::vector<int> js;
+      double max_dot_err = 0, max_v = 0;
+      for (int j = 0; j < keys; ++j) {
+        const int b = j - c.n_past;
+        const bool vis = j < c.n_past || (c.tree ? mask[size_t(i) * c.n + b] != 0 : b <= i);
+        if (!vis) continue;
+        double dot = 0, adot = 0;
+        for (int e = 0; e < c.d; ++e) {
+          const double p = double(q[(size_t(i) * c.heads + h) * c.d + e]) *
+                           k[(size_t(j) * c.kv_heads + kh) * c.d + e];
+          dot += p;
+          adot += std::fabs(p);
+        }
+        s.push_back(dot * scale);
+        js.push_back(j);
+        max_dot_err = std::max(max_dot_err, c.d * 0x1p-24 * adot * scale);
+      }
+      double m = -INFINITY, l = 0;
+      for (double x : s) m = std::max(m, x);
+      for (double x : s) l += std::exp(x - m);
+      for (int e = 0; e < c.d; ++e) {
+        double acc = 0;
+        for (size_t t = 0; t < s.size(); ++t) {
+          const double ve = v[(size_t(js[t]) * c.kv_heads + kh) * c.d + e];
+          acc += std::exp(s[t] - m) / l * ve;
+          max_v = std::max(max_v, std::fabs(ve));
+        }
+        ref[(size_t(i) * c.heads + h) * c.d + e] = acc;
+      }
+      // Tolerance: each score errs by <= d u sum|q k| scale (fp32 dot, any order) plus expf's and
+      // the rescalings' few ulps, so each weight p_j errs relatively by <= 2 (score err + 8u); the
+      // fp32 sums of p_j and p_j v_j over L keys add <= 2 (L + 8) u relative. Output = sum p_j v_j /
+      // sum p_j, so |err| <= max|v| (2 (score err + 8u) + 2 (L + 8) u).
+      const double t = max_v * (2 * (max_dot_err + 8 * 0x1p-24) + 2 * (s.size() + 8) * 0x1p-24);
+      for (int e = 0; e < c.d; ++e) tol[(size_t(i) * c.heads + h) * c.d + e] = t;
+    }
+  DeviceBuffer<float> dq(q), dout(q.size()), dk32(k), dv32(v);
+  DeviceBuffer<uint16_t> dk16(kb), dv16(vb);
+  DeviceBuffer<uint8_t> dmask(mask);
+  const size_t ws_bytes = AttentionWorkspaceBytes(c.n, c.heads, keys, c.d);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  const void* kp = c.kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
+  const void* vp = c.kv == ElemType::kF32 ? static_cast<const void*>(dv32.get()) : dv16.get();
+  CUDA_OK(LaunchAttention(dq.get(), kp, vp, c.kv, c.tree ? dmask.get() : nullptr, dout.get(), c.n,
+                          c.n_past, c.heads, c.kv_heads, c.d, float(scale), ws.get(), ws_bytes,
+                          nullptr));
+  const auto got = dout.Download();
+  ExpectAllClose(got, ref, [&](size_t i) { return tol[i]; },
+                 "attention n=" + std::to_string(c.n) + " past=" + std::to_string(c.n_past) +
+                     (c.tree ? " tree" : " causal"));
+  // Batch invariance (causal): query i alone, with the cache holding slots < n_past + i + 1, gives
+  // the same bits.
+  if (!c.tree) {
+    for (int i : {0, c.n - 1}) {
+      dout.Poison();
+      CUDA_OK(LaunchAttention(dq.get() + size_t(i) * c.heads * c.d, kp, vp, c.kv, nullptr,
+                              dout.get(), 1, c.n_past + i, c.heads, c.kv_heads, c.d, float(scale),
+                              ws.get(), ws_bytes, nullptr));
+      const auto one = dout.Download();
+      ASSERT_EQ(std::memcmp(one.data(), got.data() + size_t(i) * c.heads * c.d,
+                            sizeof(float) * c.heads * c.d),
+                0)
+          << "query " << i << " differs alone vs in a batch of " << c.n;
+    }
+  }
+}
+
+TEST(AttentionGpu, CausalGqaFp32AndBf16) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckAttention({1, 700, 16, 4, 128, ElemType::kF32, false});   // decode
+  CheckAttention({5, 300, 8, 8, 64, ElemType::kBF16, false});    // verify k+1 = 5, MHA
+  CheckAttention({64, 0, 8, 1, 128, ElemType::kF32, false});     // prefill chunk, MQA
+  CheckAttention({9, 257, 16, 2, 256, ElemType::kBF16, false});  // head_dim 256, group 8
+}
+
+TEST(AttentionGpu, TreeMask) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckAttention({12, 100, 8, 2, 128, ElemType::kF32, true});
+  CheckAttention({33, 511, 4, 4, 64, ElemType::kBF16, true});
+}
+
+}  // namespace
+}  // namespace specgen::kernels

@@ -1,0 +1,118 @@
+// Helpers for the kernel tests (label gpu): skip without a CUDA device, device buffers that are
+// poisoned (NaN / -1 bytes) before each kernel runs, fresh random inputs with the seed printed, and a
+// comparison that fails on NaN and reports the worst element against its tolerance.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/half.h"
+#include "kernels/cuda_check.h"
+
+namespace specgen::kernels::testing {
+
+inline bool HaveCudaDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define SPECGEN_SKIP_WITHOUT_GPU()                                      \
+  do {                                                                  \
+    if (!::specgen::kernels::testing::HaveCudaDevice()) {               \
+      GTEST_SKIP() << "no CUDA device";                                 \
+    }                                                                   \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_TRUE(SPECGEN_CUDA_STATUS(expr).ok()) << SPECGEN_CUDA_STATUS(expr)
+
+// Device memory for n elements of T, freed on destruction.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+    Poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return n_; }
+  // All bytes 0xFF: NaN for floats, -1 for ints: an unwritten output cannot pass.
+  void Poison() {
+    if (ptr_) cudaMemset(ptr_, 0xFF, n_ * sizeof(T));
+  }
+  void Upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download() const {
+    std::vector<T> host(n_);
+    cudaDeviceSynchronize();
+    cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t n_;
+};
+
+// A generator seeded fresh for every test; the seed is printed so a failure can be replayed.
+inline std::mt19937_64 FreshRng() {
+  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::printf("[ random seed ] %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+inline std::vector<float> RandomNormal(std::mt19937_64& rng, size_t n, float stddev = 1.f) {
+  std::normal_distribution<float> d(0.f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Rounds to bf16 (returned as raw bits and as the exactly equal fp32 values).
+inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+inline std::vector<float> Bf16Values(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToF32(v[i]);
+  return out;
+}
+
+// Every got[i] must be finite where ref[i] is, and |got - ref| <= tol(i). Reports the worst element
+// (largest error / tolerance) whether or not the check passes.
+inline void ExpectAllClose(const std::vector<float>& got, const std::vector<double>& ref,
+                           const std::function<double(size_t)>& tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t worst = 0, bad = 0;
+  double worst_ratio = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    const double ratio = std::isnan(err) ? INFINITY : err / std::max(tol(i), 1e-300);
+    if (!(err <= tol(i))) ++bad;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  std::printf("[ %s ] worst element %zu: got %.9g ref %.9g tol %.3g (err/tol %.3g), %zu of %zu out\n",
+              what.c_str(), worst, got[worst], ref[worst], tol(worst), worst_ratio, bad, got.size());
+  EXPECT_EQ(bad, 0u) << what << ": worst element " << worst << " got " << got[worst] << " ref "
+                     << ref[worst] << " tol " << tol(worst);
+}
+
+}  // namespace specgen::kernels::testing
