@@ -1,0 +1,183 @@
+// Golden: the CPU forward pass against logits saved from Hugging Face transformers (eager attention,
+// fp32) for tiny random models of every architecture (tests/data/models/<name>, made by
+// tools/make_fixtures.py), from the HF directory and from the same model written as GGUF by our
+// writer in f32, f16 and q8_0. Also checks the 20-token greedy continuation.
+//
+// Tolerances (|ours − ref| ≤ atol + rtol·|ref|, atol relative to the logit scale S = max|ref|):
+//  - fp32 vs fp32 (HF dir, GGUF f32): both sides round every op in fp32 but sum in different orders.
+//    A dot of length K (K ≤ 256 here: hidden 48-64, ffn ≤ 96, head 16-32, vocab via the head) errs by
+//    ≤ K·u·Σ|terms| (u = 2^-24), typically √K·u; ~4 chained reductions per layer × 2-3 layers plus the
+//    head give ≲ 15 · 256 · 6e-8 ≈ 2.3e-4 worst case and ~1e-5 typically. atol = 1e-4·S, rtol = 1e-4.
+//    The greedy continuation must be identical (the fixtures keep a top-2 margin ≥ 0.05 at every step,
+//    far above these errors).
+//  - f16 weights: each weight is rounded to 11 significant bits, relative error ≤ 2^-11, RMS
+//    2^-11/√3 ≈ 2.8e-4. Independent rounding errors in a dot add in quadrature, so each matmul output
+//    is off by ≈ 2.8e-4 of its scale, and the ≈ 3 matmuls per layer on the residual path plus the head
+//    compound in quadrature: ε ≈ √(3L+1)·2.8e-4 (≈ 9e-4 for L = 3). atol = 4ε·S + the fp32 atol.
+//  - q8_0: blocks of 32 share an f16 scale d = max|w|/127; rounding error uniform in ±d/2, RMS
+//    d/√12 = max|w|/(127·√12). For Gaussian weights max/RMS over 32 ≈ 2.5, so per matmul ≈
+//    2.5/(127·3.46) ≈ 5.7e-3 relative; ε ≈ √(3L+1)·5.7e-3. atol = 4ε·S.
+//  For f16 and q8_0 the greedy continuation is checked with teacher forcing: at every step our argmax
+//  is the reference token, or the reference token's logit is within 2·atol of our best (a near tie
+//  that the weight rounding may legitimately flip).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/io/gguf_export.h"
+#include "engine/io/model_loader.h"
+#include "engine/model/transformer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/model_cpu/close.h"
+
+namespace specgen {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::AllClose;
+
+struct Fixture {
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> greedy;
+  int64_t vocab = 0;
+  std::vector<float> logits;  // [input_ids.size(), vocab]
+};
+
+fs::path FixtureDir(const std::string& name) {
+  return fs::path(SPECGEN_SOURCE_DIR) / "tests" / "data" / "models" / name;
+}
+
+Fixture ReadFixture(const fs::path& dir) {
+  Fixture f;
+  std::ifstream in(dir / "golden.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  f.input_ids = j.at("input_ids").get<std::vector<int32_t>>();
+  f.greedy = j.at("greedy").get<std::vector<int32_t>>();
+  f.vocab = j.at("vocab_size").get<int64_t>();
+  const fs::path logits_path = dir / j.at("logits_file").get<std::string>();
+  f.logits.resize(f.input_ids.size() * f.vocab);
+  std::ifstream lf(logits_path, std::ios::binary);
+  lf.read(reinterpret_cast<char*>(f.logits.data()), f.logits.size() * sizeof(float));
+  EXPECT_EQ(static_cast<size_t>(lf.gcount()), f.logits.size() * sizeof(float)) << logits_path;
+  return f;
+}
+
+enum class Source { kHfDir, kGgufF32, kGgufF16, kGgufQ8_0 };
+
+struct Case {
+  std::string model;
+  Source source;
+};
+
+std::string SourceName(Source s) {
+  switch (s) {
+    case Source::kHfDir: return "hf";
+    case Source::kGgufF32: return "gguf_f32";
+    case Source::kGgufF16: return "gguf_f16";
+    case Source::kGgufQ8_0: return "gguf_q8_0";
+  }
+  return "?";
+}
+
+// Greedy continuation with the KV cache: prefill, then one token per step.
+std::vector<int32_t> Greedy(Transformer& lm, const std::vector<int32_t>& prompt, int n) {
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  EXPECT_TRUE(lm.Forward(prompt, &logits).ok());
+  const int64_t v = lm.vocab_size();
+  for (int i = 0; i < n; ++i) {
+    const float* last = logits.data() + logits.size() - v;
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
+    out.push_back(next);
+    if (i + 1 < n) EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
+  }
+  return out;
+}
+
+class Golden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
+  const Case& c = GetParam();
+  const fs::path dir = FixtureDir(c.model);
+  if (!fs::exists(dir / "golden.json")) GTEST_SKIP() << "fixture not present: " << dir;
+  const Fixture fx = ReadFixture(dir);
+
+  auto hf = LoadModel(dir.string());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  std::shared_ptr<const LoadedModel> model = std::move(hf).value();
+  const int64_t n_layers = model->spec.n_layers;
+  ASSERT_EQ(model->spec.vocab_size, fx.vocab);
+
+  std::string gguf_path;
+  if (c.source != Source::kHfDir) {
+    GgufExportOptions opt;
+    opt.dtype = c.source == Source::kGgufF32   ? DType::kF32
+                : c.source == Source::kGgufF16 ? DType::kF16
+                                               : DType::kQ8_0;
+    gguf_path = ::testing::TempDir() + "/golden_" + c.model + "_" + SourceName(c.source) + ".gguf";
+    ASSERT_TRUE(ExportGguf(model->spec, model->weights, gguf_path, opt).ok());
+    auto g = LoadModel(gguf_path);
+    ASSERT_TRUE(g.ok()) << g.status();
+    model = std::move(g).value();
+  }
+
+  const double scale = testing::MaxAbs(fx.logits);
+  const double fp32_atol = 1e-4 * scale, fp32_rtol = 1e-4;
+  const double chain = std::sqrt(3.0 * n_layers + 1.0);
+  double atol = fp32_atol, rtol = fp32_rtol;
+  if (c.source == Source::kGgufF16) atol = 4 * chain * 2.8e-4 * scale + fp32_atol;
+  if (c.source == Source::kGgufQ8_0) atol = 4 * chain * 5.7e-3 * scale;
+
+  CpuBackend backend(2);
+  auto lm = Transformer::Create(model, &backend);
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  std::vector<float> logits;
+  ASSERT_TRUE((*lm)->Forward(fx.input_ids, &logits).ok());
+  EXPECT_TRUE(AllClose(logits, fx.logits, atol, rtol))
+      << c.model << " from " << SourceName(c.source) << ", logit scale " << scale;
+
+  const bool exact_weights = c.source == Source::kHfDir || c.source == Source::kGgufF32;
+  if (exact_weights) {
+    ASSERT_TRUE((*lm)->Truncate(0).ok());
+    EXPECT_EQ(Greedy(**lm, fx.input_ids, static_cast<int>(fx.greedy.size())), fx.greedy);
+  } else {
+    // Teacher forcing along the reference continuation (see the tolerance note above).
+    std::vector<int32_t> seq = fx.input_ids;
+    seq.insert(seq.end(), fx.greedy.begin(), fx.greedy.end() - 1);
+    ASSERT_TRUE((*lm)->Truncate(0).ok());
+    ASSERT_TRUE((*lm)->Forward(seq, &logits).ok());
+    const int64_t v = fx.vocab;
+    for (size_t s = 0; s < fx.greedy.size(); ++s) {
+      const float* row = logits.data() + (fx.input_ids.size() - 1 + s) * v;
+      const float best = *std::max_element(row, row + v);
+      EXPECT_LE(best - row[fx.greedy[s]], 2 * atol) << "greedy step " << s << ": reference token "
+                                                     << fx.greedy[s] << " is not (near) our argmax";
+    }
+  }
+  if (!gguf_path.empty()) std::remove(gguf_path.c_str());
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (const char* m : {"llama-gqa", "qwen3-dense", "qwen3moe-norm", "qwen3moe-dense-layer", "mixtral"}) {
+    for (Source s : {Source::kHfDir, Source::kGgufF32, Source::kGgufF16, Source::kGgufQ8_0}) {
+      cases.push_back({m, s});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(AllCases()), [](const auto& info) {
+  std::string name = info.param.model + "_" + SourceName(info.param.source);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+});
+
+}  // namespace
+}  // namespace specgen
