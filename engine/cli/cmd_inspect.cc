@@ -1,11 +1,13 @@
 // `specgen inspect MODEL [--tensors]`: what a model is (architecture, every hyper-parameter), how big
 // it is (parameters total and active per token; bytes per layer, per expert and in all) and, with
 // --tensors, every tensor. Synthetic presets are inspected from their spec alone: nothing is generated.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "engine/cli/command.h"
 #include "engine/core/byte_size.h"
@@ -124,6 +126,9 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
     }
   }
 
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.key.layer, a.key.role, a.key.expert) < std::tie(b.key.layer, b.key.role, b.key.expert);
+  });
   const ParamCounts pc = CountParams(spec);
   int64_t n_moe = 0;
   for (bool m : spec.layer_is_moe) n_moe += m;

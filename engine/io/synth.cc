@@ -48,6 +48,7 @@ ModelSpec Qwen3Dense(std::string name, int64_t layers, int64_t D, int64_t H, int
   ModelSpec s = Qwen3Moe(std::move(name), layers, D, H, Hkv, 0, 0, 0, Fd);
   s.arch = Arch::kQwen3;
   s.layer_is_moe.assign(layers, false);
+  s.router_norm = ModelSpec().router_norm;  // no router: the default, as every loader leaves it
   s.tied_embeddings = true;
   return s;
 }
