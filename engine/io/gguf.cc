@@ -23,6 +23,10 @@ constexpr int kMaxDims = 4;
 constexpr uint64_t kMaxKeyBytes = 65535;
 // Nested arrays are allowed by the spec; the bound keeps recursion (and hostile files) finite.
 constexpr int kMaxArrayDepth = 8;
+// Each parsed value costs ~50 bytes of memory against 1 byte in the file; capping the total keeps a
+// hostile file from turning into an out-of-memory kill. Real files hold well under a million
+// (Qwen3: 151936 tokens + 151387 merges + token types).
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 26;
 // Smallest possible encodings, used to reject absurd counts against the bytes that remain.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims=0, type, offset
@@ -61,6 +65,15 @@ class Reader {
       : data_(data), size_(size), name_(name) {}
 
   size_t pos() const { return pos_; }
+  // Counts parsed metadata values against kMaxMetadataValues.
+  absl::Status CountValues(uint64_t n, const std::string& key) {
+    values_ += n;
+    if (values_ > kMaxMetadataValues) {
+      return DataLoss(name_, ": metadata '", key, "' brings the file over ", kMaxMetadataValues,
+                      " metadata values");
+    }
+    return absl::OkStatus();
+  }
   uint64_t remaining() const { return size_ - pos_; }
 
   absl::Status Need(uint64_t n, std::string_view what) const {
@@ -96,6 +109,7 @@ class Reader {
   const uint8_t* data_;
   size_t size_;
   size_t pos_ = 0;
+  uint64_t values_ = 0;
   const std::string& name_;
 };
 
@@ -155,6 +169,7 @@ absl::StatusOr<GgufValue> ReadValue(Reader& r, GgufType type, const std::string&
     return DataLoss(name, ": metadata '", key, "' claims ", count, " elements of ",
                     TypeName(elem), " but only ", r.remaining(), " bytes remain in the file");
   }
+  RETURN_IF_ERROR(r.CountValues(count, key));
   auto arr = std::make_shared<GgufArray>();
   arr->elem_type = elem_type;
   arr->items.reserve(count);

@@ -333,6 +333,11 @@ TEST(GgufBadInput, AbsurdCountsAreRejectedWithoutAllocating) {
   Bytes key = Header(0, 1);
   key.U64(70000).Zeros(70000).U32(4).U32(1);
   ExpectError(key, "over the limit");
+  // More metadata values than any real file (2^26), each present in the file: refused before parsing,
+  // since every byte would cost ~50 bytes of memory.
+  Bytes many = Header(0, 1);
+  many.Str("many").U32(9).U32(0).U64((uint64_t{1} << 26) + 1).Zeros((size_t{1} << 26) + 1);
+  ExpectError(many, "metadata values");
   Bytes string_array = Header(0, 1);  // strings need at least 8 bytes each
   string_array.Str("a").U32(9).U32(8).U64(3).U64(0).U64(0);
   ExpectError(string_array, "claims 3 elements");
