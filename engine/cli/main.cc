@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "engine/cli/command.h"
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
   for (const Command& c : commands) {
     CLI::App* sub = app.add_subcommand(c.name, c.summary);
     runners[sub] = c.setup(*sub);
+  }
+  // llama.cpp's multi-letter single-dash flags, which CLI11 would read as `-m d`: spelled long.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "-md") argv[i] = const_cast<char*>("--model-draft");
   }
   try {
     app.parse(argc, argv);

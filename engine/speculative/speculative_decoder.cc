@@ -17,7 +17,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-SpeculativeDecoder::SpeculativeDecoder(CausalLm* target, Proposer* proposer, DecodeOptions options)
+SpeculativeDecoder::SpeculativeDecoder(CausalLm* target, Proposer* proposer, SpeculativeOptions options)
     : target_(target), proposer_(proposer), options_(std::move(options)) {
   if (proposer_ == nullptr) options_.draft_max = 0;
   options_.draft_max = std::max(0, options_.draft_max);

@@ -19,7 +19,7 @@
 
 namespace specgen {
 
-struct DecodeOptions {
+struct SpeculativeOptions {
   int64_t max_new_tokens = 128;   // -n
   int draft_max = 4;              // --draft-max: k, or the adaptive controller's upper bound
   bool adaptive = false;          // --draft-adaptive
@@ -36,7 +36,7 @@ using TokenSink = std::function<void(std::span<const int32_t>)>;
 class SpeculativeDecoder {
  public:
   // Neither model is owned; `proposer` may be null (plain decoding).
-  SpeculativeDecoder(CausalLm* target, Proposer* proposer, DecodeOptions options);
+  SpeculativeDecoder(CausalLm* target, Proposer* proposer, SpeculativeOptions options);
 
   // Generates after `prompt` (target cache reset first); returns the generated tokens.
   absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
@@ -50,7 +50,7 @@ class SpeculativeDecoder {
 
   CausalLm* target_;
   Proposer* proposer_;
-  DecodeOptions options_;
+  SpeculativeOptions options_;
   std::unique_ptr<DraftLengthController> controller_;
   SpeculativeStats stats_;
 };

@@ -37,7 +37,7 @@ struct RunResult {
   std::vector<int32_t> tokens;
   SpeculativeStats stats;
 };
-RunResult Generate(const std::vector<int32_t>& prompt, DecodeOptions options, double draft_perturbation,
+RunResult Generate(const std::vector<int32_t>& prompt, SpeculativeOptions options, double draft_perturbation,
              bool with_draft = true) {
   FakeLm target(kVocab, kContext);
   FakeLm draft(kVocab, kContext, 4.0, draft_perturbation);
@@ -48,9 +48,9 @@ RunResult Generate(const std::vector<int32_t>& prompt, DecodeOptions options, do
   return {out.ok() ? *out : std::vector<int32_t>{}, decoder.stats()};
 }
 
-DecodeOptions Options(SamplingParams sampling, int draft_max, bool adaptive = false,
+SpeculativeOptions Options(SamplingParams sampling, int draft_max, bool adaptive = false,
                       AcceptMode mode = AcceptMode::kRejection, int64_t n = 40) {
-  DecodeOptions o;
+  SpeculativeOptions o;
   o.sampling = sampling;
   o.draft_max = draft_max;
   o.adaptive = adaptive;
