@@ -15,7 +15,7 @@ absl::Status Incompatible(const std::string& why) {
           " (speculation would propose tokens the target reads differently)"));
 }
 
-std::string Quote(const std::string& s) { return Cat("\"", absl::CEscape(s), "\""); }
+std::string Quote(const std::string& s) { return Cat("\"", absl::Utf8SafeCEscape(s), "\""); }
 
 bool IsSpecialType(TokenType t) { return t == TokenType::kControl || t == TokenType::kUserDefined; }
 
