@@ -105,7 +105,8 @@ void DequantQ6_K(const uint8_t* b, float* y) {
 
 // ---- Quantizers ---------------------------------------------------------------------------------
 
-int RoundToInt(float x) { return static_cast<int>(std::nearbyint(x)); }
+// Bounded first so that NaN/inf inputs give a defined (if meaningless) code instead of UB.
+int RoundToInt(float x) { return static_cast<int>(std::nearbyint(std::fmin(std::fmax(x, -1e6f), 1e6f))); }
 
 // Q8_0: d = max|x| / 127, stored as f16; q = round(x / d_f16). Using the stored d (not the exact one)
 // keeps |x − q·d_f16| ≤ d_f16 / 2: |x| / d_f16 ≤ 127·(1 + 2^-11) < 127.5, so no element clamps.
