@@ -1,0 +1,97 @@
+// The bundled trained pair (models/tiny-target, models/tiny-draft) through the speculative loop:
+// greedy output token-identical to target-only greedy for k = 1..8 and the adaptive controller, on
+// the held-out prompts the training script measured (models/pair_prompts.json), and `coupled`
+// sampling equal to plain sampling per seed. Skips while the pair is absent.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "draft/model_proposer.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/io/model_loader.h"
+#include "engine/model/transformer.h"
+#include "engine/speculative/speculative_decoder.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace specgen {
+namespace {
+
+const std::string kModels = std::string(SPECGEN_SOURCE_DIR) + "/models/";
+constexpr int kPromptsUsed = 4;   // of the 32: keeps the test within a few seconds on 2 cores
+constexpr int64_t kNewTokens = 24;
+
+class BundledPairTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kModels + "tiny-target") ||
+        !std::filesystem::exists(kModels + "tiny-draft") ||
+        !std::filesystem::exists(kModels + "pair_prompts.json")) {
+      GTEST_SKIP() << "bundled pair not present in " << kModels;
+    }
+    target_ = Load(kModels + "tiny-target");
+    draft_ = Load(kModels + "tiny-draft");
+    ASSERT_TRUE(target_ && draft_);
+    const auto json = nlohmann::json::parse(std::ifstream(kModels + "pair_prompts.json"));
+    prompts_ = json.at("prompts").get<std::vector<std::vector<int32_t>>>();
+    if (prompts_.size() > kPromptsUsed) prompts_.resize(kPromptsUsed);
+  }
+
+  std::unique_ptr<Transformer> Load(const std::string& path) {
+    auto loaded = LoadModel(path);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    if (!loaded.ok()) return nullptr;
+    std::shared_ptr<const LoadedModel> model = std::move(loaded).value();
+    TransformerOptions options;
+    options.max_context = 256;
+    auto lm = Transformer::Create(model, &backend_, options);
+    EXPECT_TRUE(lm.ok()) << lm.status();
+    return lm.ok() ? std::move(lm).value() : nullptr;
+  }
+
+  std::vector<int32_t> Run(int k, bool adaptive, SamplingParams sampling, AcceptMode mode,
+                           const std::vector<int32_t>& prompt, SpeculativeStats* stats = nullptr) {
+    SpeculativeOptions o;
+    o.draft_max = k;
+    o.adaptive = adaptive;
+    o.sampling = sampling;
+    o.accept = mode;
+    o.max_new_tokens = kNewTokens;
+    ModelProposer proposer(draft_.get(), target_->vocab_size(), sampling, mode);
+    SpeculativeDecoder decoder(target_.get(), k > 0 ? &proposer : nullptr, o);
+    auto out = decoder.Generate(prompt);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (stats) *stats = decoder.stats();
+    return out.ok() ? *out : std::vector<int32_t>{};
+  }
+
+  CpuBackend backend_{0};
+  std::unique_ptr<Transformer> target_, draft_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_F(BundledPairTest, GreedyEqualsTargetOnlyGreedy) {
+  const auto greedy = SamplingParams::Greedy();
+  int64_t accepted = 0;
+  for (const auto& prompt : prompts_) {
+    const auto plain = Run(0, false, greedy, AcceptMode::kRejection, prompt);
+    for (int k = 1; k <= 8; ++k) {
+      SpeculativeStats stats;
+      EXPECT_EQ(Run(k, false, greedy, AcceptMode::kRejection, prompt, &stats), plain) << "k=" << k;
+      accepted += stats.accepted;
+    }
+    EXPECT_EQ(Run(8, true, greedy, AcceptMode::kRejection, prompt), plain) << "adaptive";
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+TEST_F(BundledPairTest, CoupledEqualsPlainSamplingPerSeed) {
+  for (uint64_t seed : {1ull, 2ull}) {
+    const auto params = SamplingParams::Plain(0.8f, seed);
+    const auto plain = Run(0, false, params, AcceptMode::kCoupled, prompts_[0]);
+    EXPECT_EQ(Run(4, false, params, AcceptMode::kCoupled, prompts_[0]), plain) << seed;
+  }
+}
+
+}  // namespace
+}  // namespace specgen
