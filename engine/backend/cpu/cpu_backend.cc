@@ -57,7 +57,7 @@ absl::Status SameShape(const char* op, const Buffer& a, const Buffer& b) {
 }
 
 // Below this many multiply-adds a loop runs on the calling thread: waking workers costs more.
-constexpr int64_t kMinParallelWork = 1 << 15;
+constexpr int64_t kMinParallelWork = 1 << 17;
 
 }  // namespace
 
