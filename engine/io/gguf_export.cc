@@ -136,7 +136,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   auto storage = [&](const WeightKey& k, int64_t cols, std::string_view name) {
     bool fell_back = false;
     const DType t = StorageDType(k.role, cols, opt.dtype, &fell_back);
-    if (fell_back && opt.note) {
+    if (fell_back && opt.note && fallbacks < 3) {  // the first few by name, then a count
       opt.note(Cat(name, ": row of ", cols, " is not a multiple of the ", Name(opt.dtype),
                    " block size ", Info(opt.dtype).block_elems, "; written as f16"));
     }

@@ -23,8 +23,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path_o
 // The spec alone, reading only metadata (synth presets generate nothing).
 absl::StatusOr<ModelSpec> LoadModelSpec(const std::string& path_or_synth);
 
-// Names of the tensors a Hugging Face checkpoint stores for key (first one is the canonical
-// per-tensor name). Exposed for tests and error messages.
+// Name of the tensor a Hugging Face checkpoint stores for `key` (per-expert spelling; the loader also
+// accepts transformers-5 fused experts). Exposed for tests and error messages.
 std::string HfTensorName(const ModelSpec& spec, const WeightKey& key);
 // GGUF name of the tensor that holds `key` (for experts, the stacked *_exps tensor).
 std::string GgufTensorName(const WeightKey& key);
