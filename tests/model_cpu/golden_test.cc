@@ -10,16 +10,21 @@
 //    head give ≲ 15 · 256 · 6e-8 ≈ 2.3e-4 worst case and ~1e-5 typically. atol = 1e-4·S, rtol = 1e-4.
 //    The greedy continuation must be identical (the fixtures keep a top-2 margin ≥ 0.05 at every step,
 //    far above these errors).
-//  - f16 weights: each weight is rounded to 11 significant bits, relative error ≤ 2^-11, RMS
-//    2^-11/√3 ≈ 2.8e-4. Independent rounding errors in a dot add in quadrature, so each matmul output
-//    is off by ≈ 2.8e-4 of its scale, and the ≈ 3 matmuls per layer on the residual path plus the head
-//    compound in quadrature: ε ≈ √(3L+1)·2.8e-4 (≈ 9e-4 for L = 3). atol = 4ε·S + the fp32 atol.
+//  - f16 weights: each weight is rounded to 11 significant bits, RMS relative error ≈ 2^-11/√3 ≈
+//    2.8e-4 = weight_eps. Independent rounding errors in a dot add in quadrature, so each matmul output
+//    is off by ≈ weight_eps of its scale; the ≈ 3 matmuls per layer on the residual path plus the head
+//    compound in quadrature: RMS error ≈ chain·weight_eps·S, chain = √(3L+1).
 //  - q8_0: blocks of 32 share an f16 scale d = max|w|/127; rounding error uniform in ±d/2, RMS
-//    d/√12 = max|w|/(127·√12). For Gaussian weights max/RMS over 32 ≈ 2.5, so per matmul ≈
-//    2.5/(127·3.46) ≈ 5.7e-3 relative; ε ≈ √(3L+1)·5.7e-3. atol = 4ε·S.
+//    d/√12. For Gaussian weights max/RMS over 32 ≈ 2.5, so weight_eps ≈ 2.5/(127·√12) ≈ 5.7e-3.
+//    (Rows the block size does not divide are stored f16, which only lowers the error.)
+//  For both, the test bounds the RMS error by 2·chain·weight_eps·S and each position's worst logit by
+//  16·chain·weight_eps·S (a row shares its final hidden state's error: measured row max ≈ 10x RMS);
+//  MoE positions whose routing the rounding flips are counted and bounded (see the test body).
+//  Measured (fixtures of da69ae6): fp32 max error ≤ 1.8e-6·S; f16 RMS 2-3e-4·S; q8_0 RMS 2e-3-9e-3·S
+//  on dense rows, with two mixtral positions flipped to 0.27-0.36·S.
 //  For f16 and q8_0 the greedy continuation is checked with teacher forcing: at every step our argmax
-//  is the reference token, or the reference token's logit is within 2·atol of our best (a near tie
-//  that the weight rounding may legitimately flip).
+//  is the reference token, or the reference token's logit is within 2·(row bound) of our best (a near
+//  tie that the weight rounding may legitimately flip).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -128,21 +133,58 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   }
 
   const double scale = testing::MaxAbs(fx.logits);
-  const double fp32_atol = 1e-4 * scale, fp32_rtol = 1e-4;
   const double chain = std::sqrt(3.0 * n_layers + 1.0);
-  double atol = fp32_atol, rtol = fp32_rtol;
-  if (c.source == Source::kGgufF16) atol = 4 * chain * 2.8e-4 * scale + fp32_atol;
-  if (c.source == Source::kGgufQ8_0) atol = 4 * chain * 5.7e-3 * scale;
+  const bool exact_weights = c.source == Source::kHfDir || c.source == Source::kGgufF32;
+  // Per-weight RMS rounding error relative to the weights' scale (see the note at the top).
+  const double weight_eps = c.source == Source::kGgufF16 ? 2.8e-4 : 5.7e-3;
+  // atol for the teacher-forced greedy check below (a near tie may flip within it).
+  const double atol = exact_weights ? 1e-4 * scale : 16 * chain * weight_eps * scale;
 
   CpuBackend backend(2);
   auto lm = Transformer::Create(model, &backend);
   ASSERT_TRUE(lm.ok()) << lm.status();
   std::vector<float> logits;
   ASSERT_TRUE((*lm)->Forward(fx.input_ids, &logits).ok());
-  EXPECT_TRUE(AllClose(logits, fx.logits, atol, rtol))
-      << c.model << " from " << SourceName(c.source) << ", logit scale " << scale;
+  if (exact_weights) {
+    EXPECT_TRUE(AllClose(logits, fx.logits, 1e-4 * scale, 1e-4))
+        << c.model << " from " << SourceName(c.source) << ", logit scale " << scale;
+  } else {
+    // Rounded weights: the error of a position's logits is smooth in the weight error (RMS about
+    // chain·weight_eps of the scale), except where it flips a router's top-k choice, which changes that
+    // token's FFN discontinuously. Measured on these fixtures, the row maximum is up to ~10x the RMS
+    // (one row's logits share the error of its final hidden state), so a row passes at
+    // 16·chain·weight_eps·S; MoE models may have up to a quarter of the positions above that (routing
+    // flips need a near tie among router probabilities), dense ones none. The passing rows' RMS error
+    // must stay within 2·chain·weight_eps·S, which a wrong layout or dequantization would exceed by far.
+    const int64_t v = fx.vocab, n = static_cast<int64_t>(fx.input_ids.size());
+    int64_t flipped = 0, counted = 0;
+    double sq = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      double row_max = 0, row_sq = 0;
+      for (int64_t j = 0; j < v; ++j) {
+        const double e = std::fabs(double(logits[r * v + j]) - fx.logits[r * v + j]);
+        ASSERT_TRUE(std::isfinite(e)) << "row " << r << " col " << j;
+        row_max = std::max(row_max, e);
+        row_sq += e * e;
+      }
+      if (row_max > atol) {
+        ++flipped;
+        std::printf("  %s %s: position %lld off by %.3g of the logit scale\n", c.model.c_str(),
+                    SourceName(c.source).c_str(), static_cast<long long>(r), row_max / scale);
+      } else {
+        sq += row_sq;
+        counted += v;
+      }
+    }
+    const int64_t allowed_rows = model->spec.is_moe() ? n / 4 : 0;
+    EXPECT_LE(flipped, allowed_rows) << c.model << " " << SourceName(c.source) << ": positions whose "
+                                     << "logits are off by more than " << atol / scale << " of the scale";
+    const double rms = counted ? std::sqrt(sq / counted) : 0.0;
+    std::printf("  %s %s: RMS error %.3g of the logit scale (bound %.3g)\n", c.model.c_str(),
+                SourceName(c.source).c_str(), rms / scale, 2 * chain * weight_eps);
+    EXPECT_LE(rms, 2 * chain * weight_eps * scale) << c.model << " " << SourceName(c.source);
+  }
 
-  const bool exact_weights = c.source == Source::kHfDir || c.source == Source::kGgufF32;
   if (exact_weights) {
     ASSERT_TRUE((*lm)->Truncate(0).ok());
     EXPECT_EQ(Greedy(**lm, fx.input_ids, static_cast<int>(fx.greedy.size())), fx.greedy);
