@@ -100,6 +100,13 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view tokenizer_json
   }
   if (by_id.empty()) return DataLoss(name, ": the vocabulary is empty");
   const int64_t n = by_id.rbegin()->first + 1;
+  // Real vocabularies are dense; a huge id with few tokens is a corrupt (or hostile) file, and would
+  // make us allocate placeholders for every missing id.
+  constexpr int64_t kMaxUnusedIds = 1 << 16;
+  if (n - static_cast<int64_t>(by_id.size()) > kMaxUnusedIds) {
+    return DataLoss(name, ": token ids reach ", n - 1, " but only ", by_id.size(),
+                    " tokens are defined; the vocabulary is corrupt");
+  }
   spec.tokens.resize(n);
   spec.types.assign(n, TokenType::kUnused);
   for (int64_t i = 0; i < n; ++i) spec.tokens[i] = Cat("[PAD", i, "]");

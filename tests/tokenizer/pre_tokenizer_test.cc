@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace specgen {
 namespace {
@@ -157,6 +161,25 @@ std::vector<std::string> Split(PreTokenizerKind kind, const std::string& text) {
 TEST(PreTokenizerTest, MatchesRegexOnTable) {
   for (const SplitCase& c : kCases) {
     EXPECT_EQ(Split(c.kind, c.text), c.pieces) << "kind " << static_cast<int>(c.kind) << " text \"" << c.text << "\"";
+  }
+}
+
+// 400 random strings over letters, digits, every kind of space, newlines, quotes, marks, CJK and
+// emoji, split by Python's `regex` (gen_pretokenizer_cases.py).
+TEST(PreTokenizerTest, MatchesRegexOnRandomStrings) {
+  const std::string path = std::string(SPECGEN_SOURCE_DIR) + "/tests/tokenizer/pretokenizer_cases.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto cases = nlohmann::json::parse(ss.str(), nullptr, false);
+  ASSERT_TRUE(cases.is_array()) << path;
+  ASSERT_EQ(cases.size(), 400u);
+  for (const auto& c : cases) {
+    const std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(Split(PreTokenizerKind::kQwen2, text), c.at("qwen2").get<std::vector<std::string>>()) << text;
+    EXPECT_EQ(Split(PreTokenizerKind::kLlama3, text), c.at("llama3").get<std::vector<std::string>>()) << text;
+    EXPECT_EQ(Split(PreTokenizerKind::kGpt2, text), c.at("gpt2").get<std::vector<std::string>>()) << text;
   }
 }
 
