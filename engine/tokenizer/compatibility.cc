@@ -17,6 +17,15 @@ absl::Status Incompatible(const std::string& why) {
 
 std::string Quote(const std::string& s) { return Cat("\"", absl::Utf8SafeCEscape(s), "\""); }
 
+// One past the last token that is not an unused placeholder: GGUF converters pad the vocabulary to
+// the embedding size ([PAD151669]...), tokenizer.json files do not, and the same vocabulary must
+// compare equal either way.
+int32_t UsedVocabSize(const Tokenizer& t) {
+  int32_t n = t.vocab_size();
+  while (n > 0 && t.Type(n - 1) == TokenType::kUnused) --n;
+  return n;
+}
+
 bool IsSpecialType(TokenType t) { return t == TokenType::kControl || t == TokenType::kUserDefined; }
 
 }  // namespace
@@ -25,7 +34,7 @@ absl::Status CheckCompatible(const Tokenizer& target, const Tokenizer& draft) {
   if (target.kind() != draft.kind()) {
     return Incompatible(Cat("the target's tokenizer is ", target.kind_name(), ", the draft's ", draft.kind_name()));
   }
-  const int32_t nt = target.vocab_size(), nd = draft.vocab_size();
+  const int32_t nt = UsedVocabSize(target), nd = UsedVocabSize(draft);
   if (std::abs(nt - nd) > kMaxVocabSizeDifference) {
     return Incompatible(Cat("vocabulary sizes ", nt, " (target) and ", nd, " (draft) differ by more than ",
                             kMaxVocabSizeDifference));

@@ -196,13 +196,15 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, En
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
   if (options.add_special && spec_.add_bos) ids.push_back(spec_.bos_id);
+  bool first_text_segment = true;
   for (const Segment& seg : SplitSpecial(text, options.parse_special)) {
     if (seg.token >= 0) {
       ids.push_back(seg.token);
     } else if (spec_.kind == TokenizerKind::kBpe) {
       RETURN_IF_ERROR(EncodeBpeSegment(seg.text, &ids));
     } else {
-      RETURN_IF_ERROR(EncodeSpmSegment(seg.text, seg.offset == 0, &ids));
+      RETURN_IF_ERROR(EncodeSpmSegment(seg.text, first_text_segment, &ids));
+      first_text_segment = false;
     }
   }
   if (options.add_special && spec_.add_eos) ids.push_back(spec_.eos_id);
@@ -316,14 +318,14 @@ void Tokenizer::AppendByteFallback(std::string_view chars, std::vector<int32_t>*
   }
 }
 
-absl::Status Tokenizer::EncodeSpmSegment(std::string_view text, bool at_start, std::vector<int32_t>* out) const {
+absl::Status Tokenizer::EncodeSpmSegment(std::string_view text, bool first, std::vector<int32_t>* out) const {
   if (text.empty()) return absl::OkStatus();
   std::string s = ReplaceAll(text, " ", kSpmSpace);
   const bool starts_with_space = std::string_view(s).substr(0, kSpmSpace.size()) == kSpmSpace;
   bool prepend = false;
   switch (spec_.space_prefix) {
     case SpacePrefix::kEverySegment: prepend = true; break;
-    case SpacePrefix::kFirstSegment: prepend = at_start && !starts_with_space; break;
+    case SpacePrefix::kFirstSegment: prepend = first && !starts_with_space; break;
     case SpacePrefix::kAlways: prepend = !starts_with_space; break;
     case SpacePrefix::kNone: break;
   }

@@ -31,7 +31,7 @@ enum class TokenType : int32_t {
 // Where SentencePiece-style tokenizers put the leading '▁' on a run of text between special tokens.
 enum class SpacePrefix {
   kEverySegment,  // HF Prepend normalizer ("legacy" Llama files) and llama.cpp: every text segment
-  kFirstSegment,  // HF Metaspace prepend_scheme "first": only the segment at the start of the text
+  kFirstSegment,  // HF Metaspace prepend_scheme "first": only the first text segment (not after a special)
   kAlways,        // HF Metaspace prepend_scheme "always": every segment not already starting with ▁
   kNone,
 };
@@ -109,7 +109,7 @@ class Tokenizer {
   };
   std::vector<Segment> SplitSpecial(std::string_view text, bool parse_special) const;
   absl::Status EncodeBpeSegment(std::string_view text, std::vector<int32_t>* out) const;
-  absl::Status EncodeSpmSegment(std::string_view text, bool at_start, std::vector<int32_t>* out) const;
+  absl::Status EncodeSpmSegment(std::string_view text, bool first, std::vector<int32_t>* out) const;
   // BPE by merge rank over initial symbol ids (byte-level and spm-with-merges).
   void MergeByRank(std::vector<int32_t>* symbols) const;
   // llama.cpp's SentencePiece merge by score over characters; appends ids.

@@ -14,6 +14,7 @@
 #include "engine/tokenizer/unicode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/tokenizer/test_tokenizers.h"
 
 namespace specgen {
@@ -175,6 +176,26 @@ TEST(SpmTest, DecodeStripsTheAddedSpaceOnly) {
   EXPECT_EQ(Dec(*t, Enc(*t, "hello")), "<s> hello");  // as HF: Strip only touches the very start
 }
 
+TEST(SpmTest, MetaspacePrependFirstAndSplit) {
+  // The newer Llama tokenizer.json spelling: no normalizer, a Metaspace pre-tokenizer.
+  auto root = nlohmann::json::parse(testing_tokenizers::SpmTokenizerJson());
+  root["normalizer"] = nullptr;
+  root["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
+  auto spec = ParseTokenizerJson(root.dump(), testing_tokenizers::SpmTokenizerConfig(), "metaspace.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->space_prefix, SpacePrefix::kFirstSegment);
+  auto t = *Tokenizer::Create(*spec);
+  const int32_t hello = Id(*t, "\xE2\x96\x81hello");
+  EXPECT_THAT(Enc(*t, "hello world"), ElementsAre(1, hello, Id(*t, "\xE2\x96\x81wor"), Id(*t, "l"), Id(*t, "d")));
+  // Text already starting with a space gets no second '▁' (the legacy normalizer would add one).
+  EXPECT_THAT(Enc(*t, " hello", {.add_special = false}), ElementsAre(hello));
+  // Only the first text segment is prefixed.
+  EXPECT_THAT(Enc(*t, "hello</s>hello", {.add_special = false}),
+              ElementsAre(hello, 2, Id(*t, "h"), Id(*t, "e"), Id(*t, "ll"), Id(*t, "o")));
+  // split=true: no merge crosses a '▁' word boundary ("▁hello" + "▁" would otherwise be free to merge).
+  EXPECT_THAT(Enc(*t, "hello  hello", {.add_special = false}), ElementsAre(hello, Id(*t, "\xE2\x96\x81"), hello));
+}
+
 // Writes the tokenizer into a GGUF file, loads it back and checks the encodings are unchanged.
 void ExpectGgufRoundTrip(const Tokenizer& t, const std::vector<std::string>& texts, const std::string& file) {
   GgufWriter w;
@@ -307,13 +328,19 @@ TEST(CompatibilityTest, AcceptsSameVocabAndExplainsMismatches) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("token 260 is \"" + a->TokenText(260) + "\" in the target and \"different\" in the draft"));
 
+  // Unused padding at the end (GGUF converters pad to the embedding size) does not count.
   TokenizerSpec padded = b->spec();
-  for (int i = 0; i < 100; ++i) padded.tokens.push_back(Cat("[PAD", i, "]"));
+  for (int i = 0; i < 1000; ++i) padded.tokens.push_back(Cat("[PAD", i, "]"));
   padded.types.resize(padded.tokens.size(), TokenType::kUnused);
-  EXPECT_TRUE(CheckCompatible(*a, **Tokenizer::Create(padded)).ok());  // within the 128 margin
-  for (int i = 100; i < 200; ++i) padded.tokens.push_back(Cat("[PAD", i, "]"));
-  padded.types.resize(padded.tokens.size(), TokenType::kUnused);
-  s = CheckCompatible(*a, **Tokenizer::Create(padded));
+  EXPECT_TRUE(CheckCompatible(*a, **Tokenizer::Create(padded)).ok());
+  // Extra real tokens do, up to 128.
+  TokenizerSpec extended = b->spec();
+  for (int i = 0; i < 100; ++i) extended.tokens.push_back(Cat("<extra_", i, ">"));
+  extended.types.resize(extended.tokens.size(), TokenType::kNormal);
+  EXPECT_TRUE(CheckCompatible(*a, **Tokenizer::Create(extended)).ok());
+  for (int i = 100; i < 200; ++i) extended.tokens.push_back(Cat("<extra_", i, ">"));
+  extended.types.resize(extended.tokens.size(), TokenType::kNormal);
+  s = CheckCompatible(*a, **Tokenizer::Create(extended));
   EXPECT_THAT(std::string(s.message()), HasSubstr("differ by more than 128"));
 
   TokenizerSpec other_eos = b->spec();
