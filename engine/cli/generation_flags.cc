@@ -1,0 +1,157 @@
+#include "engine/cli/generation_flags.h"
+
+#include <cstdio>
+
+#include "engine/core/status_macros.h"
+#include "engine/io/model_loader.h"
+#include "engine/tokenizer/compatibility.h"
+#include "engine/tokenizer/tokenizer_loader.h"
+
+namespace specgen::cli {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Transformer>> LoadLm(const std::string& path, Backend* backend,
+                                                    int64_t context) {
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
+  std::shared_ptr<const LoadedModel> model = std::move(loaded);
+  TransformerOptions options;
+  options.max_context = context;
+  return Transformer::Create(model, backend, options);
+}
+
+// The pair must speak one vocabulary: with both tokenizers, CheckCompatible decides; without them
+// (synth presets, GGUF without tokenizer) the vocabulary sizes must match.
+absl::Status CheckPair(const GenerationFlags& flags, const Tokenizer* target_tok,
+                       const Tokenizer* draft_tok, const CausalLm& target, const CausalLm& draft) {
+  absl::Status status = absl::OkStatus();
+  if (target_tok != nullptr && draft_tok != nullptr) {
+    status = CheckCompatible(*target_tok, *draft_tok);
+  } else if (target.vocab_size() != draft.vocab_size()) {
+    status = absl::FailedPreconditionError(Cat("vocabulary sizes differ: target ", target.vocab_size(),
+                                               ", draft ", draft.vocab_size()));
+  }
+  if (status.ok()) return status;
+  if (flags.allow_vocab_mismatch) {
+    std::fprintf(stderr, "warning: draft %s and target %s: %s (allowed by --allow-vocab-mismatch)\n",
+                 flags.draft.c_str(), flags.model.c_str(), std::string(status.message()).c_str());
+    return absl::OkStatus();
+  }
+  return InvalidArgument("-md ", flags.draft, " cannot draft for -m ", flags.model, ": ",
+                         status.message(), " (--allow-vocab-mismatch overrides)");
+}
+
+constexpr char kAcceptHelp[] =
+    "acceptance rule, both exact (the output is distributed as the target's): rejection "
+    "(Leviathan/Chen: accept draft x w.p. min(1, p(x)/q(x)), else resample from norm(max(0, p-q)); "
+    "per-token acceptance 1 - TV(p, q), the most any rule can reach) or coupled (draft and target "
+    "share Gumbel noise keyed by seed and position; accept iff the draft's token is the target's, so "
+    "the output for a seed is identical with or without a draft, at an acceptance of at least "
+    "(1 - TV)/(1 + TV)). Rejection therefore accepts more; measured on the bundled pair at T=0.8, "
+    "k=4: see bench_speculative (acceptance_rate per mode). At --temp 0 both are the greedy rule";
+
+}  // namespace
+
+void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
+  app.add_option("-m,--model", f->model, "target MODEL: GGUF file, HF directory or synth:PRESET")
+      ->required();
+  app.add_option("--model-draft", f->draft,
+                 "draft MODEL (also -md): proposes tokens the target verifies; same vocabulary");
+  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (stops earlier at an end token)")
+      ->capture_default_str();
+  app.add_option("--draft-max", f->draft_max,
+                 "draft length k per pass; with --draft-adaptive the largest k tried. 0 = plain "
+                 "decoding")
+      ->capture_default_str();
+  app.add_flag("--draft-adaptive", f->draft_adaptive,
+               "choose k each pass from the measured acceptance (EWMA) and measured draft/verify "
+               "costs, maximizing expected tokens/s; k = 0 when speculation does not pay");
+  app.add_option("--accept", f->accept, kAcceptHelp)->capture_default_str();
+  app.add_option("--temp", f->sampling.temperature, "temperature; 0 = greedy (argmax)")
+      ->capture_default_str();
+  app.add_option("--top-k", f->sampling.top_k, "keep the k most probable tokens; 0 = off")
+      ->capture_default_str();
+  app.add_option("--top-p", f->sampling.top_p,
+                 "keep the smallest most-probable set with mass >= P; 1 = off")
+      ->capture_default_str();
+  app.add_option("--min-p", f->sampling.min_p, "keep tokens with p >= P * max p; 0 = off")
+      ->capture_default_str();
+  app.add_option("--seed", f->sampling.seed,
+                 "seed; every draw is keyed by (seed, position), so a seed reproduces the output")
+      ->capture_default_str();
+  app.add_option("-c,--ctx-size", f->context, "context length (default: min(model's, 4096))");
+  app.add_option("--device", f->device, "auto|cpu (this build: cpu)")->capture_default_str();
+  app.add_option("--stats", f->stats,
+                 "text: summary on stderr; json: one JSON object on stdout after the output; none")
+      ->capture_default_str();
+  app.add_flag("--allow-vocab-mismatch", f->allow_vocab_mismatch,
+               "run a draft whose tokenizer differs from the target's (a warning instead of an "
+               "error)");
+  app.add_flag("--ignore-eos", f->ignore_eos, "do not stop at end-of-generation tokens");
+  app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
+}
+
+absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
+  if (flags.device != "auto" && flags.device != "cpu") {
+    return InvalidArgument("--device ", flags.device, ": this build runs on the CPU only (auto|cpu)");
+  }
+  if (flags.stats != "text" && flags.stats != "json" && flags.stats != "none") {
+    return InvalidArgument("--stats must be text, json or none, got '", flags.stats, "'");
+  }
+  if (flags.n_predict < 0) return InvalidArgument("-n must be >= 0, got ", flags.n_predict);
+  if (flags.draft_max < 0) return InvalidArgument("--draft-max must be >= 0, got ", flags.draft_max);
+  if (flags.context < 0) return InvalidArgument("-c must be >= 0, got ", flags.context);
+  RETURN_IF_ERROR(Validate(flags.sampling));
+  return ParseAcceptMode(flags.accept).status();
+}
+
+absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flags) {
+  RETURN_IF_ERROR(ValidateGenerationFlags(flags));
+  auto pair = std::make_unique<LoadedPair>();
+  ASSIGN_OR_RETURN(pair->mode, ParseAcceptMode(flags.accept));
+  // Tokenizers are optional (synth presets have none); text needs the target's.
+  if (auto t = LoadTokenizerForModel(flags.model); t.ok()) pair->target_tok = std::move(*t);
+  if (!flags.draft.empty()) {
+    if (auto t = LoadTokenizerForModel(flags.draft); t.ok()) pair->draft_tok = std::move(*t);
+  }
+
+  pair->backend = std::make_unique<CpuBackend>(flags.threads);
+  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), flags.context));
+  if (!flags.draft.empty() && flags.draft_max > 0) {
+    ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
+    RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
+                              *pair->draft));
+    pair->proposer = std::make_unique<ModelProposer>(pair->draft.get(), pair->target->vocab_size(),
+                                                     flags.sampling, pair->mode);
+  }
+
+  SpeculativeOptions& options = pair->options;
+  options.max_new_tokens = flags.n_predict;
+  options.draft_max = flags.draft_max;
+  options.adaptive = flags.draft_adaptive;
+  options.accept = pair->mode;
+  options.sampling = flags.sampling;
+  if (!flags.ignore_eos) {
+    if (pair->target_tok != nullptr) {
+      options.end_ids = pair->target_tok->eog_ids();
+      if (pair->target_tok->eos_id() >= 0) options.end_ids.push_back(pair->target_tok->eos_id());
+    } else if (pair->target->spec().eos_token_id >= 0) {
+      options.end_ids.push_back(static_cast<int32_t>(pair->target->spec().eos_token_id));
+    }
+  }
+  return pair;
+}
+
+void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {
+  if (flags.stats == "json") {
+    std::printf("%s\n", stats.ToJson().c_str());
+    std::fflush(stdout);
+  } else if (flags.stats == "text") {
+    const bool spec = pair.proposer != nullptr;
+    std::fprintf(stderr, "\n%s%s, %s%s\n%s", spec ? "speculative, draft " : "plain decoding",
+                 spec ? flags.draft.c_str() : "",
+                 spec ? Cat("accept ", AcceptModeName(pair.mode), ", ").c_str() : "",
+                 ToString(flags.sampling).c_str(), stats.ToText().c_str());
+  }
+}
+
+}  // namespace specgen::cli

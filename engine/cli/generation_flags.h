@@ -1,0 +1,64 @@
+// Flags and set-up shared by `specgen generate` and `specgen chat`: the model pair, draft length,
+// acceptance rule, sampling, context, device and stats options, loading the pair they name
+// (tokenizers, the draft/target vocabulary check, the proposer), and printing the run's stats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "draft/model_proposer.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model/transformer.h"
+#include "engine/sampling/acceptance.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/speculative/speculative_decoder.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace specgen::cli {
+
+struct GenerationFlags {
+  std::string model, draft;
+  int64_t n_predict = 128;
+  int draft_max = 4;
+  bool draft_adaptive = false;
+  std::string accept = "rejection";
+  SamplingParams sampling;
+  int64_t context = 0;
+  std::string device = "auto";
+  std::string stats = "text";
+  bool allow_vocab_mismatch = false;
+  bool ignore_eos = false;
+  int threads = 0;
+};
+
+// Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
+// --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --stats,
+// --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
+
+// Range and choice checks that need no file; the error names the flag.
+absl::Status ValidateGenerationFlags(const GenerationFlags& flags);
+
+// The target (and, with a draft and --draft-max > 0, the draft and its proposer), with their
+// tokenizers where the model has one (synth presets do not), ready for a SpeculativeDecoder.
+// Members are declared so that the backend outlives the models and the draft its proposer.
+struct LoadedPair {
+  AcceptMode mode = AcceptMode::kRejection;
+  std::unique_ptr<Tokenizer> target_tok, draft_tok;
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Transformer> target, draft;
+  std::unique_ptr<ModelProposer> proposer;  // null: plain decoding
+  SpeculativeOptions options;               // -n, k, mode, sampling and the end-of-generation ids
+};
+
+// Validates the flags, loads both models and tokenizers and checks that the draft can draft for the
+// target (CheckCompatible on the tokenizers, or equal vocabulary sizes without them).
+absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flags);
+
+// --stats: text goes to stderr, json is one line on stdout, none prints nothing.
+void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);
+
+}  // namespace specgen::cli
