@@ -1,4 +1,5 @@
-// `specgen logits`: runs one prompt through the CPU reference forward pass and writes the fp32 logits
+// `specgen logits`: runs one prompt through the forward pass (CPU reference, or the GPU with --device)
+// and writes the fp32 logits
 // of every position ([n, V] little-endian row-major), the way to check a model against another
 // implementation. The file is written atomically (temporary + rename): never half a file.
 #include <algorithm>
@@ -11,7 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/make_backend.h"
 #include "engine/cli/command.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -66,16 +67,19 @@ struct LogitsFlags {
   std::string out;
   int64_t context = 0;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(flags.prompt_ids));
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
-  CpuBackend backend(flags.threads);
+  BackendOptions backend_options;
+  backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.device, backend_options));
   TransformerOptions options;
   options.max_context = flags.context;
-  ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, &backend, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, backend.get(), options));
   if (static_cast<int64_t>(ids.size()) > lm->max_context()) {
     return InvalidArgument("--prompt-ids: ", ids.size(), " tokens exceed the context of ",
                            lm->max_context(), " (raise it with -c)");
@@ -85,8 +89,8 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   const int64_t n = static_cast<int64_t>(ids.size()), v = lm->vocab_size();
   if (!flags.out.empty()) RETURN_IF_ERROR(WriteAtomically(flags.out, logits));
 
-  std::printf("model %s (%s), logits [%lld, %lld] fp32%s%s\n", model->source.c_str(),
-              std::string(ArchName(model->spec.arch)).c_str(), static_cast<long long>(n),
+  std::printf("model %s (%s) on %s, logits [%lld, %lld] fp32%s%s\n", model->source.c_str(),
+              std::string(ArchName(model->spec.arch)).c_str(), std::string(backend->name()).c_str(), static_cast<long long>(n),
               static_cast<long long>(v), flags.out.empty() ? "" : " -> ", flags.out.c_str());
   for (int64_t i = std::max<int64_t>(0, n - 5); i < n; ++i) {
     const float* row = logits.data() + i * v;
@@ -112,6 +116,10 @@ Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CP
                      app.add_option("-c,--ctx-size", flags->context,
                                     "context length (default: min(model's, 4096))");
                      app.add_option("-t,--threads", flags->threads, "CPU threads (default: all)");
+                     app.add_option("--device", flags->device,
+                                    "cpu (the fp32 reference; default) | cuda | auto (cuda when "
+                                    "built in and a GPU is present)")
+                         ->capture_default_str();
                      return [flags]() { return RunLogits(*flags); };
                    }}};
 

@@ -161,6 +161,14 @@ absl::Status Transformer::Forward(std::span<const int32_t> tokens, std::vector<f
 absl::Status Transformer::ForwardMasked(std::span<const int32_t> tokens,
                                         std::span<const int32_t> positions,
                                         std::span<const uint8_t> mask, std::vector<float>* logits) {
+  ASSIGN_OR_RETURN(const Buffer* out, ForwardResident(tokens, positions, mask));
+  logits->resize(out->rows() * out->cols());
+  return backend_->Read(*out, *logits);
+}
+
+absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens,
+                                                           std::span<const int32_t> positions,
+                                                           std::span<const uint8_t> mask) {
   const ModelSpec& spec = model_->spec;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return InvalidArgument("forward: no tokens");
@@ -198,9 +206,8 @@ absl::Status Transformer::ForwardMasked(std::span<const int32_t> tokens,
   }
   RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
-  logits->resize(n * spec.vocab_size);
-  RETURN_IF_ERROR(backend_->Read(*s.logits, *logits));
-  return cache_.Append(n);
+  RETURN_IF_ERROR(cache_.Append(n));
+  return s.logits.get();
 }
 
 absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t> positions,

@@ -48,6 +48,12 @@ class Transformer : public CausalLm {
   absl::Status ForwardMasked(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                              std::span<const uint8_t> mask, std::vector<float>* logits);
 
+  // ForwardMasked without the copy back: the logits [n, V] stay in backend memory (valid until the
+  // next forward), for callers that process them where they are (the GPU-resident speculative step).
+  absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens,
+                                                std::span<const int32_t> positions,
+                                                std::span<const uint8_t> mask);
+
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
 
   Backend& backend() const { return *backend_; }

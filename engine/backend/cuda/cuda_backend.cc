@@ -1,0 +1,520 @@
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/half.h"
+#include "engine/core/quant.h"
+#include "engine/core/status_macros.h"
+#include "kernels/attention.cuh"
+#include "kernels/backend_ops.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/norm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/router.cuh"
+
+namespace specgen {
+namespace {
+
+using kernels::ElemType;
+
+#define CUDA_RETURN_IF_ERROR(expr) SPECGEN_CUDA_RETURN_IF_ERROR(expr)
+
+absl::Status CublasStatus(cublasStatus_t s, const char* call, const char* file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(Cat("cuBLAS error ", cublasGetStatusName(s), " in ", call, " at ", file,
+                                 ":", line));
+}
+#define CUBLAS_RETURN_IF_ERROR(expr)                                              \
+  do {                                                                            \
+    absl::Status _s = CublasStatus((expr), #expr, __FILE__, __LINE__);            \
+    if (!_s.ok()) return _s;                                                      \
+  } while (0)
+
+// A block of the arena, given back when the owner dies.
+class ArenaBlock {
+ public:
+  ArenaBlock(DeviceArena* arena, void* p) : arena_(arena), p_(p) {}
+  ~ArenaBlock() { arena_->Free(p_); }
+  ArenaBlock(const ArenaBlock&) = delete;
+  ArenaBlock& operator=(const ArenaBlock&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  DeviceArena* arena_;
+  void* p_;
+};
+
+class CudaBuffer : public Buffer {
+ public:
+  CudaBuffer(int64_t capacity_rows, int64_t cols, DeviceArena* arena, void* p)
+      : Buffer(capacity_rows, cols), block_(arena, p) {}
+  float* data() const { return static_cast<float*>(block_.get()); }
+
+ private:
+  ArenaBlock block_;
+};
+
+class CudaWeight : public Weight {
+ public:
+  CudaWeight(int64_t rows, int64_t cols, DType src, ElemType type, DeviceArena* arena, void* p)
+      : Weight(rows, cols, src), type_(type), block_(arena, p) {}
+  const void* data() const { return block_.get(); }
+  ElemType type() const { return type_; }
+
+ private:
+  ElemType type_;
+  ArenaBlock block_;
+};
+
+const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
+const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w); }
+
+std::string Shape(const Buffer& b) { return Cat("[", b.rows(), ", ", b.cols(), "]"); }
+std::string Shape(const Weight& w) { return Cat("[", w.rows(), ", ", w.cols(), "]"); }
+
+absl::Status SameShape(const char* op, const Buffer& a, const Buffer& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) {
+    return InvalidArgument(op, ": shape mismatch ", Shape(a), " vs ", Shape(b));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool CudaBackend::DeviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+float* CudaBackend::Data(Buffer& b) { return B(b).data(); }
+const float* CudaBackend::Data(const Buffer& b) { return B(b).data(); }
+const void* CudaBackend::Data(const Weight& w) { return W(w).data(); }
+ElemType CudaBackend::Type(const Weight& w) { return W(w).type(); }
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  if (!DeviceAvailable()) return absl::FailedPreconditionError("--device cuda: no CUDA device found");
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->device_ = options.device;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  size_t budget = options.arena_bytes;
+  if (budget == 0) {
+    size_t free_bytes = 0, total = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+    if (free_bytes <= CudaBackendOptions::kReserveBytes) {
+      return absl::ResourceExhaustedError(Cat("cuda: only ", free_bytes, " bytes of VRAM free"));
+    }
+    budget = free_bytes - CudaBackendOptions::kReserveBytes;
+  }
+  ASSIGN_OR_RETURN(DeviceArena * arena, DeviceArena::Create(budget));
+  be->arena_.reset(arena);
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : be->half_done_) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  be->staging_bytes_ = std::max<size_t>(options.staging_bytes, 1 << 16);
+  CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&be->staging_host_), be->staging_bytes_,
+                                     cudaHostAllocDefault));
+  ASSIGN_OR_RETURN(void* sd, be->arena_->Allocate(be->staging_bytes_, "the argument staging ring"));
+  be->staging_dev_ = static_cast<char*>(sd);
+  be->readback_bytes_ = 1 << 20;
+  CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&be->readback_), be->readback_bytes_,
+                                     cudaHostAllocDefault));
+  cublasHandle_t h = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
+  be->cublas_ = h;
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, be->stream_));
+  // cuBLAS's workspace comes out of the budget too (it would cudaMalloc its own otherwise).
+  constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  ASSIGN_OR_RETURN(void* ws, be->arena_->Allocate(kCublasWorkspace, "the cuBLAS workspace"));
+  CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(h, ws, kCublasWorkspace));
+  return be;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  for (cudaEvent_t e : half_done_) {
+    if (e) cudaEventDestroy(e);
+  }
+  if (staging_host_) cudaFreeHost(staging_host_);
+  if (readback_) cudaFreeHost(readback_);
+  if (stream_) cudaStreamDestroy(stream_);
+  // arena_ (and with it all VRAM) goes last; Buffers and Weights must not outlive the backend.
+}
+
+absl::Status CudaBackend::Synchronize(SyncKind kind) {
+  switch (kind) {
+    case SyncKind::kStepResult: ++syncs_.step_result; break;
+    case SyncKind::kExpertUnion: ++syncs_.expert_union; break;
+    case SyncKind::kOther: ++syncs_.other; break;
+  }
+  return SPECGEN_CUDA_STATUS(cudaStreamSynchronize(stream_));
+}
+
+absl::StatusOr<void*> CudaBackend::Stage(const void* src, size_t bytes) {
+  const size_t half = staging_bytes_ / 2;
+  const size_t size = (bytes + 255) / 256 * 256;
+  if (size > half) {
+    return InvalidArgument("cuda: ", bytes, " bytes of arguments exceed the staging ring's half (",
+                           half, ")");
+  }
+  if (size == 0) return static_cast<void*>(staging_dev_);
+  const int h_now = staging_pos_ < half ? 0 : 1;
+  size_t pos = staging_pos_;
+  if (h_now == 0 && pos + size > half) pos = half;           // move on to half 1
+  if (h_now == 1 && pos + size > staging_bytes_) pos = 0;    // wrap to half 0
+  const int h_new = pos < half ? 0 : 1;
+  if (h_new != h_now) {
+    // Leaving half h_now: its copies are queued before this event. Entering h_new: its previous
+    // copies must have run before the host overwrites it (normally long done: no wait).
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(half_done_[h_now], stream_));
+    const cudaError_t q = cudaEventQuery(half_done_[h_new]);
+    if (q == cudaErrorNotReady) {
+      ++syncs_.other;
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_done_[h_new]));
+    } else {
+      CUDA_RETURN_IF_ERROR(q);
+    }
+  }
+  std::memcpy(staging_host_ + pos, src, bytes);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_dev_ + pos, staging_host_ + pos, bytes,
+                                       cudaMemcpyHostToDevice, stream_));
+  staging_pos_ = pos + size;
+  return static_cast<void*>(staging_dev_ + pos);
+}
+
+absl::Status CudaBackend::EnsureScratch(void** p, size_t* capacity, size_t bytes, std::string_view what) {
+  if (*capacity >= bytes) return absl::OkStatus();
+  // Work queued on the stream may still read the old block; the arena only hands it out again to a
+  // later allocation whose users are queued after it on the same stream, so stream order keeps it safe.
+  arena_->Free(*p);
+  *p = nullptr;
+  *capacity = 0;
+  const size_t grown = std::max(bytes, *capacity * 2);
+  ASSIGN_OR_RETURN(*p, arena_->Allocate(grown, what));
+  *capacity = grown;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::NewBuffer(int64_t capacity_rows, int64_t cols) {
+  if (capacity_rows < 0 || cols <= 0) {
+    return InvalidArgument("cuda NewBuffer: bad shape [", capacity_rows, ", ", cols, "]");
+  }
+  const size_t bytes = static_cast<size_t>(capacity_rows * cols) * sizeof(float);
+  ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("an activation buffer [", capacity_rows, ", ",
+                                                        cols, "]")));
+  return std::unique_ptr<Buffer>(new CudaBuffer(capacity_rows, cols, arena_.get(), p));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t, std::string_view name) {
+  if (t.ndim < 1 || t.ndim > 2) {
+    return InvalidArgument("tensor ", name, ": expected 1 or 2 dimensions, got ", ShapeString(t));
+  }
+  if (t.location == Location::kDevice) {
+    return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
+  }
+  const int64_t rows = t.ndim == 2 ? t.shape[0] : 1;
+  const int64_t cols = t.cols();
+  ASSIGN_OR_RETURN(const size_t src_bytes, TensorBytes(t.dtype, cols, rows));
+  if (t.data == nullptr || t.bytes < src_bytes) {
+    return DataLoss("tensor ", name, ": ", t.bytes, " bytes of ", Name(t.dtype), " for shape ",
+                    ShapeString(t), ", which needs ", src_bytes);
+  }
+  // f32/f16/bf16 go up as stored; quantized types are dequantized to bf16 here (their kernels come
+  // with the quantization issue).
+  ElemType type;
+  const void* host = t.data;
+  std::vector<uint16_t> converted;
+  switch (t.dtype) {
+    case DType::kF32: type = ElemType::kF32; break;
+    case DType::kF16: type = ElemType::kF16; break;
+    case DType::kBF16: type = ElemType::kBF16; break;
+    default: {
+      std::vector<float> f32(static_cast<size_t>(rows * cols));
+      absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
+      if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
+      converted.resize(f32.size());
+      for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
+      type = ElemType::kBF16;
+      host = converted.data();
+    }
+  }
+  const size_t bytes = static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
+  ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("tensor ", name)));
+  auto w = std::make_unique<CudaWeight>(rows, cols, t.dtype, type, arena_.get(), p);
+  // Stream-ordered (the block may be one that queued work just released), then waited for: `host`
+  // may be a temporary. Uploads happen before generation, never inside a step.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream_));
+  RETURN_IF_ERROR(Synchronize(SyncKind::kOther));
+  return std::unique_ptr<Weight>(std::move(w));
+}
+
+absl::Status CudaBackend::Write(std::span<const float> src, Buffer* dst) {
+  if (static_cast<int64_t>(src.size()) != dst->rows() * dst->cols()) {
+    return InvalidArgument("cuda Write: ", src.size(), " floats into ", Shape(*dst));
+  }
+  const size_t bytes = src.size() * sizeof(float);
+  if (bytes <= staging_bytes_ / 8) {
+    ASSIGN_OR_RETURN(void* d, Stage(src.data(), bytes));
+    return SPECGEN_CUDA_STATUS(
+        cudaMemcpyAsync(B(*dst).data(), d, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(B(*dst).data(), src.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  return Synchronize(SyncKind::kOther);  // `src` may go away once we return
+}
+
+absl::Status CudaBackend::Read(const Buffer& src, std::span<float> dst) {
+  if (static_cast<int64_t>(dst.size()) != src.rows() * src.cols()) {
+    return InvalidArgument("cuda Read: ", Shape(src), " into ", dst.size(), " floats");
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), B(src).data(), dst.size() * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+  return Synchronize(SyncKind::kOther);
+}
+
+absl::Status CudaBackend::Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) {
+  const int32_t* device_ids = device_tokens_;
+  device_tokens_ = nullptr;
+  if (out->rows() != static_cast<int64_t>(tokens.size()) || out->cols() != table.cols()) {
+    return InvalidArgument("cuda Embed: ", tokens.size(), " tokens of table ", Shape(table), " into ",
+                           Shape(*out));
+  }
+  if (tokens.empty()) return absl::OkStatus();
+  if (device_ids == nullptr) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || tokens[i] >= table.rows()) {
+        return InvalidArgument("token id ", tokens[i], " at batch index ", i,
+                               " is outside the vocabulary [0, ", table.rows(), ")");
+      }
+    }
+    ASSIGN_OR_RETURN(void* d, Stage(tokens.data(), tokens.size_bytes()));
+    device_ids = static_cast<const int32_t*>(d);
+  }
+  return SPECGEN_CUDA_STATUS(kernels::LaunchEmbedding(W(table).data(), W(table).type(), table.rows(),
+                                                      static_cast<int>(table.cols()), device_ids,
+                                                      static_cast<int>(tokens.size()), B(*out).data(),
+                                                      stream_));
+}
+
+absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
+  if (x.cols() != w.cols() || y->rows() != x.rows() || y->cols() != w.rows()) {
+    return InvalidArgument("cuda MatMul: x ", Shape(x), " · W", Shape(w), "^T into ", Shape(*y));
+  }
+  const int n = static_cast<int>(x.rows()), out = static_cast<int>(w.rows()),
+            in = static_cast<int>(x.cols());
+  if (n == 0) return absl::OkStatus();
+  const ElemType type = W(w).type();
+  const float* xd = B(x).data();
+  float* yd = B(*y).data();
+  if (type == ElemType::kF32 || in % 8 != 0) {
+    return SPECGEN_CUDA_STATUS(kernels::LaunchMatMulRows(W(w).data(), type, xd, yd, n, out, in, stream_));
+  }
+  if (n > kernels::kGemvMaxTokens && type == ElemType::kBF16) {
+    // Prefill: cuBLAS on bf16 activations (never on the decode/verify path, which has <= 16 rows;
+    // cuBLAS picks its algorithm by shape, so batch invariance is not promised here).
+    const size_t xb_bytes = static_cast<size_t>(n) * in * sizeof(uint16_t);
+    RETURN_IF_ERROR(EnsureScratch(&bf16_x_, &bf16_x_bytes_, xb_bytes, "bf16 prefill activations"));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchF32ToBf16(xd, static_cast<uint16_t*>(bf16_x_),
+                                                  static_cast<int64_t>(n) * in, stream_));
+    const float alpha = 1.0f, beta = 0.0f;
+    // Column-major view: y^T [out, n] = W [in, out]^T · x^T [in, n].
+    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N,
+                                        out, n, in, &alpha, W(w).data(), CUDA_R_16BF, in, bf16_x_,
+                                        CUDA_R_16BF, in, &beta, yd, CUDA_R_32F, out,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
+  // 1..16 rows per launch (larger f16 batches in chunks of 16): one reduction order per element.
+  for (int t0 = 0; t0 < n; t0 += kernels::kGemvMaxTokens) {
+    const int m = std::min(kernels::kGemvMaxTokens, n - t0);
+    CUDA_RETURN_IF_ERROR(kernels::LaunchGemv(W(w).data(), type, xd + static_cast<int64_t>(t0) * in,
+                                             yd + static_cast<int64_t>(t0) * out, m, out, in, stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
+  RETURN_IF_ERROR(SameShape("cuda RmsNorm", x, *y));
+  if (group <= 0 || x.cols() % group != 0 || w.rows() * w.cols() != group) {
+    return InvalidArgument("cuda RmsNorm: row ", x.cols(), " in groups of ", group, " with weight ",
+                           Shape(w));
+  }
+  if (x.rows() == 0) return absl::OkStatus();
+  return SPECGEN_CUDA_STATUS(kernels::LaunchRmsNorm(B(x).data(), W(w).data(), W(w).type(),
+                                                    B(*y).data(), x.rows() * (x.cols() / group),
+                                                    static_cast<int>(group), eps, stream_));
+}
+
+absl::Status CudaBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
+                               RopeStyle style, Buffer* x) {
+  if (static_cast<int64_t>(positions.size()) != x->rows() || head_dim <= 0 || head_dim % 2 != 0 ||
+      x->cols() % head_dim != 0) {
+    return InvalidArgument("cuda Rope: ", positions.size(), " positions, head_dim ", head_dim, " on ",
+                           Shape(*x));
+  }
+  if (positions.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* d, Stage(positions.data(), positions.size_bytes()));
+  return SPECGEN_CUDA_STATUS(kernels::LaunchRope(
+      B(*x).data(), static_cast<const int32_t*>(d), static_cast<int>(x->rows()),
+      static_cast<int>(x->cols() / head_dim), static_cast<int>(head_dim), static_cast<int>(head_dim),
+      theta, style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf
+                                             : kernels::RopeStyle::kInterleaved,
+      stream_));
+}
+
+absl::Status CudaBackend::Zero(Buffer* y) {
+  return SPECGEN_CUDA_STATUS(cudaMemsetAsync(B(*y).data(), 0,
+                                             static_cast<size_t>(y->rows() * y->cols()) * sizeof(float),
+                                             stream_));
+}
+
+absl::Status CudaBackend::Add(const Buffer& x, Buffer* y) {
+  RETURN_IF_ERROR(SameShape("cuda Add", x, *y));
+  if (x.rows() == 0) return absl::OkStatus();
+  return SPECGEN_CUDA_STATUS(
+      kernels::LaunchAdd(B(*y).data(), B(x).data(), B(*y).data(), x.rows() * x.cols(), stream_));
+}
+
+absl::Status CudaBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) {
+  RETURN_IF_ERROR(SameShape("cuda SwiGlu", gate, up));
+  RETURN_IF_ERROR(SameShape("cuda SwiGlu", gate, *out));
+  if (gate.rows() == 0) return absl::OkStatus();
+  return SPECGEN_CUDA_STATUS(kernels::LaunchSwiGlu(B(gate).data(), B(up).data(), B(*out).data(),
+                                                   gate.rows() * gate.cols(), stream_));
+}
+
+absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
+  if (src.cols() != dst->cols() || dst_row < 0 || dst_row + src.rows() > dst->rows()) {
+    return InvalidArgument("cuda CopyRows: ", Shape(src), " at row ", dst_row, " of ", Shape(*dst));
+  }
+  return SPECGEN_CUDA_STATUS(cudaMemcpyAsync(B(*dst).data() + dst_row * dst->cols(), B(src).data(),
+                                             static_cast<size_t>(src.rows() * src.cols()) * sizeof(float),
+                                             cudaMemcpyDeviceToDevice, stream_));
+}
+
+absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                    const AttentionShape& s, std::span<const uint8_t> mask, Buffer* out) {
+  const int64_t n = q.rows(), d = s.head_dim;
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || d <= 0 ||
+      q.cols() != s.n_heads * d || k_cache.cols() != s.n_kv_heads * d ||
+      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || k_cache.rows() < s.n_prefix + n ||
+      v_cache.rows() < s.n_prefix + n) {
+    return InvalidArgument("cuda Attention: q ", Shape(q), ", k ", Shape(k_cache), ", v ",
+                           Shape(v_cache), " for H=", s.n_heads, " Hkv=", s.n_kv_heads, " d=", d,
+                           " prefix=", s.n_prefix);
+  }
+  RETURN_IF_ERROR(SameShape("cuda Attention", q, *out));
+  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
+    return InvalidArgument("cuda Attention: mask of ", mask.size(), " entries for ", n, " queries");
+  }
+  if (n == 0) return absl::OkStatus();
+  const uint8_t* d_mask = nullptr;
+  if (!mask.empty()) {
+    ASSIGN_OR_RETURN(void* p, Stage(mask.data(), mask.size()));
+    d_mask = static_cast<const uint8_t*>(p);
+  }
+  const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads);
+  const bool chunked = (d == 64 || d == 128 || d == 256) && n <= kernels::kAttentionMaxQueries &&
+                       heads / kv_heads <= kernels::kAttentionMaxGroup;
+  if (!chunked) {
+    return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
+        B(q).data(), B(k_cache).data(), B(v_cache).data(), d_mask, B(*out).data(), static_cast<int>(n),
+        static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale, stream_));
+  }
+  const size_t ws = kernels::AttentionWorkspaceBytes(static_cast<int>(n), heads,
+                                                     static_cast<int>(s.n_prefix + n),
+                                                     static_cast<int>(d));
+  RETURN_IF_ERROR(EnsureScratch(&attn_ws_, &attn_ws_bytes_, ws, "the attention workspace"));
+  return SPECGEN_CUDA_STATUS(kernels::LaunchAttention(
+      B(q).data(), B(k_cache).data(), B(v_cache).data(), ElemType::kF32, d_mask, B(*out).data(),
+      static_cast<int>(n), static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale,
+      attn_ws_, attn_ws_bytes_, stream_));
+}
+
+absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
+  const int64_t n = logits.rows(), e = logits.cols();
+  if (k <= 0 || k > e || k > kernels::kRouterMaxTopK || e > kernels::kRouterMaxExperts) {
+    return InvalidArgument("cuda Route: top-", k, " of ", e, " experts");
+  }
+  routing->n_tokens = n;
+  routing->k = k;
+  routing->expert.assign(n * k, 0);
+  routing->weight.assign(n * k, 0.0f);
+  if (n == 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(n * k) * (sizeof(float) + sizeof(int32_t));
+  RETURN_IF_ERROR(EnsureScratch(&route_, &route_bytes_, bytes, "router outputs"));
+  float* d_w = static_cast<float*>(route_);
+  int32_t* d_ids = reinterpret_cast<int32_t*>(d_w + n * k);
+  const kernels::RouterMode mode = norm == RouterNorm::kSoftmaxThenTopK
+                                       ? kernels::RouterMode::kSoftmaxTopK
+                                       : norm == RouterNorm::kSoftmaxTopKRenormalize
+                                             ? kernels::RouterMode::kSoftmaxTopKRenorm
+                                             : kernels::RouterMode::kTopKSoftmax;
+  CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
+                                                 static_cast<int>(e), static_cast<int>(k), mode, d_w,
+                                                 d_ids, stream_));
+  if (bytes > readback_bytes_) {
+    cudaFreeHost(readback_);
+    readback_ = nullptr;
+    readback_bytes_ = 0;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&readback_), bytes, cudaHostAllocDefault));
+    readback_bytes_ = bytes;
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(readback_, route_, bytes, cudaMemcpyDeviceToHost, stream_));
+  // The host learns the layer's expert union here (DESIGN §6 a).
+  RETURN_IF_ERROR(Synchronize(SyncKind::kExpertUnion));
+  std::memcpy(routing->weight.data(), readback_, n * k * sizeof(float));
+  std::memcpy(routing->expert.data(), readback_ + n * k * sizeof(float), n * k * sizeof(int32_t));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) {
+  if (dst->rows() != static_cast<int64_t>(rows.size()) || dst->cols() != src.cols()) {
+    return InvalidArgument("cuda GatherRows: ", rows.size(), " rows of ", Shape(src), " into ",
+                           Shape(*dst));
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= src.rows()) return InvalidArgument("cuda GatherRows: row ", r, " of ", Shape(src));
+  }
+  if (rows.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* d_rows, Stage(rows.data(), rows.size_bytes()));
+  return SPECGEN_CUDA_STATUS(kernels::LaunchGatherRows(B(src).data(), static_cast<const int32_t*>(d_rows),
+                                                       static_cast<int>(rows.size()),
+                                                       static_cast<int>(src.cols()), B(*dst).data(),
+                                                       stream_));
+}
+
+absl::Status CudaBackend::ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
+                                           std::span<const float> scales, Buffer* dst) {
+  if (src.rows() != static_cast<int64_t>(rows.size()) || scales.size() != rows.size() ||
+      dst->cols() != src.cols()) {
+    return InvalidArgument("cuda ScatterAddScaled: ", Shape(src), " with ", rows.size(), " rows and ",
+                           scales.size(), " scales into ", Shape(*dst));
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= dst->rows()) {
+      return InvalidArgument("cuda ScatterAddScaled: row ", r, " of ", Shape(*dst));
+    }
+  }
+  if (rows.empty()) return absl::OkStatus();
+  // Rows and scales travel together in one staged block.
+  std::vector<int32_t> packed(rows.size() * 2);
+  std::memcpy(packed.data(), rows.data(), rows.size_bytes());
+  std::memcpy(packed.data() + rows.size(), scales.data(), scales.size_bytes());
+  ASSIGN_OR_RETURN(void* d, Stage(packed.data(), packed.size() * sizeof(int32_t)));
+  const int32_t* d_rows = static_cast<const int32_t*>(d);
+  const float* d_scales = reinterpret_cast<const float*>(d_rows + rows.size());
+  return SPECGEN_CUDA_STATUS(kernels::LaunchScatterAddScaled(B(src).data(), d_rows, d_scales,
+                                                             static_cast<int>(rows.size()),
+                                                             static_cast<int>(src.cols()),
+                                                             B(*dst).data(), stream_));
+}
+
+}  // namespace specgen

@@ -1,0 +1,126 @@
+// CudaBackend: the Backend of DESIGN §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
+// stored (quantized types are dequantized to bf16 at upload), KV caches and everything else in one
+// budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
+// verify path), cuBLAS for bf16 prefill batches, a fixed-order row kernel for f32 weights. All work
+// is queued on one stream; the host waits only through Synchronize(), which counts every wait by kind
+// (DESIGN §6: one result copy per speculative step, plus the per-MoE-layer expert-union reads).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/device_arena.h"
+#include "kernels/kernel_types.h"
+
+namespace specgen {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // VRAM reserved up front; 0: the device's free memory minus kReserveBytes.
+  size_t arena_bytes = 0;
+  static constexpr size_t kReserveBytes = size_t{2} << 30;
+  // Pinned ring through which small host arguments (token ids, positions, masks, expert rows) reach
+  // the device, stream-ordered and without a host wait.
+  size_t staging_bytes = size_t{8} << 20;
+};
+
+// Why the host waited for the GPU.
+enum class SyncKind : int {
+  kStepResult = 0,   // the one copy of a speculative step's result (DESIGN §6 b)
+  kExpertUnion = 1,  // an MoE layer's routing read by the host (DESIGN §6 a)
+  kOther = 2,        // anything else (Read of a buffer, a staging ring wrap, tests): a bug on the step path
+};
+struct SyncCounts {
+  int64_t step_result = 0;
+  int64_t expert_union = 0;
+  int64_t other = 0;
+};
+
+class CudaBackend : public Backend {
+ public:
+  // True when the CUDA runtime sees at least one device.
+  static bool DeviceAvailable();
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
+  absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
+  absl::Status Write(std::span<const float> src, Buffer* dst) override;
+  absl::Status Read(const Buffer& src, std::span<float> dst) override;
+
+  absl::Status Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) override;
+  absl::Status MatMul(const Buffer& x, const Weight& w, Buffer* y) override;
+  absl::Status RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) override;
+  absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta, RopeStyle style,
+                    Buffer* x) override;
+  absl::Status Zero(Buffer* y) override;
+  absl::Status Add(const Buffer& x, Buffer* y) override;
+  absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
+  absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) override;
+  absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                         const AttentionShape& shape, std::span<const uint8_t> mask,
+                         Buffer* out) override;
+  absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) override;
+  absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
+  absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
+                                std::span<const float> scales, Buffer* dst) override;
+
+  // --- beyond the Backend interface: what the resident speculative step needs ---
+  cudaStream_t stream() const { return stream_; }
+  DeviceArena& arena() { return *arena_; }
+
+  // Blocks the host until the stream is idle. Every host wait of the backend goes through here.
+  absl::Status Synchronize(SyncKind kind);
+  const SyncCounts& syncs() const { return syncs_; }
+  void ResetSyncCounts() { syncs_ = SyncCounts(); }
+
+  // The next Embed reads its token ids from `device_ids` (device int32, as many as the host span it
+  // is given, whose values are then not used): drafted tokens reach the draft and the target without
+  // visiting the host. One-shot.
+  void UseDeviceTokensOnce(const int32_t* device_ids) { device_tokens_ = device_ids; }
+
+  // Copies `bytes` of host data to the device in stream order via the pinned ring; the returned
+  // device pointer is valid for the work queued next (until the ring wraps, 8 MiB later).
+  absl::StatusOr<void*> Stage(const void* src, size_t bytes);
+
+  static float* Data(Buffer& b);
+  static const float* Data(const Buffer& b);
+  static const void* Data(const Weight& w);
+  static kernels::ElemType Type(const Weight& w);
+
+ private:
+  CudaBackend() = default;
+  absl::Status EnsureScratch(void** p, size_t* capacity, size_t bytes, std::string_view what);
+
+  int device_ = 0;
+  std::unique_ptr<DeviceArena> arena_;
+  cudaStream_t stream_ = nullptr;
+  void* cublas_ = nullptr;  // cublasHandle_t
+  // Pinned staging ring: host half and its device mirror, with an event per half.
+  char* staging_host_ = nullptr;
+  char* staging_dev_ = nullptr;
+  size_t staging_bytes_ = 0;
+  size_t staging_pos_ = 0;
+  cudaEvent_t half_done_[2] = {nullptr, nullptr};
+  // Pinned read-back of routing.
+  char* readback_ = nullptr;
+  size_t readback_bytes_ = 0;
+  // Growable device scratch (attention workspace, bf16 activations, router outputs).
+  void* attn_ws_ = nullptr;
+  size_t attn_ws_bytes_ = 0;
+  void* bf16_x_ = nullptr;
+  size_t bf16_x_bytes_ = 0;
+  void* route_ = nullptr;
+  size_t route_bytes_ = 0;
+  const int32_t* device_tokens_ = nullptr;
+  SyncCounts syncs_;
+};
+
+}  // namespace specgen

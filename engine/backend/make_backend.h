@@ -1,0 +1,54 @@
+// MakeBackend: the Backend for a --device flag value. "auto" picks CUDA when this build has it and a
+// device is present, else the CPU; "cuda" fails with a clear message when either is missing.
+// Header-only so that it costs nothing in CPU-only builds; callers link specgen_backend_cpu and, when
+// SPECGEN_WITH_CUDA is defined, specgen_backend_cuda.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/status_macros.h"
+#if defined(SPECGEN_WITH_CUDA)
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
+namespace specgen {
+
+struct BackendOptions {
+  int cpu_threads = 0;      // <= 0: all hardware threads
+  size_t vram_bytes = 0;    // CUDA arena budget; 0: free VRAM minus a reserve
+};
+
+inline bool CudaCompiledIn() {
+#if defined(SPECGEN_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device,
+                                                            const BackendOptions& options = {}) {
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return InvalidArgument("--device must be auto, cpu or cuda, got '", device, "'");
+  }
+#if defined(SPECGEN_WITH_CUDA)
+  if (device == "cuda" || (device == "auto" && CudaBackend::DeviceAvailable())) {
+    CudaBackendOptions cuda;
+    cuda.arena_bytes = options.vram_bytes;
+    ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
+    return std::unique_ptr<Backend>(std::move(be));
+  }
+#else
+  if (device == "cuda") {
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA support (configure with -DSPECGEN_CUDA=ON)");
+  }
+#endif
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.cpu_threads));
+}
+
+}  // namespace specgen

@@ -1,0 +1,275 @@
+#include "engine/speculative/device_speculative_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/core/status_macros.h"
+#include "engine/sampling/keyed_random.h"
+#include "kernels/acceptance.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/sampling.cuh"
+
+namespace specgen {
+namespace {
+
+constexpr size_t kPrefillChunk = 256;
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+kernels::SamplingConfig ToConfig(const SamplingParams& p) {
+  kernels::SamplingConfig c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  return c;
+}
+
+}  // namespace
+
+DeviceSpeculativeDecoder::DeviceSpeculativeDecoder(CudaBackend* backend, Transformer* target,
+                                                   Transformer* draft, SpeculativeOptions options)
+    : backend_(backend), target_(target), draft_(draft), options_(std::move(options)) {
+  if (draft_ == nullptr) options_.draft_max = 0;
+  options_.draft_max = std::clamp(options_.draft_max, 0, kernels::kAcceptMaxDraft);
+  if (options_.adaptive && options_.draft_max > 0) {
+    controller_ = std::make_unique<DraftLengthController>(options_.draft_max);
+  }
+}
+
+DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
+  if (backend_ != nullptr) {
+    (void)backend_->Synchronize(SyncKind::kOther);
+    DeviceArena& a = backend_->arena();
+    for (void* p : {static_cast<void*>(batch_), static_cast<void*>(q_), static_cast<void*>(p_), result_,
+                    accept_ws_, sample_ws_}) {
+      a.Free(p);
+    }
+  }
+  if (host_result_ != nullptr) cudaFreeHost(host_result_);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecoder::Create(
+    CudaBackend* backend, Transformer* target, Transformer* draft, SpeculativeOptions options) {
+  if (backend == nullptr || target == nullptr) return InvalidArgument("device decoder: no backend/target");
+  if (&target->backend() != backend || (draft != nullptr && &draft->backend() != backend)) {
+    return InvalidArgument("device decoder: target and draft must run on the given CUDA backend");
+  }
+  if (draft != nullptr && draft->vocab_size() != target->vocab_size()) {
+    return InvalidArgument("device decoder: draft vocabulary ", draft->vocab_size(), " != target's ",
+                           target->vocab_size());
+  }
+  std::unique_ptr<DeviceSpeculativeDecoder> d(
+      new DeviceSpeculativeDecoder(backend, target, draft, std::move(options)));
+  RETURN_IF_ERROR(d->Allocate());
+  return d;
+}
+
+absl::Status DeviceSpeculativeDecoder::Allocate() {
+  DeviceArena& a = backend_->arena();
+  const size_t v = static_cast<size_t>(target_->vocab_size());
+  constexpr int kMax = kernels::kAcceptMaxDraft;
+  ASSIGN_OR_RETURN(void* b, a.Allocate((kMax + 1) * sizeof(int32_t), "speculative step tokens"));
+  batch_ = static_cast<int32_t*>(b);
+  ASSIGN_OR_RETURN(void* q, a.Allocate(kMax * v * sizeof(float), "draft distributions q"));
+  q_ = static_cast<float*>(q);
+  ASSIGN_OR_RETURN(void* p, a.Allocate((kMax + 1) * v * sizeof(float), "target distributions p"));
+  p_ = static_cast<float*>(p);
+  ASSIGN_OR_RETURN(result_, a.Allocate(sizeof(kernels::AcceptanceResult), "acceptance result"));
+  accept_ws_bytes_ = std::max<size_t>(kernels::AcceptanceWorkspaceBytes(kMax), 256);
+  ASSIGN_OR_RETURN(accept_ws_, a.Allocate(accept_ws_bytes_, "acceptance workspace"));
+  sample_ws_bytes_ = std::max<size_t>(kernels::SampleWorkspaceBytes(1), 256);
+  ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
+  SPECGEN_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
+  // As SpeculativeDecoder: both models cache all but the last prompt token. Logits stay unread.
+  const auto head = prompt.first(prompt.size() - 1);
+  std::vector<int32_t> positions;
+  for (Transformer* lm : {target_, draft_}) {
+    if (lm == nullptr) continue;
+    if (lm->n_past() > 0) RETURN_IF_ERROR(lm->Truncate(0));
+    for (size_t begin = 0; begin < head.size(); begin += kPrefillChunk) {
+      const auto chunk = head.subspan(begin, std::min(kPrefillChunk, head.size() - begin));
+      positions.resize(chunk.size());
+      for (size_t i = 0; i < chunk.size(); ++i) positions[i] = static_cast<int32_t>(begin + i);
+      RETURN_IF_ERROR(lm->ForwardResident(chunk, positions, {}).status());
+    }
+  }
+  draft_valid_ = draft_ != nullptr ? static_cast<int64_t>(head.size()) : 0;
+  return absl::OkStatus();
+}
+
+int DeviceSpeculativeDecoder::ChooseDraftLength(int64_t context_len, int64_t remaining) {
+  int64_t k = controller_ ? controller_->Choose() : options_.draft_max;
+  k = std::min<int64_t>(k, remaining - 1);
+  k = std::min<int64_t>(k, target_->max_context() - context_len - 1);
+  if (draft_ != nullptr && k > 0) k = std::min<int64_t>(k, draft_->max_context() - context_len + 1);
+  return static_cast<int>(std::max<int64_t>(k, 0));
+}
+
+absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& sequence, int k) {
+  const int64_t len = static_cast<int64_t>(sequence.size());
+  const int v = static_cast<int>(target_->vocab_size());
+  const cudaStream_t stream = backend_->stream();
+  const kernels::SamplingConfig config = ToConfig(options_.sampling);
+  const bool greedy = options_.sampling.greedy();
+  // Draws as SampleDraft: own noise in rejection mode, the target's in coupled mode.
+  const uint32_t purpose = static_cast<uint32_t>(options_.accept == AcceptMode::kCoupled
+                                                     ? RandomPurpose::kTargetSample
+                                                     : RandomPurpose::kDraftSample);
+  // Feed what the draft lacks of the committed sequence (its last token at least; known on the host).
+  draft_valid_ = std::min(draft_valid_, len - 1);
+  if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
+  std::vector<int32_t> feed(sequence.begin() + draft_valid_, sequence.end());
+  std::vector<int32_t> positions(feed.size());
+  for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(draft_valid_ + i);
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
+  const int32_t zero = 0;
+  for (int i = 0; i < k; ++i) {
+    if (i > 0) {
+      // x_i (drawn on the device in the previous iteration) at position len + i - 1.
+      backend_->UseDeviceTokensOnce(batch_ + i);
+      const int32_t pos = static_cast<int32_t>(len + i - 1);
+      ASSIGN_OR_RETURN(logits, draft_->ForwardResident({&zero, 1}, {&pos, 1}, {}));
+    }
+    const float* last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+    float* q_row = q_ + static_cast<size_t>(i) * v;
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogits(last, 1, v, config, q_row, stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(
+        q_row, 1, v, greedy, options_.sampling.seed, len + i, purpose, batch_ + 1 + i, sample_ws_,
+        sample_ws_bytes_, stream));
+  }
+  draft_valid_ = len + k - 1;  // the draft now holds the sequence and x_1..x_{k-1}
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::span<const int32_t> prompt,
+                                                                        const TokenSink& sink) {
+  stats_ = SpeculativeStats();
+  syncs_ = StepSyncStats();
+  const int64_t vocab = target_->vocab_size();
+  if (prompt.empty()) return InvalidArgument("generate: the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return InvalidArgument("generate: prompt token ", i, " is ", prompt[i],
+                             ", outside the target's vocabulary [0, ", vocab, ")");
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) >= target_->max_context()) {
+    return InvalidArgument("generate: the prompt has ", prompt.size(),
+                           " tokens, leaving no room in the target's context of ",
+                           target_->max_context(), " (-c)");
+  }
+  RETURN_IF_ERROR(Validate(options_.sampling));
+  stats_.prompt_tokens = static_cast<int64_t>(prompt.size());
+  const cudaStream_t stream = backend_->stream();
+  const kernels::AcceptKernelMode mode =
+      options_.sampling.greedy() ? kernels::AcceptKernelMode::kGreedy
+      : options_.accept == AcceptMode::kCoupled ? kernels::AcceptKernelMode::kCoupled
+                                                : kernels::AcceptKernelMode::kRejection;
+
+  auto t_prefill = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(Prefill(prompt));
+  RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));  // prefill timing ends here, not counted
+  stats_.prefill_seconds = SecondsSince(t_prefill);
+
+  const auto t_start = std::chrono::steady_clock::now();
+  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
+  std::vector<int32_t> generated;
+  std::vector<int32_t> dummy, positions;
+  const auto* host = static_cast<const kernels::AcceptanceResult*>(host_result_);
+  bool ended = false;
+  while (!ended && static_cast<int64_t>(generated.size()) < options_.max_new_tokens &&
+         static_cast<int64_t>(sequence.size()) < target_->max_context()) {
+    const SyncCounts before = backend_->syncs();
+    const int64_t len = static_cast<int64_t>(sequence.size());
+    const int k = ChooseDraftLength(len, options_.max_new_tokens - static_cast<int64_t>(generated.size()));
+
+    auto t0 = std::chrono::steady_clock::now();
+    // batch_[0] = the last committed token (the host knows it); batch_[1..k] = drafts (device).
+    ASSIGN_OR_RETURN(void* staged, backend_->Stage(&sequence.back(), sizeof(int32_t)));
+    SPECGEN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(batch_, staged, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+    if (k > 0) RETURN_IF_ERROR(Propose(sequence, k));
+    const double t_draft = SecondsSince(t0);
+
+    // ONE target pass over the k + 1 positions len-1 .. len+k-1, tokens read from batch_.
+    t0 = std::chrono::steady_clock::now();
+    dummy.assign(k + 1, 0);
+    positions.resize(k + 1);
+    for (int i = 0; i <= k; ++i) positions[i] = static_cast<int32_t>(len - 1 + i);
+    backend_->UseDeviceTokensOnce(batch_);
+    ASSIGN_OR_RETURN(const Buffer* logits, target_->ForwardResident(dummy, positions, {}));
+    const double t_verify = SecondsSince(t0);
+
+    t0 = std::chrono::steady_clock::now();
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogits(CudaBackend::Data(*logits), k + 1,
+                                                              static_cast<int>(vocab),
+                                                              ToConfig(options_.sampling), p_, stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAcceptance(
+        mode == kernels::AcceptKernelMode::kRejection ? q_ : nullptr, p_, batch_ + 1, k,
+        static_cast<int>(vocab), mode, options_.sampling.seed, len,
+        static_cast<kernels::AcceptanceResult*>(result_), accept_ws_, accept_ws_bytes_, stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, result_, sizeof(kernels::AcceptanceResult),
+                                                 cudaMemcpyDeviceToHost, stream));
+    RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kStepResult));  // the step's one host wait
+    const double t_accept = SecondsSince(t0);
+
+    const int n_acc = host->n_accepted;
+    if (n_acc < 0 || n_acc > k || host->n_tokens != n_acc + 1) {
+      return absl::InternalError(Cat("acceptance kernel returned ", n_acc, " accepted of ", k, " and ",
+                                     host->n_tokens, " tokens"));
+    }
+    const int64_t keep = len + n_acc;
+    if (target_->n_past() > keep) RETURN_IF_ERROR(target_->Truncate(keep));
+    if (draft_ != nullptr && k > 0) {
+      draft_valid_ = std::min<int64_t>(draft_valid_, keep);
+      if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
+    }
+    AcceptResult result;
+    result.n_accepted = n_acc;
+    const size_t first_new = generated.size();
+    for (int i = 0; i < host->n_tokens; ++i) {
+      const int32_t t = host->tokens[i];
+      if (t < 0 || t >= vocab) return absl::InternalError(Cat("acceptance kernel emitted token ", t));
+      result.tokens.push_back(t);
+      sequence.push_back(t);
+      generated.push_back(t);
+      if (std::find(options_.end_ids.begin(), options_.end_ids.end(), t) != options_.end_ids.end()) {
+        ended = true;
+        break;
+      }
+    }
+
+    stats_.RecordPass(k, n_acc);
+    stats_.draft_seconds += t_draft;
+    stats_.verify_seconds += t_verify;
+    stats_.accept_seconds += t_accept;
+    if (controller_) {
+      controller_->ObserveAcceptance(k, n_acc);
+      controller_->ObserveDraftTime(k, t_draft);
+      controller_->ObserveVerifyTime(k + 1, t_verify);
+    }
+    const SyncCounts& after = backend_->syncs();
+    ++syncs_.steps;
+    syncs_.step_result += after.step_result - before.step_result;
+    syncs_.expert_union += after.expert_union - before.expert_union;
+    syncs_.other += after.other - before.other;
+    syncs_.max_non_union_per_step =
+        std::max(syncs_.max_non_union_per_step, (after.step_result - before.step_result) +
+                                                    (after.other - before.other));
+    if (options_.on_pass) options_.on_pass(k, result);
+    if (sink) sink(std::span<const int32_t>(generated).subspan(first_new));
+  }
+  stats_.tokens = static_cast<int64_t>(generated.size());
+  stats_.total_seconds = SecondsSince(t_start);
+  return generated;
+}
+
+}  // namespace specgen

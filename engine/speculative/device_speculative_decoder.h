@@ -1,0 +1,78 @@
+// DeviceSpeculativeDecoder: the loop of DESIGN §1 with everything on the GPU (CudaBackend). The draft
+// proposes on the device (its logits → q with the sampling kernels, tokens drawn with the shared
+// Philox keys, fed back to the draft and to the target straight from device memory); the target
+// verifies the k+1 positions in one pass whose logits stay on the device; logits processing and the
+// acceptance rule run as kernels; the step's result {n_accepted, tokens, logprobs} comes back in ONE
+// pinned copy, the step's only host wait besides the MoE layers' expert-union reads (DESIGN §6).
+// Same options, Stats and outputs as SpeculativeDecoder (the CPU loop), which it mirrors draw for draw.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/transformer.h"
+#include "engine/speculative/speculative_decoder.h"
+#include "engine/speculative/stats.h"
+
+namespace specgen {
+
+// Host waits of the generation steps (prefill excluded), by kind.
+struct StepSyncStats {
+  int64_t steps = 0;
+  int64_t step_result = 0;        // should equal steps
+  int64_t expert_union = 0;       // per MoE layer per pass, allowed (DESIGN §6 a)
+  int64_t other = 0;              // should be 0
+  int64_t max_non_union_per_step = 0;  // result + other waits of the worst step
+};
+
+class DeviceSpeculativeDecoder {
+ public:
+  // `target` and `draft` run on `backend`; `draft` may be null (plain decoding through the same
+  // kernels). Draft and target must share the vocabulary size. None is owned.
+  static absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> Create(CudaBackend* backend,
+                                                                          Transformer* target,
+                                                                          Transformer* draft,
+                                                                          SpeculativeOptions options);
+  ~DeviceSpeculativeDecoder();
+
+  absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
+                                                const TokenSink& sink = nullptr);
+
+  const SpeculativeStats& stats() const { return stats_; }
+  const StepSyncStats& syncs() const { return syncs_; }
+
+ private:
+  DeviceSpeculativeDecoder(CudaBackend* backend, Transformer* target, Transformer* draft,
+                           SpeculativeOptions options);
+  absl::Status Allocate();
+  absl::Status Prefill(std::span<const int32_t> prompt);
+  int ChooseDraftLength(int64_t context_len, int64_t remaining);
+  // Queues the draft's k proposals (tokens into batch_[1..k], q rows into q_) after `sequence`.
+  absl::Status Propose(const std::vector<int32_t>& sequence, int k);
+
+  CudaBackend* backend_;
+  Transformer* target_;
+  Transformer* draft_;
+  SpeculativeOptions options_;
+  std::unique_ptr<DraftLengthController> controller_;
+  SpeculativeStats stats_;
+  StepSyncStats syncs_;
+  int64_t draft_valid_ = 0;  // leading tokens of the sequence the draft's KV cache holds
+
+  // Device memory (from the backend's arena).
+  int32_t* batch_ = nullptr;  // [kAcceptMaxDraft + 1]: the last committed token, then the drafts
+  float* q_ = nullptr;        // [kAcceptMaxDraft, V] the draft's processed distributions
+  float* p_ = nullptr;        // [kAcceptMaxDraft + 1, V] the target's
+  void* result_ = nullptr;    // kernels::AcceptanceResult
+  void* accept_ws_ = nullptr;
+  size_t accept_ws_bytes_ = 0;
+  void* sample_ws_ = nullptr;
+  size_t sample_ws_bytes_ = 0;
+  void* host_result_ = nullptr;  // pinned AcceptanceResult
+};
+
+}  // namespace specgen
