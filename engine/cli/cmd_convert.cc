@@ -9,6 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf_export.h"
 #include "engine/io/model_loader.h"
+#include "engine/tokenizer/tokenizer_loader.h"
 
 namespace specgen::cli {
 namespace {
@@ -28,6 +29,21 @@ absl::Status RunConvert(const ConvertFlags& f) {
   opt.dtype = dtype;
   opt.threads = f.threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
+  // The tokenizer travels with the weights, so the GGUF is self-contained. A model without tokenizer
+  // files (synth:, a bare checkpoint) converts without one; a tokenizer that is there but broken is
+  // an error, not something to drop silently.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!f.in.starts_with("synth:")) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = LoadTokenizerForModel(f.in);
+    if (loaded.ok()) {
+      tokenizer = std::move(loaded).value();
+      opt.add_metadata = [&tokenizer](GgufWriter* w) { return AddTokenizerToGguf(*tokenizer, w); };
+    } else if (absl::IsNotFound(loaded.status())) {
+      opt.note(Cat("no tokenizer written: ", loaded.status().message()));
+    } else {
+      return loaded.status();
+    }
+  }
   RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;

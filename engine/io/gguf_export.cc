@@ -130,6 +130,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (spec.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", u32(spec.bos_token_id));
   if (spec.eos_token_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", u32(spec.eos_token_id));
   for (const auto& [k, v] : opt.extra_metadata) w.Set(k, v);
+  if (opt.add_metadata) RETURN_IF_ERROR(opt.add_metadata(&w));
 
   std::vector<std::unique_ptr<uint8_t[]>> buffers;  // converted tensors, alive until Write returns
   int fallbacks = 0;

@@ -24,6 +24,9 @@ struct GgufExportOptions {
   DType dtype = DType::kF32;  // f32, f16, bf16, q8_0, q4_0 or q4_k
   // Extra metadata written after ours (e.g. tokenizer.ggml.* from the tokenizer module).
   std::vector<std::pair<std::string, GgufValue>> extra_metadata;
+  // Called with the writer after the metadata above, before tensors: lets a module that io/ does not
+  // depend on (the tokenizer) write its keys. May be empty.
+  std::function<absl::Status(GgufWriter*)> add_metadata;
   // Receives one line per noteworthy decision (f16 fallbacks); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
