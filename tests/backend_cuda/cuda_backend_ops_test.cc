@@ -1,0 +1,383 @@
+// Every Backend op of CudaBackend against its CPU twin (CpuBackend, the fp32 reference) on fresh random
+// inputs, outputs poisoned with NaN before each op. Tolerances are derived per element, u = 2^-24:
+//  - a dot product of length K summed in two different orders in fp32 differs by at most
+//    2·K·u·Σ|a_i b_i| (each order is within K·u·Σ|terms| of the exact value). Both backends see the
+//    same weights (bf16/f16 weights are exact in fp32), so this bounds MatMul (GEMV and f32 paths).
+//  - the cuBLAS prefill path (> 16 rows, bf16 weights) also rounds x to bf16 (relative 2^-9 per term):
+//    (2^-9 + 2·K·u)·Σ|w x|.
+//  - RMSNorm: one sum of squares of length G (2·G·u relative), sqrt/div/mul (8u): (2G + 8)·u·|y|.
+//  - RoPE: the CPU forms the angle in fp32 (pos·inv_freq, inv_freq from powf: about 4 ulps), the GPU
+//    in double: angle error ≤ 8·u·pos·inv_freq ≤ 8·u·pos, moving the output by that times |x0|+|x1|;
+//    plus 8u for cos/sin and the products.
+//  - SwiGLU: expf differs by a few ulps between libm and CUDA: 16·u·|y| (+ denormal floor).
+//  - Attention: score error δ ≤ 2·d·u·Σ|q k|·scale; softmax weights then err by ≤ 2δ + (keys + 8)·u
+//    relative, so an output errs by ≤ (2δ_max + (keys + 8)·u)·max|v| (the weights sum to 1).
+//  - Embed, CopyRows, GatherRows, Zero, Add: exact. ScatterAddScaled: fma vs mul+add, 2u per add.
+//  - Route: identical expert ids except where two probabilities are within the softmax error
+//    (4·E·u relative); weights within 8·E·u relative.
+// NaN fails everywhere (the comparisons are written so that NaN is never within tolerance).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/core/half.h"
+#include "gtest/gtest.h"
+#include "tests/backend_cuda/gpu_test_env.h"
+
+namespace specgen {
+namespace {
+
+constexpr double kU = 0x1p-24;
+
+std::mt19937_64 FreshRng() {
+  const uint64_t seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  std::printf("[ random seed ] %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+std::vector<float> Normal(std::mt19937_64& rng, size_t n, float sd = 1.f) {
+  std::normal_distribution<float> d(0.f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Weight data of a dtype with the fp32 values it represents exactly.
+struct HostWeight {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint16_t> half;  // f16 / bf16 bits
+  std::vector<float> f32;      // exact values
+  TensorView View() const {
+    TensorView t;
+    t.dtype = dtype;
+    t.ndim = rows == 1 ? 1 : 2;
+    if (t.ndim == 1) {
+      t.shape[0] = cols;
+    } else {
+      t.shape[0] = rows;
+      t.shape[1] = cols;
+    }
+    t.data = dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data();
+    t.bytes = static_cast<size_t>(rows * cols) * (dtype == DType::kF32 ? 4 : 2);
+    return t;
+  }
+};
+
+HostWeight MakeWeight(std::mt19937_64& rng, DType dtype, int64_t rows, int64_t cols, float sd = 0.2f) {
+  HostWeight w{dtype, rows, cols, {}, Normal(rng, rows * cols, sd)};
+  if (dtype != DType::kF32) {
+    w.half.resize(w.f32.size());
+    for (size_t i = 0; i < w.f32.size(); ++i) {
+      w.half[i] = dtype == DType::kBF16 ? F32ToBf16(w.f32[i]) : F32ToF16(w.f32[i]);
+      w.f32[i] = dtype == DType::kBF16 ? Bf16ToF32(w.half[i]) : F16ToF32(w.half[i]);
+    }
+  }
+  return w;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SPECGEN_SKIP_WITHOUT_CUDA();
+    gpu_ = testing::TestCudaBackend(size_t{1} << 30);
+    ASSERT_NE(gpu_, nullptr);
+    rng_ = FreshRng();
+  }
+
+  // The same contents on both backends.
+  struct Pair {
+    std::unique_ptr<Buffer> cpu, gpu;
+  };
+  Pair MakePair(int64_t rows, int64_t cols, const std::vector<float>& data) {
+    Pair p{*cpu_.NewBuffer(rows, cols), *gpu_->NewBuffer(rows, cols)};
+    EXPECT_TRUE(cpu_.Write(data, p.cpu.get()).ok());
+    EXPECT_TRUE(gpu_->Write(data, p.gpu.get()).ok());
+    return p;
+  }
+  Pair Poisoned(int64_t rows, int64_t cols) {
+    return MakePair(rows, cols, std::vector<float>(rows * cols, std::nanf("")));
+  }
+  std::vector<float> Cpu(const Pair& p) {
+    const float* d = CpuBackend::Data(*p.cpu);
+    return std::vector<float>(d, d + p.cpu->rows() * p.cpu->cols());
+  }
+  std::vector<float> Gpu(const Pair& p) {
+    std::vector<float> v(p.gpu->rows() * p.gpu->cols());
+    EXPECT_TRUE(gpu_->Read(*p.gpu, v).ok());
+    return v;
+  }
+
+  // Fails on NaN or |gpu − cpu| > tol[i]; reports the worst element.
+  static void ExpectWithin(const std::vector<float>& cpu, const std::vector<float>& gpu,
+                           const std::vector<double>& tol, const std::string& what) {
+    ASSERT_EQ(cpu.size(), gpu.size()) << what;
+    size_t worst = 0, bad = 0;
+    double worst_ratio = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const double err = std::fabs(double(gpu[i]) - double(cpu[i]));
+      const double ratio = err / std::max(tol[i], 1e-300);
+      if (!(err <= tol[i])) ++bad;
+      if (!(ratio <= worst_ratio)) {  // NaN lands here too
+        worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+        worst = i;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements out of tolerance; worst ["
+                       << worst << "] cpu " << cpu[worst] << " gpu " << gpu[worst] << " tol " << tol[worst];
+  }
+
+  CpuBackend cpu_{1};
+  std::unique_ptr<CudaBackend> gpu_;
+  std::mt19937_64 rng_;
+};
+
+TEST_F(CudaOps, MatMulAllPathsAndDtypes) {
+  struct Shape { int n, out, in; };
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Shape s : {Shape{1, 96, 64}, Shape{5, 130, 256}, Shape{16, 64, 1024}, Shape{17, 72, 64},
+                    Shape{40, 509, 48}, Shape{3, 33, 20}}) {
+      const HostWeight hw = MakeWeight(rng_, dt, s.out, s.in);
+      auto cw = cpu_.Upload(hw.View(), "w");
+      auto gw = gpu_->Upload(hw.View(), "w");
+      ASSERT_TRUE(cw.ok() && gw.ok()) << gw.status();
+      const std::vector<float> xv = Normal(rng_, s.n * s.in);
+      Pair x = MakePair(s.n, s.in, xv), y = Poisoned(s.n, s.out);
+      ASSERT_TRUE(cpu_.MatMul(*x.cpu, **cw, y.cpu.get()).ok());
+      ASSERT_TRUE(gpu_->MatMul(*x.gpu, **gw, y.gpu.get()).ok());
+      const bool cublas = s.n > 16 && dt == DType::kBF16 && s.in % 8 == 0;
+      std::vector<double> tol(s.n * s.out);
+      for (int t = 0; t < s.n; ++t) {
+        for (int o = 0; o < s.out; ++o) {
+          double abs_dot = 0;
+          for (int k = 0; k < s.in; ++k) abs_dot += std::fabs(double(hw.f32[o * s.in + k]) * xv[t * s.in + k]);
+          tol[t * s.out + o] = ((cublas ? 0x1p-9 : 0.0) + 2.0 * s.in * kU) * abs_dot + 1e-30;
+        }
+      }
+      ExpectWithin(Cpu(y), Gpu(y), tol,
+                   "MatMul " + std::string(Name(dt)) + " n=" + std::to_string(s.n) + " out=" +
+                       std::to_string(s.out) + " in=" + std::to_string(s.in));
+    }
+  }
+}
+
+TEST_F(CudaOps, MatMulIsBatchInvariantBitForBit) {
+  // The decode/verify path (<= 16 rows): a row's result must not depend on the batch size.
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const int in = 512, out = 200;
+    const HostWeight hw = MakeWeight(rng_, dt, out, in);
+    auto gw = gpu_->Upload(hw.View(), "w");
+    ASSERT_TRUE(gw.ok());
+    const std::vector<float> xv = Normal(rng_, 16 * in);
+    std::vector<float> full(16 * out);
+    auto x16 = *gpu_->NewBuffer(16, in);
+    auto y16 = *gpu_->NewBuffer(16, out);
+    ASSERT_TRUE(gpu_->Write(xv, x16.get()).ok());
+    ASSERT_TRUE(gpu_->MatMul(*x16, **gw, y16.get()).ok());
+    ASSERT_TRUE(gpu_->Read(*y16, full).ok());
+    for (int t : {0, 7, 15}) {
+      auto x1 = *gpu_->NewBuffer(1, in);
+      auto y1 = *gpu_->NewBuffer(1, out);
+      ASSERT_TRUE(gpu_->Write(std::span<const float>(xv).subspan(t * in, in), x1.get()).ok());
+      ASSERT_TRUE(gpu_->MatMul(*x1, **gw, y1.get()).ok());
+      std::vector<float> one(out);
+      ASSERT_TRUE(gpu_->Read(*y1, one).ok());
+      for (int o = 0; o < out; ++o) ASSERT_EQ(one[o], full[t * out + o]) << Name(dt) << " row " << t;
+    }
+  }
+}
+
+TEST_F(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
+  const int n = 7, dim = 96, vocab = 50;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const HostWeight table = MakeWeight(rng_, dt, vocab, dim, 1.0f);
+    auto ct = cpu_.Upload(table.View(), "embd");
+    auto gt = gpu_->Upload(table.View(), "embd");
+    ASSERT_TRUE(ct.ok() && gt.ok());
+    const std::vector<int32_t> ids = {3, 0, 49, 3, 17, 8, 8};
+    Pair e = Poisoned(n, dim);
+    ASSERT_TRUE(cpu_.Embed(**ct, ids, e.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->Embed(**gt, ids, e.gpu.get()).ok());
+    ExpectWithin(Cpu(e), Gpu(e), std::vector<double>(n * dim, 0.0), "Embed");
+    const int32_t bad_id[1] = {vocab};
+    auto one = *gpu_->NewBuffer(1, dim);
+    EXPECT_FALSE(gpu_->Embed(**gt, bad_id, one.get()).ok());
+  }
+  // RMSNorm, whole rows and per head (group 32), in place and not.
+  for (int group : {96, 32}) {
+    const HostWeight w = MakeWeight(rng_, DType::kF32, 1, group, 1.0f);
+    auto cw = cpu_.Upload(w.View(), "norm");
+    auto gw = gpu_->Upload(w.View(), "norm");
+    ASSERT_TRUE(cw.ok() && gw.ok());
+    Pair x = MakePair(n, dim, Normal(rng_, n * dim, 3.0f)), y = Poisoned(n, dim);
+    ASSERT_TRUE(cpu_.RmsNorm(*x.cpu, **cw, group, 1e-6f, y.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->RmsNorm(*x.gpu, **gw, group, 1e-6f, y.gpu.get()).ok());
+    const auto ref = Cpu(y);
+    std::vector<double> tol(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) tol[i] = (2.0 * group + 8) * kU * std::fabs(ref[i]) + 1e-30;
+    ExpectWithin(ref, Gpu(y), tol, "RmsNorm group " + std::to_string(group));
+  }
+  // RoPE, both pairings, positions up to 4000.
+  for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
+    const int head_dim = 32;
+    const std::vector<float> xv = Normal(rng_, n * dim);
+    Pair x = MakePair(n, dim, xv);
+    const std::vector<int32_t> pos = {0, 1, 2, 100, 1000, 3999, 7};
+    ASSERT_TRUE(cpu_.Rope(pos, head_dim, 1e6f, style, x.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->Rope(pos, head_dim, 1e6f, style, x.gpu.get()).ok());
+    std::vector<double> tol(n * dim);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < dim; ++c) {
+        const int h0 = c / head_dim * head_dim, j = c % head_dim, half = head_dim / 2;
+        const int a = style == RopeStyle::kRotateHalf ? h0 + j % half : h0 + j / 2 * 2;
+        const int b = style == RopeStyle::kRotateHalf ? a + half : a + 1;
+        tol[i * dim + c] = 8.0 * kU * (1.0 + pos[i]) * (std::fabs(xv[i * dim + a]) + std::fabs(xv[i * dim + b]));
+      }
+    }
+    ExpectWithin(Cpu(x), Gpu(x), tol, "Rope");
+  }
+  {  // SwiGLU (out aliasing gate), Add, Zero, CopyRows.
+    Pair g = MakePair(n, dim, Normal(rng_, n * dim, 4.0f)), u = MakePair(n, dim, Normal(rng_, n * dim));
+    ASSERT_TRUE(cpu_.SwiGlu(*g.cpu, *u.cpu, g.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->SwiGlu(*g.gpu, *u.gpu, g.gpu.get()).ok());
+    const auto ref = Cpu(g);
+    std::vector<double> tol(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) tol[i] = 16 * kU * std::fabs(ref[i]) + 1e-37;
+    ExpectWithin(ref, Gpu(g), tol, "SwiGlu");
+    ASSERT_TRUE(cpu_.Add(*u.cpu, g.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->Add(*u.gpu, g.gpu.get()).ok());
+    const auto ref2 = Cpu(g);
+    std::vector<double> tol2(ref2.size());
+    for (size_t i = 0; i < ref2.size(); ++i) tol2[i] = tol[i] * 2 + kU * std::fabs(ref2[i]);
+    ExpectWithin(ref2, Gpu(g), tol2, "Add");
+    Pair big = Poisoned(20, dim);
+    ASSERT_TRUE(cpu_.Zero(big.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->Zero(big.gpu.get()).ok());
+    ASSERT_TRUE(cpu_.CopyRows(*u.cpu, 11, big.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->CopyRows(*u.gpu, 11, big.gpu.get()).ok());
+    ExpectWithin(Cpu(big), Gpu(big), std::vector<double>(20 * dim, 0.0), "Zero+CopyRows");
+    EXPECT_FALSE(gpu_->CopyRows(*u.gpu, 14, big.gpu.get()).ok());  // 14 + 7 > 20
+  }
+}
+
+TEST_F(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
+  struct Case { int heads, kv_heads, d, n, prefix; bool tree; };
+  for (Case c : {Case{4, 2, 16, 5, 3, false}, Case{4, 2, 32, 1, 40, false}, Case{4, 4, 16, 8, 0, true},
+                 Case{8, 1, 64, 9, 300, false}, Case{16, 8, 128, 1, 700, false}, Case{4, 2, 64, 6, 20, true},
+                 Case{8, 2, 128, 40, 5, false}, Case{4, 2, 64, 80, 0, false}, Case{2, 1, 256, 3, 10, false}}) {
+    const int n = c.n, rows = c.prefix + n, qc = c.heads * c.d, kc = c.kv_heads * c.d;
+    const std::vector<float> qv = Normal(rng_, n * qc), kv = Normal(rng_, rows * kc), vv = Normal(rng_, rows * kc);
+    Pair q = MakePair(n, qc, qv), k = MakePair(rows + 3, kc, [&] {
+      auto t = kv;
+      t.resize((rows + 3) * kc, std::nanf(""));  // rows past the batch must never be read
+      return t;
+    }());
+    Pair v = MakePair(rows + 3, kc, [&] {
+      auto t = vv;
+      t.resize((rows + 3) * kc, std::nanf(""));
+      return t;
+    }());
+    Pair out = Poisoned(n, qc);
+    std::vector<uint8_t> mask;
+    if (c.tree) {  // a random tree: node i's parent is some j < i
+      mask.assign(n * n, 0);
+      std::vector<int> parent(n, -1);
+      for (int i = 1; i < n; ++i) parent[i] = static_cast<int>(rng_() % i);
+      for (int i = 0; i < n; ++i) {
+        for (int j = i; j >= 0; j = parent[j]) mask[i * n + j] = 1;
+      }
+    }
+    AttentionShape s{c.heads, c.kv_heads, c.d, c.prefix, 1.0f / std::sqrt(float(c.d))};
+    ASSERT_TRUE(cpu_.Attention(*q.cpu, *k.cpu, *v.cpu, s, mask, out.cpu.get()).ok());
+    const absl::Status st = gpu_->Attention(*q.gpu, *k.gpu, *v.gpu, s, mask, out.gpu.get());
+    ASSERT_TRUE(st.ok()) << st;
+    std::vector<double> tol(n * qc);
+    double vmax = 0;
+    for (float x : vv) vmax = std::max<double>(vmax, std::fabs(x));
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < c.heads; ++h) {
+        const int g = h / (c.heads / c.kv_heads);
+        double delta = 0;
+        for (int j = 0; j < rows; ++j) {
+          double a = 0;
+          for (int e = 0; e < c.d; ++e) a += std::fabs(double(qv[i * qc + h * c.d + e]) * kv[j * kc + g * c.d + e]);
+          delta = std::max(delta, 2.0 * c.d * kU * a * s.scale);
+        }
+        for (int e = 0; e < c.d; ++e) tol[i * qc + h * c.d + e] = (2 * delta + (rows + 8) * kU) * vmax;
+      }
+    }
+    ExpectWithin(Cpu(out), Gpu(out), tol,
+                 "Attention H=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " d=" +
+                     std::to_string(c.d) + " n=" + std::to_string(n) + " prefix=" + std::to_string(c.prefix) +
+                     (c.tree ? " tree" : " causal"));
+  }
+}
+
+TEST_F(CudaOps, RouteGatherScatter) {
+  const int n = 9, e = 32, dim = 48;
+  for (RouterNorm norm : {RouterNorm::kSoftmaxThenTopK, RouterNorm::kSoftmaxTopKRenormalize,
+                          RouterNorm::kTopKThenSoftmax}) {
+    Pair logits = MakePair(n, e, Normal(rng_, n * e, 2.0f));
+    Routing rc, rg;
+    rg.expert.assign(1, -7);
+    ASSERT_TRUE(cpu_.Route(*logits.cpu, 4, norm, &rc).ok());
+    ASSERT_TRUE(gpu_->Route(*logits.gpu, 4, norm, &rg).ok());
+    ASSERT_EQ(rg.expert.size(), rc.expert.size());
+    const float* l = CpuBackend::Data(*logits.cpu);
+    for (size_t i = 0; i < rc.expert.size(); ++i) {
+      if (rc.expert[i] != rg.expert[i]) {  // only a numerical near-tie may swap two experts
+        const size_t t = i / 4;
+        EXPECT_LE(std::fabs(l[t * e + rc.expert[i]] - l[t * e + rg.expert[i]]), 4 * e * kU * 8)
+            << "token " << t << " slot " << i % 4;
+      } else {
+        EXPECT_NEAR(rg.weight[i], rc.weight[i], 8 * e * kU * std::fabs(rc.weight[i]) + 1e-30) << i;
+      }
+    }
+  }
+  Pair src = MakePair(n, dim, Normal(rng_, n * dim));
+  const std::vector<int32_t> rows = {8, 0, 3, 3};
+  Pair g = Poisoned(4, dim);
+  ASSERT_TRUE(cpu_.GatherRows(*src.cpu, rows, g.cpu.get()).ok());
+  ASSERT_TRUE(gpu_->GatherRows(*src.gpu, rows, g.gpu.get()).ok());
+  ExpectWithin(Cpu(g), Gpu(g), std::vector<double>(4 * dim, 0.0), "GatherRows");
+  const std::vector<float> scales = {0.5f, -1.25f, 0.3f, 2.0f};
+  const std::vector<float> base = Normal(rng_, n * dim);
+  Pair dst = MakePair(n, dim, base);
+  ASSERT_TRUE(cpu_.ScatterAddScaled(*g.cpu, rows, scales, dst.cpu.get()).ok());
+  ASSERT_TRUE(gpu_->ScatterAddScaled(*g.gpu, rows, scales, dst.gpu.get()).ok());
+  const auto ref = Cpu(dst);
+  std::vector<double> tol(ref.size());
+  const auto gv = Cpu(g);
+  for (int c = 0; c < dim; ++c) {
+    for (int r = 0; r < n; ++r) tol[r * dim + c] = 1e-30;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      tol[rows[i] * dim + c] += 4 * kU * (std::fabs(ref[rows[i] * dim + c]) + std::fabs(scales[i] * gv[i * dim + c]) +
+                                          std::fabs(base[rows[i] * dim + c]));
+    }
+  }
+  ExpectWithin(ref, Gpu(dst), tol, "ScatterAddScaled");
+  EXPECT_FALSE(gpu_->GatherRows(*src.gpu, std::vector<int32_t>{0, 0, 0, n}, g.gpu.get()).ok());
+}
+
+TEST_F(CudaOps, ArenaBudgetIsAStatusNotACrash) {
+  auto small = testing::TestCudaBackend(size_t{64} << 20);
+  ASSERT_NE(small, nullptr);
+  auto too_big = small->NewBuffer(1 << 16, 1 << 10);  // 256 MiB
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_NE(std::string(too_big.status().message()).find("VRAM budget"), std::string::npos);
+  // Freed blocks are reused: allocating and dropping 16 MiB many times stays within 64 MiB.
+  for (int i = 0; i < 20; ++i) {
+    auto b = small->NewBuffer(1 << 12, 1 << 10);
+    ASSERT_TRUE(b.ok()) << i << ": " << b.status();
+  }
+}
+
+}  // namespace
+}  // namespace specgen

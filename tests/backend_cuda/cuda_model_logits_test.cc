@@ -1,0 +1,127 @@
+// Whole-model logits on the GPU against the CPU reference for every fixture in tests/data/models (and
+// so against transformers, which golden_test checks the CPU against), from the Hugging Face directory
+// (f32 weights, kept f32 on the GPU) and from a GGUF written by our exporter in bf16 (bf16 on the GPU:
+// the GEMV and, for prompts over 16 tokens, never here, cuBLAS). Plus a greedy continuation, token for
+// token, through the KV cache.
+//
+// Tolerance: both backends compute with the very same weight values (bf16 is exact in fp32), so they
+// differ only in fp32 summation order, exactly golden_test's fp32-vs-fp32 case: each dot of length
+// K ≤ 256 errs by ≤ K·u·Σ|terms| (u = 2^-24), ≈ 4 chained reductions per layer × ≤ 3 layers plus the
+// head: ≲ 15·256·6e-8 ≈ 2.3e-4 relative worst case. |gpu − cpu| ≤ 1e-4·S + 1e-4·|cpu| with S the
+// largest |logit| of the fixture (the same bound golden_test derives). A routing flip would need two
+// router logits within that error: the test reports and fails on any element beyond the bound.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/io/gguf_export.h"
+#include "engine/io/model_loader.h"
+#include "engine/model/transformer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/backend_cuda/gpu_test_env.h"
+
+namespace specgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string fixture;
+  bool gguf_bf16;
+};
+
+class CudaModelLogits : public ::testing::TestWithParam<Case> {};
+
+std::vector<int32_t> Greedy(Transformer& lm, const std::vector<int32_t>& prompt, int n) {
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  EXPECT_TRUE(lm.Forward(prompt, &logits).ok());
+  const int64_t v = lm.vocab_size();
+  for (int i = 0; i < n; ++i) {
+    const float* last = logits.data() + logits.size() - v;
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
+    out.push_back(next);
+    if (i + 1 < n) EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
+  }
+  return out;
+}
+
+TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  const fs::path dir = testing::SourceDir() / "tests" / "data" / "models" / c.fixture;
+  if (!fs::exists(dir / "golden.json")) GTEST_SKIP() << "fixture not present: " << dir;
+  std::ifstream in(dir / "golden.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const std::vector<int32_t> ids = j.at("input_ids").get<std::vector<int32_t>>();
+
+  auto hf = LoadModel(dir.string());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  std::shared_ptr<const LoadedModel> model = std::move(hf).value();
+  if (c.gguf_bf16) {
+    GgufExportOptions opt;
+    opt.dtype = DType::kBF16;
+    const std::string path = ::testing::TempDir() + "/cuda_" + c.fixture + "_bf16.gguf";
+    ASSERT_TRUE(ExportGguf(model->spec, model->weights, path, opt).ok());
+    auto g = LoadModel(path);
+    ASSERT_TRUE(g.ok()) << g.status();
+    model = std::move(g).value();
+  }
+  CpuBackend cpu(1);
+  auto gpu = testing::TestCudaBackend(size_t{512} << 20);
+  ASSERT_NE(gpu, nullptr);
+  TransformerOptions topt;
+  topt.max_context = 256;
+  auto cpu_lm = Transformer::Create(model, &cpu, topt);
+  auto gpu_lm = Transformer::Create(model, gpu.get(), topt);
+  ASSERT_TRUE(cpu_lm.ok()) << cpu_lm.status();
+  ASSERT_TRUE(gpu_lm.ok()) << gpu_lm.status();
+
+  std::vector<float> ref, got;
+  ASSERT_TRUE((*cpu_lm)->Forward(ids, &ref).ok());
+  ASSERT_TRUE((*gpu_lm)->Forward(ids, &got).ok());
+  ASSERT_EQ(ref.size(), got.size());
+  double scale = 0;
+  for (float x : ref) scale = std::max<double>(scale, std::fabs(x));
+  size_t bad = 0, worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref[i]);
+    if (!(err <= 1e-4 * scale + 1e-4 * std::fabs(ref[i]))) ++bad;
+    if (!(err <= worst_err)) {
+      worst_err = std::isnan(err) ? INFINITY : err;
+      worst = i;
+    }
+  }
+  const int64_t v = model->spec.vocab_size;
+  EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16" : " hf") << ": worst at position "
+                     << worst / v << " id " << worst % v << ": cpu " << ref[worst] << " gpu " << got[worst]
+                     << " (scale " << scale << ")";
+  std::printf("%s %s: max |gpu - cpu| = %.3g (%.3g of the logit scale)\n", c.fixture.c_str(),
+              c.gguf_bf16 ? "gguf-bf16" : "hf-f32", worst_err, worst_err / scale);
+
+  // Greedy through the KV cache, one token per pass (the GEMV decode path).
+  ASSERT_TRUE((*cpu_lm)->Truncate(0).ok());
+  ASSERT_TRUE((*gpu_lm)->Truncate(0).ok());
+  EXPECT_EQ(Greedy(**gpu_lm, ids, 12), Greedy(**cpu_lm, ids, 12)) << c.fixture;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, CudaModelLogits,
+    ::testing::Values(Case{"llama-gqa", false}, Case{"llama-gqa", true}, Case{"mixtral", false},
+                      Case{"mixtral", true}, Case{"qwen3-dense", false}, Case{"qwen3-dense", true},
+                      Case{"qwen3moe-dense-layer", false}, Case{"qwen3moe-dense-layer", true},
+                      Case{"qwen3moe-norm", false}, Case{"qwen3moe-norm", true}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = info.param.fixture + (info.param.gguf_bf16 ? "_gguf_bf16" : "_hf");
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+}  // namespace
+}  // namespace specgen
