@@ -28,13 +28,23 @@ SpeculativeDecoder::SpeculativeDecoder(CausalLm* target, Proposer* proposer, Spe
 
 absl::Status SpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
   // The target caches all but the last prompt token; the first pass feeds that one with the drafts.
-  if (target_->n_past() > 0) RETURN_IF_ERROR(target_->Truncate(0));
-  std::vector<float> logits;
   const auto head = prompt.first(prompt.size() - 1);
-  for (size_t begin = 0; begin < head.size(); begin += kPrefillChunk) {
+  size_t common = 0;
+  if (options_.keep_cache && static_cast<int64_t>(target_cached_.size()) == target_->n_past()) {
+    while (common < target_cached_.size() && common < head.size() &&
+           target_cached_[common] == head[common]) {
+      ++common;
+    }
+  }
+  if (target_->n_past() > static_cast<int64_t>(common)) {
+    RETURN_IF_ERROR(target_->Truncate(static_cast<int64_t>(common)));
+  }
+  std::vector<float> logits;
+  for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
     RETURN_IF_ERROR(
         target_->Forward(head.subspan(begin, std::min(kPrefillChunk, head.size() - begin)), &logits));
   }
+  if (options_.keep_cache) target_cached_.assign(head.begin(), head.end());
   if (proposer_ != nullptr) RETURN_IF_ERROR(proposer_->Prefill(prompt));
   return absl::OkStatus();
 }
@@ -120,6 +130,12 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeDecoder::Generate(std::span<cons
     // token (the new correction/bonus token is fed by the next pass).
     const int64_t keep = context_len + result.n_accepted;
     if (target_->n_past() > keep) RETURN_IF_ERROR(target_->Truncate(keep));
+    if (options_.keep_cache) {
+      // The cache now holds the sequence (its last token fed by this pass) and the accepted drafts.
+      target_cached_.assign(sequence.begin(), sequence.end());
+      target_cached_.insert(target_cached_.end(), result.tokens.begin(),
+                            result.tokens.begin() + result.n_accepted);
+    }
     const size_t first_new = generated.size();
     for (int32_t t : result.tokens) {
       sequence.push_back(t);

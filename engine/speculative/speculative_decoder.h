@@ -26,6 +26,10 @@ struct SpeculativeOptions {
   AcceptMode accept = AcceptMode::kRejection;
   SamplingParams sampling;
   std::vector<int32_t> end_ids;   // generation stops after emitting one of these
+  // Reuse the target's KV cache across Generate calls of this decoder: the prompt's longest common
+  // prefix with what the cache holds is not fed again (chat turns). The target must not be run by
+  // anyone else in between (a changed n_past() is detected and falls back to a full prefill).
+  bool keep_cache = false;
   // Called after every pass with the drafted length k and the acceptance result (tests, tracing).
   std::function<void(int k, const AcceptResult&)> on_pass;
 };
@@ -53,6 +57,7 @@ class SpeculativeDecoder {
   SpeculativeOptions options_;
   std::unique_ptr<DraftLengthController> controller_;
   SpeculativeStats stats_;
+  std::vector<int32_t> target_cached_;  // the tokens the target's KV cache holds (keep_cache)
 };
 
 }  // namespace specgen
