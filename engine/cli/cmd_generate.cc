@@ -69,6 +69,11 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
     ASSIGN_OR_RETURN(prompt, target_tok->Encode(text));
     if (prompt.empty()) return InvalidArgument("the prompt encodes to no tokens");
   }
+  // Checked here too (the decoder would say the same) so that nothing is printed before the error.
+  if (static_cast<int64_t>(prompt.size()) >= pair->target->max_context()) {
+    return InvalidArgument("the prompt has ", prompt.size(), " tokens, leaving no room in the context of ",
+                           pair->target->max_context(), " (-c)");
+  }
 
   const bool text_out = target_tok != nullptr && !flags.print_ids;
   std::unique_ptr<StreamingDetokenizer> detok;

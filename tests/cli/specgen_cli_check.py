@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Runs the `specgen` binary on the bundled pair (models/tiny-target drafted by models/tiny-draft).
+
+usage: specgen_cli_check.py SPECGEN SOURCE_DIR
+
+Checks: greedy `generate` prints the same text with and without -md, and --stats json prints one
+parseable line with the DESIGN §7 keys; `chat` answers piped turns (and /stats) and exits 0 at EOF;
+bad input (a missing model, a draft of another vocabulary, a prompt longer than -c, bad flags) exits
+with status 1 and a message naming the problem on stderr, never a crash. Exit 77 (skip) when the
+bundled pair is absent.
+"""
+import json
+import os
+import subprocess
+import sys
+
+DESIGN_KEYS = ["tokens", "passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
+               "tokens_per_second", "h2d_bytes", "expert_cache_hit_rate", "time"]
+TIME_KEYS = ["draft", "verify", "accept", "transfer_wait"]
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(specgen, args, stdin=None):
+    p = subprocess.run([specgen] + args, input=stdin, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def split_stats(stdout):
+    """The generated text and the JSON object of the last line."""
+    lines = stdout.rstrip("\n").split("\n")
+    try:
+        return "\n".join(lines[:-1]), json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return stdout, None
+
+
+def main():
+    specgen, source = sys.argv[1], sys.argv[2]
+    target = os.path.join(source, "models", "tiny-target")
+    draft = os.path.join(source, "models", "tiny-draft")
+    mismatched = os.path.join(source, "tests", "data", "models", "llama-gqa")
+    if not all(os.path.exists(os.path.join(d, "model.safetensors")) for d in (target, draft)):
+        print("bundled pair not present; skipping", file=sys.stderr)
+        return 77
+
+    # generate: greedy with and without a draft (and the adaptive controller) give the same text.
+    prompt = "def fibonacci(n):\n    "
+    base = ["generate", "-m", target, "-p", prompt, "-n", "40", "--temp", "0", "--ignore-eos",
+            "--stats", "json"]
+    outputs = {}
+    for name, extra in [("plain", []), ("k4", ["-md", draft, "--draft-max", "4"]),
+                        ("adaptive", ["-md", draft, "--draft-max", "8", "--draft-adaptive"])]:
+        rc, out, err = run(specgen, base + extra)
+        check(rc == 0, f"generate {name}: exit {rc}, stderr: {err.strip()}")
+        text, stats = split_stats(out)
+        check(stats is not None, f"generate {name}: last stdout line is not JSON: {out[-200:]!r}")
+        if stats is None:
+            continue
+        for key in DESIGN_KEYS:
+            check(key in stats, f"generate {name}: stats JSON lacks '{key}'")
+        for key in TIME_KEYS:
+            check(key in stats.get("time", {}), f"generate {name}: stats JSON lacks 'time.{key}'")
+        check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")
+        check(text.startswith(prompt), f"generate {name}: output does not start with the prompt")
+        if name == "plain":
+            check(stats.get("drafted") == 0, f"generate plain drafted {stats.get('drafted')}")
+        else:
+            # The adaptive controller may stop drafting early when its first drafts fail.
+            check(stats.get("drafted", 0) > 0 and (name == "adaptive" or stats.get("accepted", 0) > 0),
+                  f"generate {name}: drafted {stats.get('drafted')} accepted {stats.get('accepted')}")
+            tau = stats.get("mean_accepted_length", 0)
+            check(abs(tau - stats["tokens"] / stats["passes"]) < 1e-9 if stats.get("passes") else False,
+                  f"generate {name}: tau {tau} != tokens/passes")
+        outputs[name] = text
+    if "plain" in outputs:
+        for name in ("k4", "adaptive"):
+            check(outputs.get(name) == outputs["plain"],
+                  f"generate {name} text differs from plain:\n{outputs.get(name)!r}\n{outputs['plain']!r}")
+
+    # chat: two piped turns and /stats; replies stream to stdout, EOF exits 0.
+    rc, out, err = run(specgen, ["chat", "-m", target, "-md", draft, "-n", "24", "--temp", "0",
+                                 "--system", "You write Python."],
+                       stdin="def add(a, b):\n/stats\nimport os\n/reset\nclass A:\n")
+    check(rc == 0, f"chat: exit {rc}, stderr: {err.strip()}")
+    check("error" not in err, f"chat: stderr reports an error: {err.strip()}")
+    lines = out.split("\n")
+    stats_lines = [l for l in lines if l.startswith("conversation:")]
+    check(len(stats_lines) == 1 and "1 replies" in stats_lines[0],
+          f"chat: /stats after one reply printed {stats_lines}")
+    check(len(out.strip()) > 0, "chat: no reply on stdout")
+    check("conversation reset" in err, "chat: /reset not acknowledged on stderr")
+
+    # chat with --stats json prints one parseable line per reply.
+    rc, out, err = run(specgen, ["chat", "-m", target, "-n", "8", "--temp", "0", "--stats", "json"],
+                       stdin="hello\nworld\n")
+    check(rc == 0, f"chat --stats json: exit {rc}, stderr: {err.strip()}")
+    json_lines = [l for l in out.split("\n") if l.startswith("{")]
+    check(len(json_lines) == 2, f"chat --stats json: {len(json_lines)} JSON lines for 2 turns")
+    for l in json_lines:
+        try:
+            check(json.loads(l).get("tokens", 0) > 0, "chat --stats json: a reply of no tokens")
+        except json.JSONDecodeError:
+            check(False, f"chat --stats json: not JSON: {l!r}")
+
+    # Bad input: exit status 1 (not a signal), a message on stderr naming the problem.
+    missing = os.path.join(source, "models", "no-such-model")
+    long_prompt = "x = 1\n" * 200
+    bad = [
+        ("missing model", ["generate", "-m", missing, "-p", "hi"], ["no-such-model"]),
+        ("missing draft", ["generate", "-m", target, "-md", missing, "-p", "hi"], ["no-such-model"]),
+        ("vocabulary mismatch", ["generate", "-m", target, "-md", mismatched, "-p", "hi"],
+         ["cannot draft", "llama-gqa"]),
+        ("prompt longer than -c", ["generate", "-m", target, "-c", "64", "-p", long_prompt],
+         ["context"]),
+        ("prompt id outside the vocabulary", ["generate", "-m", target, "--prompt-ids", "1,99999"],
+         ["99999"]),
+        ("bad --accept", ["generate", "-m", target, "-p", "hi", "--accept", "maybe"], ["maybe"]),
+        ("bad --top-p", ["generate", "-m", target, "-p", "hi", "--top-p", "2"], ["--top-p"]),
+        ("chat missing model", ["chat", "-m", missing], ["no-such-model"]),
+        ("chat vocabulary mismatch", ["chat", "-m", target, "-md", mismatched], ["cannot draft"]),
+    ]
+    for name, args, needles in bad:
+        rc, out, err = run(specgen, args, stdin="")
+        check(rc == 1, f"{name}: exit {rc} (want 1), stderr: {err.strip()[:300]}")
+        check("error" in err and all(n in err for n in needles),
+              f"{name}: stderr does not name the problem ({needles}): {err.strip()[:300]}")
+        check(out == "", f"{name}: printed to stdout before failing: {out[:200]!r}")
+        check("terminate" not in err and "Aborted" not in err, f"{name}: crashed: {err[:300]}")
+
+    # A conversation that outgrows -c is reported per turn and the chat goes on to exit 0.
+    rc, out, err = run(specgen, ["chat", "-m", target, "-c", "48", "-n", "8", "--temp", "0"],
+                       stdin=long_prompt.replace("\n", " ") + "\nhi\n")
+    check(rc == 0, f"chat overflow: exit {rc}, stderr: {err.strip()[:300]}")
+    check("fills the context" in err, f"chat overflow: no context message: {err.strip()[:300]}")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("specgen cli: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
