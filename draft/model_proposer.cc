@@ -32,9 +32,18 @@ absl::Status ModelProposer::TruncateToCommonPrefix(std::span<const int32_t> cont
 }
 
 absl::Status ModelProposer::Feed(std::span<const int32_t> tokens) {
+  const int32_t draft_vocab = static_cast<int32_t>(draft_->vocab_size());
+  std::vector<int32_t> mapped;
   for (size_t begin = 0; begin < tokens.size(); begin += kPrefillChunk) {
     const auto chunk = tokens.subspan(begin, std::min(kPrefillChunk, tokens.size() - begin));
-    RETURN_IF_ERROR(draft_->Forward(chunk, &logits_));
+    // With --allow-vocab-mismatch the target may emit ids the draft does not have. The draft reads
+    // id 0 in their place: its guesses get worse there, but the output stays exact because the
+    // target verifies every token. `cached_` keeps the real ids, so prefix matching is unaffected.
+    mapped.assign(chunk.begin(), chunk.end());
+    for (int32_t& t : mapped) {
+      if (t >= draft_vocab) t = 0;
+    }
+    RETURN_IF_ERROR(draft_->Forward(mapped, &logits_));
     cached_.insert(cached_.end(), chunk.begin(), chunk.end());
   }
   const size_t v = static_cast<size_t>(draft_->vocab_size());

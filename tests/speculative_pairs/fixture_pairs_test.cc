@@ -1,9 +1,9 @@
 // The golden fixtures (tests/data/models, random weights made by transformers) paired as draft and
 // target: llama-gqa, mixtral and qwen3moe-norm share a vocabulary of 509; qwen3moe-dense-layer (521)
 // drafts for qwen3moe-norm and llama-gqa for qwen3-dense (503) through the proposer's cropping of
-// the draft's extra logits (what --allow-vocab-mismatch runs). A draft with the SMALLER vocabulary
-// is not paired: the target's tokens past it cannot be fed to the draft (ModelProposer returns an
-// error for them). Different random models rarely agree, so those pairs
+// the draft's extra logits (what --allow-vocab-mismatch runs), and qwen3-dense (503) drafts for
+// mixtral (509): the target's tokens past the draft's vocabulary reach the draft as a stand-in id.
+// Different random models rarely agree, so those pairs
 // exercise rejection and rollback on every pass; a model drafting for itself (a second instance)
 // exercises full acceptance and the bonus token. Greedy output must be token-identical to
 // target-only greedy for k = 1..8 and the adaptive controller; `coupled` output per seed must equal
@@ -108,13 +108,37 @@ TEST_P(FixturePairTest, CoupledEqualsPlainSamplingPerSeed) {
   }
 }
 
+// A draft with the smaller vocabulary (qwen3-dense, 503) meets target ids it lacks (mixtral, 509):
+// here they are in the prompt itself, so every run feeds them to the draft. Output must still be
+// exactly the target's.
+TEST(SmallerDraftVocabularyTest, TargetIdsPastTheDraftVocabularyKeepOutputExact) {
+  for (const char* name : {"qwen3-dense", "mixtral"}) {
+    if (!std::filesystem::exists(kFixtures + name + "/model.safetensors")) GTEST_SKIP() << name;
+  }
+  CpuBackend backend{1};
+  auto target = LoadLm(kFixtures + "mixtral", &backend, kContext);
+  auto draft = LoadLm(kFixtures + "qwen3-dense", &backend, kContext);
+  ASSERT_TRUE(target && draft);
+  ASSERT_EQ(draft->vocab_size(), 503);
+  const std::vector<int32_t> prompt = {5, 507, 12, 504, 508, 3};
+  RunSpec spec;
+  spec.new_tokens = 16;
+  const auto plain = RunPair(target.get(), nullptr, spec, prompt);
+  ASSERT_EQ(plain.size(), 16u);
+  for (int k : {1, 4, 8}) {
+    spec.k = k;
+    EXPECT_EQ(RunPair(target.get(), draft.get(), spec, prompt), plain) << "k=" << k;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     SharedVocabulary, FixturePairTest,
     ::testing::Values(PairName{"llama-gqa", "mixtral"}, PairName{"mixtral", "qwen3moe-norm"},
                       PairName{"llama-gqa", "qwen3moe-norm"},
                       PairName{"qwen3moe-norm", "qwen3moe-norm"},
                       PairName{"llama-gqa", "qwen3-dense"},
-                      PairName{"qwen3moe-dense-layer", "qwen3moe-norm"}),
+                      PairName{"qwen3moe-dense-layer", "qwen3moe-norm"},
+                      PairName{"qwen3-dense", "mixtral"}),
     [](const ::testing::TestParamInfo<PairName>& info) {
       std::string name = std::string(info.param.draft) + "_for_" + info.param.target;
       for (char& c : name) {
