@@ -29,20 +29,12 @@ absl::Status RunConvert(const ConvertFlags& f) {
   opt.dtype = dtype;
   opt.threads = f.threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
-  // The tokenizer travels with the weights, so the GGUF is self-contained. A model without tokenizer
-  // files (synth:, a bare checkpoint) converts without one; a tokenizer that is there but broken is
-  // an error, not something to drop silently.
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!f.in.starts_with("synth:")) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = LoadTokenizerForModel(f.in);
-    if (loaded.ok()) {
-      tokenizer = std::move(loaded).value();
-      opt.add_metadata = [&tokenizer](GgufWriter* w) { return AddTokenizerToGguf(*tokenizer, w); };
-    } else if (absl::IsNotFound(loaded.status())) {
-      opt.note(Cat("no tokenizer written: ", loaded.status().message()));
-    } else {
-      return loaded.status();
-    }
+  // The tokenizer travels with the weights, so the GGUF is self-contained.
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizerIfPresent(f.in));
+  if (tokenizer) {
+    opt.add_metadata = [&tokenizer](GgufWriter* w) { return AddTokenizerToGguf(*tokenizer, w); };
+  } else {
+    opt.note("the model has no tokenizer: none written");
   }
   RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -110,10 +110,11 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   RETURN_IF_ERROR(ValidateGenerationFlags(flags));
   auto pair = std::make_unique<LoadedPair>();
   ASSIGN_OR_RETURN(pair->mode, ParseAcceptMode(flags.accept));
-  // Tokenizers are optional (synth presets have none); text needs the target's.
-  if (auto t = LoadTokenizerForModel(flags.model); t.ok()) pair->target_tok = std::move(*t);
+  // Tokenizers are optional (synth presets have none; text needs the target's), but one that is
+  // present and unreadable is reported, not silently replaced by ids.
+  ASSIGN_OR_RETURN(pair->target_tok, LoadTokenizerIfPresent(flags.model));
   if (!flags.draft.empty()) {
-    if (auto t = LoadTokenizerForModel(flags.draft); t.ok()) pair->draft_tok = std::move(*t);
+    ASSIGN_OR_RETURN(pair->draft_tok, LoadTokenizerIfPresent(flags.draft));
   }
 
   pair->backend = std::make_unique<CpuBackend>(flags.threads);

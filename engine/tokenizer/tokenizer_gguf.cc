@@ -166,6 +166,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::stri
   return LoadTokenizerFromGguf(*gguf);
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerIfPresent(const std::string& path) {
+  if (path.starts_with("synth:")) return std::unique_ptr<Tokenizer>();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizerForModel(path);
+  if (absl::IsNotFound(tok.status())) return std::unique_ptr<Tokenizer>();
+  return tok;
+}
+
 absl::Status AddTokenizerToGguf(const Tokenizer& tok, GgufWriter* w) {
   const TokenizerSpec& s = tok.spec();
   const bool bpe = s.kind == TokenizerKind::kBpe;

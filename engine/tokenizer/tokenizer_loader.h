@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromGguf(const GgufFile&
 // tokenizer.json file itself.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& path);
 
+// The same, for callers where a model without a tokenizer is fine (synth: presets, bare checkpoints):
+// nullptr when the model carries none, an error when it carries one that cannot be read.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerIfPresent(const std::string& path);
+
 // Writes tokenizer.ggml.* (and tokenizer.chat_template) so that TokenizerSpecFromGguf, and llama.cpp,
 // read the same tokenizer back.
 absl::Status AddTokenizerToGguf(const Tokenizer& tokenizer, GgufWriter* writer);
