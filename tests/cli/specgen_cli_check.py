@@ -9,8 +9,11 @@ bad input (a missing model, a draft of another vocabulary, a prompt longer than 
 with status 1 and a message naming the problem on stderr, never a crash. Exit 77 (skip) when the
 bundled pair is absent.
 """
+import atexit
 import json
 import os
+import shutil
+import tempfile
 import subprocess
 import sys
 
@@ -111,6 +114,14 @@ def main():
 
     # Bad input: exit status 1 (not a signal), a message on stderr naming the problem.
     missing = os.path.join(source, "models", "no-such-model")
+    # A model folder whose tokenizer.json is corrupt: reported, not replaced by raw ids.
+    broken = tempfile.mkdtemp(prefix="specgen-broken-tok-")
+    atexit.register(shutil.rmtree, broken, True)
+    for name in os.listdir(target):
+        if name != "tokenizer.json":
+            os.symlink(os.path.join(target, name), os.path.join(broken, name))
+    with open(os.path.join(broken, "tokenizer.json"), "w") as f:
+        f.write("{not json")
     long_prompt = "x = 1\n" * 200
     bad = [
         ("missing model", ["generate", "-m", missing, "-p", "hi"], ["no-such-model"]),
@@ -123,6 +134,7 @@ def main():
          ["99999"]),
         ("bad --accept", ["generate", "-m", target, "-p", "hi", "--accept", "maybe"], ["maybe"]),
         ("bad --top-p", ["generate", "-m", target, "-p", "hi", "--top-p", "2"], ["--top-p"]),
+        ("corrupt tokenizer.json", ["generate", "-m", broken, "-p", "hi"], ["tokenizer.json", "JSON"]),
         ("chat missing model", ["chat", "-m", missing], ["no-such-model"]),
         ("chat vocabulary mismatch", ["chat", "-m", target, "-md", mismatched], ["cannot draft"]),
     ]
