@@ -21,5 +21,13 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 jobs=${SPECGEN_JOBS:-$(nproc)}
-cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=${SPECGEN_BUILD_TYPE:-RelWithDebInfo} ${SPECGEN_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j "$jobs"
+mkdir -p "$build"
+log="$build/build.log"
+echo "building specgen in $build (log: $log)"
+# Quiet on success; on failure the end of the log (the compiler's errors) goes to the terminal.
+if ! { cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=${SPECGEN_BUILD_TYPE:-RelWithDebInfo} \
+         ${SPECGEN_CMAKE_ARGS:-} && cmake --build "$build" -j "$jobs"; } >"$log" 2>&1; then
+  tail -n 60 "$log"
+  echo "build failed: see $log" >&2
+  exit 1
+fi
