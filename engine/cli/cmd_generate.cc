@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/cli/command.h"
+#include "engine/cli/id_list.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/speculative_decoder.h"
@@ -24,19 +25,6 @@ struct GenerateFlags {
   std::string prompt, prompt_file, prompt_ids;
   bool print_ids = false;
 };
-
-absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(piece, &id)) {
-      return InvalidArgument("--prompt-ids: '", AsStd(piece), "' is not a token id");
-    }
-    ids.push_back(id);
-  }
-  if (ids.empty()) return InvalidArgument("--prompt-ids: no token ids");
-  return ids;
-}
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -57,7 +45,7 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   }
   std::vector<int32_t> prompt;
   if (!flags.prompt_ids.empty()) {
-    ASSIGN_OR_RETURN(prompt, ParseIdList(flags.prompt_ids));
+    ASSIGN_OR_RETURN(prompt, ParseIdList("--prompt-ids", flags.prompt_ids));
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedPair> pair, LoadPair(flags.common));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/make_backend.h"
 #include "engine/cli/command.h"
+#include "engine/cli/id_list.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
@@ -22,19 +23,6 @@ namespace specgen::cli {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "logits files are little-endian");
-
-absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(piece, &id)) {
-      return InvalidArgument("--prompt-ids: '", AsStd(piece), "' is not a token id");
-    }
-    ids.push_back(id);
-  }
-  if (ids.empty()) return InvalidArgument("--prompt-ids: no token ids");
-  return ids;
-}
 
 absl::Status WriteAtomically(const std::string& path, const std::vector<float>& data) {
   const std::string tmp = path + ".tmp";
@@ -71,7 +59,7 @@ struct LogitsFlags {
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(flags.prompt_ids));
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList("--prompt-ids", flags.prompt_ids));
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   BackendOptions backend_options;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/cli/command.h"
+#include "engine/cli/id_list.h"
 #include "engine/core/status_macros.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 
@@ -24,22 +25,12 @@ struct TokenizeFlags {
   bool no_special = false;
 };
 
-absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(piece, &id)) return InvalidArgument("--decode: '", AsStd(piece), "' is not a token id");
-    ids.push_back(id);
-  }
-  return ids;
-}
-
 absl::Status RunTokenize(const TokenizeFlags& f) {
   if (f.model.empty() == f.tokenizer.empty()) return InvalidArgument("tokenize: give exactly one of -m MODEL or --tokenizer FILE");
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizerForModel(f.model.empty() ? f.tokenizer : f.model));
   if (!f.decode.empty()) {
     if (!f.prompt.empty() || !f.file.empty()) return InvalidArgument("tokenize: --decode takes no -p/-f");
-    ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList(f.decode));
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList("--decode", f.decode));
     ASSIGN_OR_RETURN(std::string text, tok->Decode(ids, {.render_special = !f.no_special}));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
