@@ -58,11 +58,10 @@ struct ChatTotals {
 
 class ChatSession {
  public:
-  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format)
-      : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format) {
-    SpeculativeOptions options = pair->options;
-    options.keep_cache = true;
-    decoder_ = std::make_unique<SpeculativeDecoder>(pair->target.get(), pair->proposer.get(), options);
+  // `decoder` runs `pair`'s models; made with keep_cache so that each turn feeds only its new tokens
+  // (the CPU loop; the GPU loop prefills the conversation again each turn).
+  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, std::unique_ptr<Decoder> decoder)
+      : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format), decoder_(std::move(decoder)) {
     Reset();
   }
 
@@ -156,7 +155,7 @@ class ChatSession {
   LoadedPair* pair_;
   const Tokenizer& tok_;
   ChatFormat format_;
-  std::unique_ptr<SpeculativeDecoder> decoder_;
+  std::unique_ptr<Decoder> decoder_;
   std::vector<ChatMessage> messages_;
   std::vector<int32_t> last_prompt_;  // the previous turn's prompt and reply
   ChatTotals totals_;
@@ -176,7 +175,10 @@ absl::Status RunChat(const ChatFlags& flags) {
                  pair->proposer ? flags.common.draft.c_str() : "",
                  format == ChatFormat::kChatMl ? "ChatML" : "[INST]");
   }
-  ChatSession session(flags, pair.get(), format);
+  SpeculativeOptions options = pair->options;
+  options.keep_cache = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, MakeDecoder(*pair, options));
+  ChatSession session(flags, pair.get(), format, std::move(decoder));
   std::string line;
   while (true) {
     if (interactive) std::fputs("> ", stderr);
@@ -201,7 +203,7 @@ absl::Status RunChat(const ChatFlags& flags) {
 }
 
 Registrar kChat{
-    {"chat", "Chat with a model through its chat template, plain or speculative (CPU reference)",
+    {"chat", "Chat with a model through its chat template, plain or speculative, on the GPU or the CPU",
      [](CLI::App& app) {
        auto f = std::make_shared<ChatFlags>();
        f->common.stats = "none";  // /stats prints them on demand

@@ -90,17 +90,17 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
     std::fputs(prompt_text.c_str(), stdout);
   }
 
-  SpeculativeDecoder decoder(pair->target.get(), pair->proposer.get(), pair->options);
-  ASSIGN_OR_RETURN(std::vector<int32_t> generated, decoder.Generate(prompt, sink));
+  ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, MakeDecoder(*pair, pair->options));
+  ASSIGN_OR_RETURN(std::vector<int32_t> generated, decoder->Generate(prompt, sink));
   if (text_out) std::fputs(detok->Finish().c_str(), stdout);
   std::fputs("\n", stdout);
   RETURN_IF_ERROR(sink_status);
-  PrintStats(flags.common, *pair, decoder.stats());
+  PrintStats(flags.common, *pair, decoder->stats());
   return absl::OkStatus();
 }
 
 Registrar kGenerate{
-    {"generate", "Generate text, plain or with speculative decoding (CPU reference)",
+    {"generate", "Generate text, plain or with speculative decoding, on the GPU or the CPU",
      [](CLI::App& app) {
        auto f = std::make_shared<GenerateFlags>();
        AddGenerationFlags(app, &f->common);

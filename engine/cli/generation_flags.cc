@@ -2,10 +2,15 @@
 
 #include <cstdio>
 
+#include "engine/backend/make_backend.h"
+#include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
+#if defined(SPECGEN_WITH_CUDA)
+#include "engine/speculative/device_speculative_decoder.h"
+#endif
 
 namespace specgen::cli {
 namespace {
@@ -81,7 +86,15 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "seed; every draw is keyed by (seed, position), so a seed reproduces the output")
       ->capture_default_str();
   app.add_option("-c,--ctx-size", f->context, "context length (default: min(model's, 4096))");
-  app.add_option("--device", f->device, "auto|cpu (this build: cpu)")->capture_default_str();
+  app.add_option("--device", f->device,
+                 CudaCompiledIn() ? "auto|cpu|cuda: auto runs on the GPU when one is present; cpu is "
+                                    "the fp32 reference"
+                                  : "auto|cpu|cuda (this build has no CUDA: auto runs on the CPU)")
+      ->capture_default_str();
+  app.add_option("--vram-budget", f->vram_budget,
+                 "GPU memory specgen may use, e.g. 8GiB or 512MiB; every device allocation comes out "
+                 "of it, and a model that does not fit is a clear error, never an out-of-memory crash (default: free VRAM "
+                 "minus 2 GiB)");
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
       ->capture_default_str();
@@ -93,9 +106,10 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
 }
 
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
-  if (flags.device != "auto" && flags.device != "cpu") {
-    return InvalidArgument("--device ", flags.device, ": this build runs on the CPU only (auto|cpu)");
+  if (flags.device != "auto" && flags.device != "cpu" && flags.device != "cuda") {
+    return InvalidArgument("--device must be auto, cpu or cuda, got '", flags.device, "'");
   }
+  if (!flags.vram_budget.empty()) RETURN_IF_ERROR(ParseByteSize(flags.vram_budget).status());
   if (flags.stats != "text" && flags.stats != "json" && flags.stats != "none") {
     return InvalidArgument("--stats must be text, json or none, got '", flags.stats, "'");
   }
@@ -117,7 +131,12 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     ASSIGN_OR_RETURN(pair->draft_tok, LoadTokenizerIfPresent(flags.draft));
   }
 
-  pair->backend = std::make_unique<CpuBackend>(flags.threads);
+  BackendOptions backend_options;
+  backend_options.cpu_threads = flags.threads;
+  if (!flags.vram_budget.empty()) {
+    ASSIGN_OR_RETURN(backend_options.vram_bytes, ParseByteSize(flags.vram_budget));
+  }
+  ASSIGN_OR_RETURN(pair->backend, MakeBackend(flags.device, backend_options));
   ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), flags.context));
   if (!flags.draft.empty() && flags.draft_max > 0) {
     ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
@@ -142,6 +161,37 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     }
   }
   return pair;
+}
+
+namespace {
+
+template <typename Loop>
+class DecoderOf : public Decoder {
+ public:
+  explicit DecoderOf(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) {}
+  absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
+                                                const TokenSink& sink) override {
+    return loop_->Generate(prompt, sink);
+  }
+  const SpeculativeStats& stats() const override { return loop_->stats(); }
+
+ private:
+  std::unique_ptr<Loop> loop_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options) {
+#if defined(SPECGEN_WITH_CUDA)
+  if (auto* cuda = dynamic_cast<CudaBackend*>(pair.backend.get())) {
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceSpeculativeDecoder> loop,
+                     DeviceSpeculativeDecoder::Create(cuda, pair.target.get(),
+                                                      pair.proposer ? pair.draft.get() : nullptr, options));
+    return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop)));
+  }
+#endif
+  return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<SpeculativeDecoder>>(
+      std::make_unique<SpeculativeDecoder>(pair.target.get(), pair.proposer.get(), options)));
 }
 
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "draft/model_proposer.h"
-#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/sampling_params.h"
@@ -28,6 +30,7 @@ struct GenerationFlags {
   SamplingParams sampling;
   int64_t context = 0;
   std::string device = "auto";
+  std::string vram_budget;  // --vram-budget, e.g. "8GiB"; empty: free VRAM minus a reserve
   std::string stats = "text";
   bool allow_vocab_mismatch = false;
   bool ignore_eos = false;
@@ -48,15 +51,27 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags);
 struct LoadedPair {
   AcceptMode mode = AcceptMode::kRejection;
   std::unique_ptr<Tokenizer> target_tok, draft_tok;
-  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Backend> backend;        // from --device: the CPU reference or CUDA
   std::unique_ptr<Transformer> target, draft;
-  std::unique_ptr<ModelProposer> proposer;  // null: plain decoding
+  std::unique_ptr<ModelProposer> proposer;  // null: plain decoding (CPU loop only)
   SpeculativeOptions options;               // -n, k, mode, sampling and the end-of-generation ids
 };
 
 // Validates the flags, loads both models and tokenizers and checks that the draft can draft for the
 // target (CheckCompatible on the tokenizers, or equal vocabulary sizes without them).
 absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flags);
+
+// The generation loop for the pair's backend: SpeculativeDecoder (any CausalLm, logits on the host)
+// on the CPU, DeviceSpeculativeDecoder (sampling and acceptance on the GPU, one result copy per
+// step) on CUDA. Same options, outputs and Stats.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
+                                                        const TokenSink& sink) = 0;
+  virtual const SpeculativeStats& stats() const = 0;
+};
+absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options);
 
 // --stats: text goes to stderr, json is one line on stdout, none prints nothing.
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);
