@@ -8,75 +8,104 @@ namespace {
 
 using detail::SamplePartial;
 
-__device__ int32_t Combine(const SamplePartial* parts) {
+// The winner among one row's kSampleSplits partials (ties to the lower id), computed by a whole warp;
+// every lane gets it. The order is a total order, so the folding order does not matter.
+__device__ int32_t WarpCombine(const SamplePartial* parts) {
   double best = 0.0;
   int32_t best_id = -1;
-  for (int s = 0; s < kSampleSplits; ++s) {
-    const SamplePartial& sp = parts[s];
+  for (int s = threadIdx.x & 31; s < kSampleSplits; s += 32) {
+    const SamplePartial sp = parts[s];
     if (sp.id < 0) continue;
     if (best_id < 0 || sp.score > best || (sp.score == best && sp.id < best_id)) {
       best = sp.score;
       best_id = sp.id;
     }
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+    if (oi >= 0 && (best_id < 0 || ov > best || (ov == best && oi < best_id))) {
+      best = ov;
+      best_id = oi;
+    }
+  }
   return best_id;
 }
 
-// One thread: walk the drafts in order (the work per row was done in parallel by the partials).
-//   cand   [k+1][splits]: greedy argmax / coupled target draw / rejection residual draw (i < k) and
-//          bonus draw (i = k)
+// Warp i decides row i on its own (its draw, whether draft x_i passes, the token row i would emit
+// and its log-probability); then thread 0 walks the rows in order, reading only shared memory, so
+// the serial part touches no global memory.
+//   cand   [k+1][splits]: greedy argmax / coupled target draw / rejection residual draw (i < k)
 //   fall   [k+1][splits]: rejection only: the target's own draw, used as the bonus and when the
 //          residual is empty
+// Launched with (k + 1) * 32 threads.
 __global__ void AcceptFinishKernel(const float* __restrict__ q, const float* __restrict__ p,
                                    const int32_t* __restrict__ drafts, int k, int vocab,
                                    AcceptKernelMode mode, uint64_t seed, int64_t first_position,
                                    const SamplePartial* __restrict__ cand,
                                    const SamplePartial* __restrict__ fall,
                                    AcceptanceResult* __restrict__ result) {
+  __shared__ int32_t emit_s[kAcceptMaxDraft + 1];
+  __shared__ float logprob_s[kAcceptMaxDraft + 1];
+  __shared__ bool accept_s[kAcceptMaxDraft + 1];
+  const int i = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool rejection = mode == AcceptKernelMode::kRejection;
+  if (i <= k) {
+    const float* pi = p + static_cast<int64_t>(i) * vocab;
+    int32_t emit;
+    bool accept = false;
+    if (i == k) {
+      emit = WarpCombine((rejection ? fall : cand) + i * kSampleSplits);  // the bonus
+    } else if (rejection) {
+      const int32_t resid = WarpCombine(cand + i * kSampleSplits);
+      const int32_t own = WarpCombine(fall + i * kSampleSplits);
+      const int32_t x = drafts[i];
+      if (x >= 0 && x < vocab) {
+        const float qx = q[static_cast<int64_t>(i) * vocab + x], px = pi[x];
+        if (qx > 0.f) {
+          accept = px >= qx || KeyedUniform(seed, first_position + i,
+                                            RandomPurpose::kAcceptUniform) * double(qx) <
+                                   double(px);
+        }
+      }
+      emit = accept ? x : resid;
+      if (emit < 0) emit = own;
+    } else {
+      const int32_t t = WarpCombine(cand + i * kSampleSplits);
+      const int32_t x = drafts[i];
+      accept = x >= 0 && x < vocab && x == t;
+      emit = t;
+    }
+    if (lane == 0) {
+      emit_s[i] = emit;
+      logprob_s[i] = emit >= 0 ? logf(pi[emit]) : -INFINITY;
+      accept_s[i] = accept;
+    }
+  }
+  __syncthreads();
   if (threadIdx.x != 0) return;
   AcceptanceResult r;
   r.n_accepted = 0;
-  for (int i = 0; i <= kAcceptMaxDraft; ++i) {
-    r.tokens[i] = -1;
-    r.logprobs[i] = 0.f;
+  for (int j = 0; j <= kAcceptMaxDraft; ++j) {
+    r.tokens[j] = -1;
+    r.logprobs[j] = 0.f;
   }
   int n = 0;
   bool done = false;
-  for (int i = 0; i < k && !done; ++i) {
-    const int64_t pos = first_position + i;
-    const int32_t x = drafts[i];
-    const float* pi = p + static_cast<int64_t>(i) * vocab;
-    const bool valid = x >= 0 && x < vocab;
-    int32_t emit;
-    bool accept;
-    if (mode == AcceptKernelMode::kRejection) {
-      const float* qi = q + static_cast<int64_t>(i) * vocab;
-      accept = false;
-      if (valid && qi[x] > 0.f) {
-        accept = pi[x] >= qi[x] ||
-                 KeyedUniform(seed, pos, RandomPurpose::kAcceptUniform) * double(qi[x]) < double(pi[x]);
-      }
-      emit = accept ? x : Combine(cand + i * kSampleSplits);
-      if (emit < 0) emit = Combine(fall + i * kSampleSplits);
-    } else {
-      const int32_t t = Combine(cand + i * kSampleSplits);
-      accept = valid && x == t;
-      emit = t;
-    }
-    r.tokens[n] = emit;
-    r.logprobs[n] = emit >= 0 ? logf(pi[emit]) : -INFINITY;
+  for (int j = 0; j < k && !done; ++j) {
+    r.tokens[n] = emit_s[j];
+    r.logprobs[n] = logprob_s[j];
     ++n;
-    if (accept) {
+    if (accept_s[j]) {
       ++r.n_accepted;
     } else {
       done = true;
     }
   }
   if (!done) {
-    const float* pk = p + static_cast<int64_t>(k) * vocab;
-    const int32_t t = Combine((mode == AcceptKernelMode::kRejection ? fall : cand) + k * kSampleSplits);
-    r.tokens[n] = t;
-    r.logprobs[n] = t >= 0 ? logf(pk[t]) : -INFINITY;
+    r.tokens[n] = emit_s[k];
+    r.logprobs[n] = logprob_s[k];
     ++n;
   }
   r.n_tokens = n;
@@ -122,7 +151,7 @@ cudaError_t LaunchAcceptance(const float* q, const float* p, const int32_t* draf
       break;
   }
   if (err != cudaSuccess) return err;
-  AcceptFinishKernel<<<1, 32, 0, stream>>>(q, p, drafts, k, vocab, mode, seed, first_position, cand,
+  AcceptFinishKernel<<<1, (k + 1) * 32, 0, stream>>>(q, p, drafts, k, vocab, mode, seed, first_position, cand,
                                            fall, result);
   return cudaGetLastError();
 }

@@ -27,13 +27,15 @@ struct SamplingConfig {
 // double), so probabilities agree to a few fp32 ulps and kept sets agree except at exact-tie margins.
 //   logits  [rows, vocab] fp32, device
 //   probs   [rows, vocab] fp32, device (must not alias logits)
-// One 1024-thread block per row.
+// On sm_90+ each row runs on a cluster of 8 blocks (its chunk of the row in shared memory, logits read
+// once, one kernel); elsewhere, or when a row's chunk exceeds shared memory, one 1024-thread block
+// per row. Both give the same kept sets; a row's result never depends on `rows`.
 cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, SamplingConfig config,
                                 float* probs, cudaStream_t stream);
 
 // Splits of one row's vocabulary in the parallel Gumbel-max / argmax (fixed, so results never depend
 // on the launch shape).
-inline constexpr int kSampleSplits = 16;
+inline constexpr int kSampleSplits = 64;
 
 // Bytes of device scratch LaunchSampleTokens needs for `rows` rows.
 size_t SampleWorkspaceBytes(int rows);
@@ -56,6 +58,11 @@ struct SamplePartial {
   int32_t id;
   int32_t pad;
 };
+// The one-block-per-row path of LaunchProcessLogits, callable directly (tests compare both paths).
+cudaError_t LaunchProcessLogitsOneBlock(const float* logits, int rows, int vocab,
+                                        SamplingConfig config, float* probs, cudaStream_t stream);
+// Whether LaunchProcessLogits takes the cluster path for this vocabulary on the current device.
+bool ProcessLogitsUsesClusters(int vocab);
 enum class WeightKind : uint8_t { kArgmax = 0, kGumbel = 1, kGumbelResidual = 2 };
 // Partial winners over kSampleSplits splits of each row: partials[r * kSampleSplits + s].
 // kGumbelResidual uses weights max(0, p[r] - q[r]) (q must be non-null).

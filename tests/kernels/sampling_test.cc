@@ -1,6 +1,7 @@
 // GPU logits processing, keyed sampling and acceptance against the CPU reference in engine/sampling
 // (ProcessLogits, SampleGumbelMax, Accept): same distributions, and the same tokens for the same keys.
 #include <cmath>
+#include <cstring>
 
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/distribution.h"
@@ -175,6 +176,129 @@ TEST(AcceptanceGpu, MatchesCpuAcceptTokenForToken) {
   }
   std::printf("[ acceptance ] %d cases, %d drafts accepted\n", cases, total_accepted);
   EXPECT_GT(total_accepted, 0);  // the cases exercise acceptance, not only rejection
+}
+
+// ---- The two processing paths (a cluster of blocks per row on sm_90+, one block per row elsewhere)
+// on the inputs where their branches differ: cuts inside long runs of ties (which the cluster path
+// splits across blocks), one finite logit, filters that are off, vocabularies shorter than the
+// cluster or not a multiple of 4.
+
+using ProcessLauncher = cudaError_t (*)(const float*, int, int, SamplingConfig, float*, cudaStream_t);
+
+struct ProcessPath {
+  ProcessLauncher launch;
+  const char* name;
+};
+constexpr ProcessPath kPaths[] = {{&LaunchProcessLogits, "default"},
+                                  {&detail::LaunchProcessLogitsOneBlock, "one-block"}};
+
+std::vector<float> RunProcess(const ProcessPath& path, const std::vector<float>& logits, int rows,
+                              int vocab, const SamplingParams& params) {
+  DeviceBuffer<float> dl(logits), dp(logits.size());
+  EXPECT_EQ(path.launch(dl.get(), rows, vocab, ToConfig(params), dp.get(), nullptr), cudaSuccess)
+      << path.name;
+  return dp.Download();
+}
+
+void CheckProcessAgainstCpu(const ProcessPath& path, const std::vector<float>& logits, int rows,
+                            int vocab, const SamplingParams& params, const std::string& what) {
+  const auto got = RunProcess(path, logits, rows, vocab, params);
+  std::vector<double> ref(logits.size());
+  std::vector<float> row;
+  size_t kept_cpu = 0, kept_gpu = 0;
+  for (int r = 0; r < rows; ++r) {
+    ProcessLogits(std::span<const float>(&logits[size_t(r) * vocab], vocab), params, &row);
+    for (int i = 0; i < vocab; ++i) {
+      ref[size_t(r) * vocab + i] = row[i];
+      kept_cpu += row[i] > 0;
+      kept_gpu += got[size_t(r) * vocab + i] > 0;
+    }
+  }
+  // Tolerance as in CheckProcess: fp32 exponent argument and expf, |arg| <= 64 → (64 + 4) u; exact
+  // zeros where the reference has none (tol 0 there); -inf logits give exact zeros on both sides.
+  const double rtol = 68 * 0x1p-24;
+  ExpectAllClose(got, ref, [&](size_t i) { return rtol * ref[i]; },
+                 std::string(path.name) + " " + what + " " + ToString(params));
+  EXPECT_EQ(kept_gpu, kept_cpu) << path.name << " " << what << " " << ToString(params);
+}
+
+TEST(SamplingGpu, ProcessLogitsEdgeCasesOnBothPaths) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  int device = 0;
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  const int v = 151936;
+  if (prop.major >= 9) {
+    EXPECT_TRUE(detail::ProcessLogitsUsesClusters(v)) << "sm_90+ must take the cluster path";
+  }
+  auto rng = testing::FreshRng();
+  const std::vector<float> flat(v, 0.25f);
+  std::vector<float> one_finite(v, -INFINITY);
+  one_finite[v - 7] = 3.f;  // in the last chunk
+  const auto random = RandomLogits(rng, 2, v, false);
+  const auto ties = RandomLogits(rng, 2, v, true);
+  for (const ProcessPath& path : kPaths) {
+    // Every logit equal: each cut falls inside one run of 151936 ties, deep into the row.
+    CheckProcessAgainstCpu(path, flat, 1, v, Params(1.0f, 100000, 1.0f, 0.0f, 0), "flat");
+    CheckProcessAgainstCpu(path, flat, 1, v, Params(0.8f, 0, 0.5f, 0.0f, 0), "flat");
+    CheckProcessAgainstCpu(path, flat, 1, v, Params(0.8f, 40, 0.95f, 0.05f, 0), "flat");
+    CheckProcessAgainstCpu(path, flat, 1, v, Params(1.0f, 0, 1.0f, 0.5f, 0), "flat");
+    CheckProcessAgainstCpu(path, flat, 1, v, Params(0.0f, 0, 1.0f, 0.0f, 0), "flat");
+    // One finite logit: one-hot there whatever the filters (top-k keeps zero-weight ids).
+    CheckProcessAgainstCpu(path, one_finite, 1, v, Params(0.8f, 40, 0.95f, 0.05f, 0), "one finite");
+    CheckProcessAgainstCpu(path, one_finite, 1, v, Params(1.0f, 0, 1.0f, 0.0f, 0), "one finite");
+    CheckProcessAgainstCpu(path, one_finite, 1, v, Params(0.0f, 0, 1.0f, 0.0f, 0), "one finite");
+    // Filters off (top-k >= vocab, top-p 1, min-p 0), and top-k dropping exactly one id.
+    CheckProcessAgainstCpu(path, random, 2, v, Params(1.0f, v + 5, 1.0f, 0.0f, 0), "random");
+    CheckProcessAgainstCpu(path, random, 2, v, Params(0.9f, v, 1.0f, 0.0f, 0), "random");
+    CheckProcessAgainstCpu(path, random, 2, v, Params(0.9f, v - 1, 1.0f, 0.0f, 0), "random");
+    // Many exact ties at every cut over the full vocabulary.
+    CheckProcessAgainstCpu(path, ties, 2, v, Params(0.8f, 40, 0.95f, 0.05f, 0), "ties");
+    CheckProcessAgainstCpu(path, ties, 2, v, Params(0.7f, 5000, 0.6f, 0.0f, 0), "ties");
+    CheckProcessAgainstCpu(path, ties, 2, v, Params(1.2f, 0, 0.3f, 0.02f, 0), "ties");
+    // Vocabularies shorter than the cluster (empty chunks) or not a multiple of 4.
+    for (int small : {1, 3, 5, 33, 1001}) {
+      const auto l = RandomLogits(rng, 3, small, true);
+      CheckProcessAgainstCpu(path, l, 3, small, Params(0.9f, 2, 0.8f, 0.0f, 0), "small");
+      CheckProcessAgainstCpu(path, l, 3, small, Params(1.0f, 0, 1.0f, 0.0f, 0), "small");
+      CheckProcessAgainstCpu(path, l, 3, small, Params(0.0f, 0, 1.0f, 0.0f, 0), "small");
+    }
+  }
+}
+
+TEST(SamplingGpu, ProcessLogitsBatchInvariantAndPathsAgree) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int rows = 9, v = 151936;
+  const auto logits = RandomLogits(rng, rows, v, false);
+  for (const SamplingParams& params :
+       {Params(0.8f, 40, 0.95f, 0.05f, 0), Params(1.0f, 0, 1.0f, 0.0f, 0),
+        Params(0.7f, 0, 0.9f, 0.0f, 0)}) {
+    std::vector<std::vector<float>> by_path;
+    for (const ProcessPath& path : kPaths) {
+      const auto all = RunProcess(path, logits, rows, v, params);
+      // A row processed alone is bit-for-bit the row processed among 9.
+      for (int r : {0, 4, 8}) {
+        const std::vector<float> one(logits.begin() + size_t(r) * v,
+                                     logits.begin() + size_t(r + 1) * v);
+        const auto alone = RunProcess(path, one, 1, v, params);
+        EXPECT_EQ(0, std::memcmp(alone.data(), &all[size_t(r) * v], v * sizeof(float)))
+            << path.name << " row " << r << " " << ToString(params);
+      }
+      by_path.push_back(all);
+    }
+    // The paths keep the same ids; they add the final double sum in different fixed orders (relative
+    // difference <= V 2^-53 ~ 2e-11), so a quotient's fp32 rounding may differ by one ulp (2^-23).
+    size_t kept_differ = 0, value_differ = 0;
+    for (size_t i = 0; i < by_path[0].size(); ++i) {
+      const float a = by_path[0][i], b = by_path[1][i];
+      kept_differ += (a > 0) != (b > 0);
+      value_differ += !(std::fabs(double(a) - double(b)) <= 0x1p-23 * double(b));
+    }
+    EXPECT_EQ(kept_differ, 0u) << ToString(params);
+    EXPECT_EQ(value_differ, 0u) << ToString(params);
+  }
 }
 
 }  // namespace
