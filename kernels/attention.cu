@@ -28,12 +28,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionChunkKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
                          const void* __restrict__ v_cache, const uint8_t* __restrict__ mask, int n,
                          int n_past, int heads, int kv_heads, float scale,
-                         float* __restrict__ ws_ml, float* __restrict__ ws_acc, int chunks) {
+                         float* __restrict__ ws_ml, float* __restrict__ ws_acc, int chunks,
+                         const int32_t* __restrict__ d_n_past) {
   constexpr int kPer = D / 32;  // dims per lane in the V accumulation
   __shared__ float q_s[kG][D];
   __shared__ float m_s[kWarps][kG], l_s[kWarps][kG];
   __shared__ float acc_s[kG][D];
   const int kvh = blockIdx.x, i = blockIdx.y, chunk = blockIdx.z;
+  if (d_n_past != nullptr) {  // grid sized for the longest cache: chunks past the keys do nothing
+    n_past = *d_n_past;
+    if (chunk * kAttentionChunk >= n_past + n) return;
+  }
   const int G = heads / kv_heads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
@@ -139,20 +144,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // out[i, h, d]: merge the chunk partials in chunk order. grid = (heads, n), block = D.
+// With d_n_past, `chunks` is the workspace's stride and only the chunks holding keys are merged (n is
+// then the batch size, used to count them), which is the merge of a launch sized for those keys.
 __global__ void AttentionMergeKernel(const float* __restrict__ ws_ml, const float* __restrict__ ws_acc,
-                                     float* __restrict__ out, int heads, int chunks, int D) {
+                                     float* __restrict__ out, int heads, int stride, int D,
+                                     const int32_t* __restrict__ d_n_past, int n) {
   const int h = blockIdx.x, i = blockIdx.y, d = threadIdx.x;
+  const int chunks =
+      d_n_past != nullptr ? (*d_n_past + n + kAttentionChunk - 1) / kAttentionChunk : stride;
   const int64_t qh = static_cast<int64_t>(i) * heads + h;
   float mm = -INFINITY;
-  for (int c = 0; c < chunks; ++c) mm = fmaxf(mm, ws_ml[(qh * chunks + c) * 2]);
+  for (int c = 0; c < chunks; ++c) mm = fmaxf(mm, ws_ml[(qh * stride + c) * 2]);
   float ll = 0.f, aa = 0.f;
   if (mm != -INFINITY) {
     for (int c = 0; c < chunks; ++c) {
-      const float mc = ws_ml[(qh * chunks + c) * 2];
+      const float mc = ws_ml[(qh * stride + c) * 2];
       if (mc == -INFINITY) continue;
       const float f = expf(mc - mm);
-      ll = fmaf(ws_ml[(qh * chunks + c) * 2 + 1], f, ll);
-      aa = fmaf(ws_acc[(qh * chunks + c) * D + d], f, aa);
+      ll = fmaf(ws_ml[(qh * stride + c) * 2 + 1], f, ll);
+      aa = fmaf(ws_acc[(qh * stride + c) * D + d], f, aa);
     }
   }
   out[qh * D + d] = ll > 0.f ? aa / ll : 0.f;
@@ -161,13 +171,14 @@ __global__ void AttentionMergeKernel(const float* __restrict__ ws_ml, const floa
 template <ElemType kT, int D>
 cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint8_t* mask,
                         float* out, int n, int n_past, int heads, int kv_heads, float scale,
-                        float* ws, cudaStream_t stream) {
+                        float* ws, const int32_t* d_n_past, cudaStream_t stream) {
   const int chunks = (n_past + n + kAttentionChunk - 1) / kAttentionChunk;
   float* ws_ml = ws;
   float* ws_acc = ws + static_cast<size_t>(n) * heads * chunks * 2;
   AttentionChunkKernel<kT, D><<<dim3(kv_heads, n, chunks), kWarps * 32, 0, stream>>>(
-      q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks);
-  AttentionMergeKernel<<<dim3(heads, n), D, 0, stream>>>(ws_ml, ws_acc, out, heads, chunks, D);
+      q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
+  AttentionMergeKernel<<<dim3(heads, n), D, 0, stream>>>(ws_ml, ws_acc, out, heads, chunks, D,
+                                                         d_n_past, n);
   return cudaGetLastError();
 }
 
@@ -181,7 +192,7 @@ size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_di
 cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
                             ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
                             int heads, int kv_heads, int head_dim, float scale, void* workspace,
-                            size_t workspace_bytes, cudaStream_t stream) {
+                            size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kAttentionMaxQueries && n_past >= 0);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
@@ -194,7 +205,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 #define SPECGEN_ATTN_CASE(T, D)                                                                    \
   if (kv_type == T && head_dim == D)                                                               \
     return LaunchTyped<T, D>(q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, scale, ws, \
-                             stream);
+                             d_n_past, stream);
   SPECGEN_ATTN_CASE(ElemType::kF32, 64)
   SPECGEN_ATTN_CASE(ElemType::kF32, 128)
   SPECGEN_ATTN_CASE(ElemType::kF32, 256)

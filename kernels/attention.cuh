@@ -35,9 +35,14 @@ size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_di
 //   n          1..kAttentionMaxQueries;  n_past >= 0
 //   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
 //   workspace  AttentionWorkspaceBytes(n, heads, n_past + n, head_dim) bytes of device memory
+//   d_n_past   optional device int32 (for CUDA graphs, which replay fixed arguments): the kernels read
+//              the committed length from it, and `n_past` is only its upper bound (grid and workspace
+//              are sized for it; chunks past the keys exit at once). Results equal a launch with
+//              n_past = *d_n_past bit for bit.
 cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
                             ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
                             int heads, int kv_heads, int head_dim, float scale, void* workspace,
-                            size_t workspace_bytes, cudaStream_t stream);
+                            size_t workspace_bytes, cudaStream_t stream,
+                            const int32_t* d_n_past = nullptr);
 
 }  // namespace specgen::kernels

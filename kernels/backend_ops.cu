@@ -40,7 +40,9 @@ constexpr int kMaxPerLane = 8;  // head_dim <= 256
 __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, const uint8_t* __restrict__ mask,
                                       float* __restrict__ out, int n, int n_past, int heads,
-                                      int kv_heads, int d, float scale) {
+                                      int kv_heads, int d, float scale,
+                                      const int32_t* __restrict__ d_n_past) {
+  if (d_n_past != nullptr) n_past = *d_n_past;
   const int lane = threadIdx.x & 31;
   const int item = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (item >= n * heads) return;
@@ -135,13 +137,14 @@ cudaError_t LaunchMatMulRows(const void* w, ElemType w_type, const float* x, flo
 
 cudaError_t LaunchAttentionSimple(const float* q, const float* k_cache, const float* v_cache,
                                   const uint8_t* mask, float* out, int n, int n_past, int heads,
-                                  int kv_heads, int head_dim, float scale, cudaStream_t stream) {
+                                  int kv_heads, int head_dim, float scale, cudaStream_t stream,
+                                  const int32_t* d_n_past) {
   SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && n >= 1 && n_past >= 0);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
   SPECGEN_KERNEL_REQUIRE(head_dim >= 1 && head_dim <= 32 * kMaxPerLane);
   const unsigned blocks = static_cast<unsigned>((n * heads + kWarpsPerBlock - 1) / kWarpsPerBlock);
   AttentionSimpleKernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale);
+      q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past);
   return cudaGetLastError();
 }
 

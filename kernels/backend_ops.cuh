@@ -25,9 +25,11 @@ cudaError_t LaunchMatMulRows(const void* w, ElemType w_type, const float* x, flo
 // with an online softmax (fp32). Slower than the chunked kernel; used for small head sizes.
 //   q [n, heads, head_dim], k_cache/v_cache [capacity, kv_heads, head_dim] fp32, mask [n, n] or null,
 //   out [n, heads, head_dim] fp32 (must not alias q). A query that sees no key yields zeros.
+//   d_n_past: optional device int32 read instead of n_past (CUDA graphs), as in LaunchAttention.
 cudaError_t LaunchAttentionSimple(const float* q, const float* k_cache, const float* v_cache,
                                   const uint8_t* mask, float* out, int n, int n_past, int heads,
-                                  int kv_heads, int head_dim, float scale, cudaStream_t stream);
+                                  int kv_heads, int head_dim, float scale, cudaStream_t stream,
+                                  const int32_t* d_n_past = nullptr);
 
 // dst[i, :] = src[rows[i], :] for i < m.  src [*, cols], dst [m, cols] fp32; rows [m] int32, device.
 cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int m, int cols, float* dst,

@@ -2,6 +2,9 @@
 //  - BM_DraftDecode: single-token decode of synth:qwen3-0.6b in bf16 on the CudaBackend; time per
 //    token (CUDA events over 64 tokens, no host wait between tokens) against the floor of the bytes a
 //    token reads (every weight once; the tied embedding is read whole by the head) / 4.2 TB/s HBM.
+//    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
+//    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
+//    label names the path that actually ran (a failed capture falls back to 1 and says why).
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
 //    same loop), acceptance rate, τ, host syncs per step (result copies + other waits; should be 1)
@@ -21,6 +24,7 @@
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/device_speculative_decoder.h"
+#include "engine/speculative/graphed_draft.h"
 #include "nlohmann/json.hpp"
 
 namespace specgen {
@@ -53,6 +57,13 @@ void BM_DraftDecode(benchmark::State& state) {
   const double table = double(spec->vocab_size) * spec->hidden * 2;
   const double read_bytes = double(*bytes) - (spec->tied_embeddings ? 0.0 : table - spec->hidden * 2);
   const int context = static_cast<int>(state.range(0));
+  const auto path = static_cast<DraftDecodePath>(state.range(1));
+  std::unique_ptr<GraphedDraft> graphed;
+  if (path != DraftDecodePath::kTransformer) {
+    auto g = GraphedDraft::Create(be->get(), lm->get(), path == DraftDecodePath::kGraph);
+    if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+    graphed = std::move(g).value();
+  }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
   constexpr int kTokens = 64;
@@ -72,8 +83,13 @@ void BM_DraftDecode(benchmark::State& state) {
     cudaEventRecord(start, (*be)->stream());
     for (int t = 0; t < kTokens; ++t) {
       const int32_t tok = (t * 31) % 1000, p = context + t;
-      auto r = (*lm)->ForwardResident({&tok, 1}, {&p, 1}, {});
-      if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
+      absl::Status st;
+      if (graphed != nullptr) {
+        st = graphed->Decode(nullptr, tok).status();
+      } else {
+        st = (*lm)->ForwardResident({&tok, 1}, {&p, 1}, {}).status();
+      }
+      if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
     }
     cudaEventRecord(stop, (*be)->stream());
     cudaEventSynchronize(stop);
@@ -87,12 +103,20 @@ void BM_DraftDecode(benchmark::State& state) {
   state.counters["us_per_token"] = us_per_token;
   state.counters["floor_us"] = floor_us;
   state.counters["hbm_fraction"] = floor_us / us_per_token;  // target >= 0.6
+  state.counters["GB_per_s"] = read_bytes / (us_per_token * 1e3);
   state.counters["weight_GB"] = read_bytes / 1e9;
   state.counters["tokens_per_s"] = 1e6 / us_per_token;
+  state.counters["graph_replays"] = graphed ? static_cast<double>(graphed->graph_replays()) : 0.0;
+  std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
+  if (graphed && !graphed->fallback_reason().empty()) label += " (capture failed: " + graphed->fallback_reason() + ")";
+  state.SetLabel(label);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }
-BENCHMARK(BM_DraftDecode)->Arg(32)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_DraftDecode)
+    ->ArgNames({"ctx", "path"})
+    ->Args({32, 0})->Args({32, 1})->Args({32, 2})->Args({512, 0})->Args({512, 2})->Args({1900, 2})
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
@@ -147,6 +171,12 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   state.counters["syncs_per_step"] = steps ? double(result_syncs + other) / steps : 0.0;
   state.counters["union_reads_per_step"] = steps ? double(unions) / steps : 0.0;
   state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
+  const DraftDecodeStats d = (*dec)->draft_decode_stats();
+  state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
+  if (k > 0) {
+    state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
+                   (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
+  }
 }
 BENCHMARK(BM_SpeculativeGeneration)
     ->ArgNames({"k", "greedy"})

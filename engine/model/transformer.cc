@@ -116,6 +116,12 @@ absl::Status Transformer::UploadWeights() {
   return absl::OkStatus();
 }
 
+Transformer::LayerRefs Transformer::layer_refs(int64_t layer) const {
+  const LayerWeights& w = layers_[layer];
+  return {w.attn_norm.get(), w.q.get(), w.k.get(), w.v.get(), w.o.get(), w.q_norm.get(),
+          w.k_norm.get(), w.ffn_norm.get(), w.gate.get(), w.up.get(), w.down.get()};
+}
+
 absl::Status Transformer::EnsureScratch(int64_t n) {
   const ModelSpec& spec = model_->spec;
   if (scratch_ == nullptr || scratch_->capacity < n) {

@@ -58,6 +58,18 @@ class Transformer : public CausalLm {
 
   Backend& backend() const { return *backend_; }
 
+  // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
+  // kernels on the same memory (the CUDA-graph draft decode, engine/speculative/graphed_draft.h).
+  // q_norm/k_norm are null without qk_norm; gate/up/down are null for MoE layers.
+  struct LayerRefs {
+    const Weight *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
+  };
+  LayerRefs layer_refs(int64_t layer) const;
+  const Weight& token_embedding() const { return *token_embd_; }
+  const Weight& output_norm() const { return *output_norm_; }
+  const Weight& output_head() const { return output_ ? *output_ : *token_embd_; }
+  KvCache& kv_cache() { return cache_; }
+
  private:
   struct LayerWeights;
   struct Scratch;

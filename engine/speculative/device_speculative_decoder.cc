@@ -52,7 +52,8 @@ DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
 }
 
 absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecoder::Create(
-    CudaBackend* backend, Transformer* target, Transformer* draft, SpeculativeOptions options) {
+    CudaBackend* backend, Transformer* target, Transformer* draft, SpeculativeOptions options,
+    DraftDecodePath draft_path) {
   if (backend == nullptr || target == nullptr) return InvalidArgument("device decoder: no backend/target");
   if (&target->backend() != backend || (draft != nullptr && &draft->backend() != backend)) {
     return InvalidArgument("device decoder: target and draft must run on the given CUDA backend");
@@ -64,7 +65,39 @@ absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecod
   std::unique_ptr<DeviceSpeculativeDecoder> d(
       new DeviceSpeculativeDecoder(backend, target, draft, std::move(options)));
   RETURN_IF_ERROR(d->Allocate());
+  if (draft != nullptr && d->options_.draft_max > 0) {
+    d->why_not_graph_ = draft_path == DraftDecodePath::kTransformer ? "not asked for"
+                                                                    : GraphedDraft::Unsupported(*draft);
+    if (d->why_not_graph_.empty()) {
+      ASSIGN_OR_RETURN(d->graphed_, GraphedDraft::Create(backend, draft,
+                                                         draft_path == DraftDecodePath::kGraph));
+      if (draft_path == DraftDecodePath::kFused) d->why_not_graph_ = "not asked for";
+    }
+  }
   return d;
+}
+
+DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
+  DraftDecodeStats s;
+  s.transformer_passes = transformer_passes_;
+  s.why_not_graph = why_not_graph_;
+  if (graphed_ != nullptr) {
+    s.path = graphed_->path();
+    s.graph_replays = graphed_->graph_replays();
+    s.fused_steps = graphed_->eager_steps();
+    if (!graphed_->fallback_reason().empty()) s.why_not_graph = graphed_->fallback_reason();
+  }
+  return s;
+}
+
+absl::StatusOr<const float*> DeviceSpeculativeDecoder::DecodeOne(const int32_t* device_token,
+                                                                  int32_t host_token) {
+  if (graphed_ != nullptr) return graphed_->Decode(device_token, host_token);
+  if (device_token != nullptr) backend_->UseDeviceTokensOnce(device_token);
+  const int32_t pos = static_cast<int32_t>(draft_->n_past());
+  ++transformer_passes_;
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident({&host_token, 1}, {&pos, 1}, {}));
+  return CudaBackend::Data(*logits);
 }
 
 absl::Status DeviceSpeculativeDecoder::Allocate() {
@@ -127,18 +160,21 @@ absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& seque
   draft_valid_ = std::min(draft_valid_, len - 1);
   if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
   std::vector<int32_t> feed(sequence.begin() + draft_valid_, sequence.end());
-  std::vector<int32_t> positions(feed.size());
-  for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(draft_valid_ + i);
-  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
-  const int32_t zero = 0;
+  const float* last = nullptr;
+  if (feed.size() == 1) {
+    ASSIGN_OR_RETURN(last, DecodeOne(nullptr, feed[0]));
+  } else {
+    std::vector<int32_t> positions(feed.size());
+    for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(draft_valid_ + i);
+    ++transformer_passes_;
+    ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
+    last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+  }
   for (int i = 0; i < k; ++i) {
     if (i > 0) {
       // x_i (drawn on the device in the previous iteration) at position len + i - 1.
-      backend_->UseDeviceTokensOnce(batch_ + i);
-      const int32_t pos = static_cast<int32_t>(len + i - 1);
-      ASSIGN_OR_RETURN(logits, draft_->ForwardResident({&zero, 1}, {&pos, 1}, {}));
+      ASSIGN_OR_RETURN(last, DecodeOne(batch_ + i, 0));
     }
-    const float* last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
     float* q_row = q_ + static_cast<size_t>(i) * v;
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogits(last, 1, v, config, q_row, stream));
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/transformer.h"
+#include "engine/speculative/graphed_draft.h"
 #include "engine/speculative/speculative_decoder.h"
 #include "engine/speculative/stats.h"
 
@@ -29,14 +31,25 @@ struct StepSyncStats {
   int64_t max_non_union_per_step = 0;  // result + other waits of the worst step
 };
 
+// How the draft's single-token decodes ran (the proposals after the first of a step, and the first
+// when the draft lacks only one token).
+struct DraftDecodeStats {
+  DraftDecodePath path = DraftDecodePath::kTransformer;  // the single-token path in use
+  std::string why_not_graph;     // empty when path == kGraph
+  int64_t graph_replays = 0;     // single tokens through the CUDA graph
+  int64_t fused_steps = 0;       // through the same fused kernels launched one by one
+  int64_t transformer_passes = 0;  // draft passes through Transformer::ForwardResident
+};
+
 class DeviceSpeculativeDecoder {
  public:
   // `target` and `draft` run on `backend`; `draft` may be null (plain decoding through the same
-  // kernels). Draft and target must share the vocabulary size. None is owned.
-  static absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> Create(CudaBackend* backend,
-                                                                          Transformer* target,
-                                                                          Transformer* draft,
-                                                                          SpeculativeOptions options);
+  // kernels). Draft and target must share the vocabulary size. None is owned. `draft_path`: how the
+  // draft decodes single tokens; kGraph (the default) and kFused fall back to kTransformer for a
+  // draft the fused kernels do not take (an MoE draft), and kGraph to kFused if capture fails.
+  static absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> Create(
+      CudaBackend* backend, Transformer* target, Transformer* draft, SpeculativeOptions options,
+      DraftDecodePath draft_path = DraftDecodePath::kGraph);
   ~DeviceSpeculativeDecoder();
 
   absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
@@ -44,6 +57,8 @@ class DeviceSpeculativeDecoder {
 
   const SpeculativeStats& stats() const { return stats_; }
   const StepSyncStats& syncs() const { return syncs_; }
+  // Cumulative over this decoder's life.
+  DraftDecodeStats draft_decode_stats() const;
 
  private:
   DeviceSpeculativeDecoder(CudaBackend* backend, Transformer* target, Transformer* draft,
@@ -53,6 +68,8 @@ class DeviceSpeculativeDecoder {
   int ChooseDraftLength(int64_t context_len, int64_t remaining);
   // Queues the draft's k proposals (tokens into batch_[1..k], q rows into q_) after `sequence`.
   absl::Status Propose(const std::vector<int32_t>& sequence, int k);
+  // One draft token at the draft's n_past(): *device_token, or host_token when device_token is null.
+  absl::StatusOr<const float*> DecodeOne(const int32_t* device_token, int32_t host_token);
 
   CudaBackend* backend_;
   Transformer* target_;
@@ -62,6 +79,9 @@ class DeviceSpeculativeDecoder {
   SpeculativeStats stats_;
   StepSyncStats syncs_;
   int64_t draft_valid_ = 0;  // leading tokens of the sequence the draft's KV cache holds
+  std::unique_ptr<GraphedDraft> graphed_;  // null: single tokens through the Transformer
+  std::string why_not_graph_;
+  int64_t transformer_passes_ = 0;
 
   // Device memory (from the backend's arena).
   int32_t* batch_ = nullptr;  // [kAcceptMaxDraft + 1]: the last committed token, then the drafts

@@ -59,7 +59,9 @@ class GpuBundledPair : public ::testing::Test {
 
   std::vector<int32_t> Run(int k, bool adaptive, SamplingParams sampling, AcceptMode mode,
                            const std::vector<int32_t>& prompt, StepSyncStats* syncs = nullptr,
-                           SpeculativeStats* stats = nullptr) {
+                           SpeculativeStats* stats = nullptr,
+                           DraftDecodePath path = DraftDecodePath::kGraph,
+                           DraftDecodeStats* draft_stats = nullptr) {
     SpeculativeOptions o;
     o.draft_max = k;
     o.adaptive = adaptive;
@@ -67,13 +69,14 @@ class GpuBundledPair : public ::testing::Test {
     o.accept = mode;
     o.max_new_tokens = kNewTokens;
     auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(),
-                                                k > 0 ? draft_.get() : nullptr, o);
+                                                k > 0 ? draft_.get() : nullptr, o, path);
     EXPECT_TRUE(dec.ok()) << dec.status();
     if (!dec.ok()) return {};
     auto out = (*dec)->Generate(prompt);
     EXPECT_TRUE(out.ok()) << out.status();
     if (syncs) *syncs = (*dec)->syncs();
     if (stats) *stats = (*dec)->stats();
+    if (draft_stats) *draft_stats = (*dec)->draft_decode_stats();
     return out.ok() ? *out : std::vector<int32_t>{};
   }
 
@@ -94,6 +97,32 @@ TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) {
                               stats.mean_accepted_length());
     }
     EXPECT_EQ(Run(8, true, greedy, AcceptMode::kRejection, prompt), plain) << "adaptive";
+  }
+}
+
+// The dense draft decodes its single tokens by replaying the captured CUDA graph (the default), and
+// every path gives the same greedy output; the graph's logits equal the Transformer's bit for bit
+// (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree.
+TEST_F(GpuBundledPair, DraftDecodeThroughTheGraph) {
+  const auto greedy = SamplingParams::Greedy();
+  const auto& prompt = prompts_[0];
+  const auto plain = Run(0, false, greedy, AcceptMode::kRejection, prompt);
+  for (DraftDecodePath path :
+       {DraftDecodePath::kGraph, DraftDecodePath::kFused, DraftDecodePath::kTransformer}) {
+    SpeculativeStats stats;
+    DraftDecodeStats d;
+    EXPECT_EQ(Run(4, false, greedy, AcceptMode::kRejection, prompt, nullptr, &stats, path, &d), plain)
+        << DraftDecodePathName(path);
+    std::printf("draft path %s: %lld graph replays, %lld fused, %lld transformer passes%s%s\n",
+                DraftDecodePathName(d.path), static_cast<long long>(d.graph_replays),
+                static_cast<long long>(d.fused_steps), static_cast<long long>(d.transformer_passes),
+                d.why_not_graph.empty() ? "" : "; not graph: ", d.why_not_graph.c_str());
+    EXPECT_EQ(d.path, path) << d.why_not_graph;
+    if (path == DraftDecodePath::kGraph) {
+      EXPECT_TRUE(d.why_not_graph.empty()) << d.why_not_graph;
+      EXPECT_GT(d.graph_replays, stats.passes);  // k - 1 replays per step at least
+      EXPECT_EQ(d.fused_steps, 0);
+    }
   }
 }
 

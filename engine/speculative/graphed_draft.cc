@@ -1,0 +1,235 @@
+#include "engine/speculative/graphed_draft.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/status_macros.h"
+#include "kernels/attention.cuh"
+#include "kernels/backend_ops.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/decode_fused.cuh"
+#include "kernels/elementwise.cuh"
+
+namespace specgen {
+namespace {
+
+using kernels::ElemType;
+
+bool IsHalfType(const Weight* w) {
+  return w != nullptr && (CudaBackend::Type(*w) == ElemType::kBF16 ||
+                          CudaBackend::Type(*w) == ElemType::kF16);
+}
+
+// The chunked attention kernel is what CudaBackend::Attention picks for one query; keep the same one.
+bool ChunkedAttention(const ModelSpec& s) {
+  return (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
+         s.n_heads / s.n_kv_heads <= kernels::kAttentionMaxGroup;
+}
+
+}  // namespace
+
+const char* DraftDecodePathName(DraftDecodePath path) {
+  switch (path) {
+    case DraftDecodePath::kTransformer: return "transformer";
+    case DraftDecodePath::kFused: return "fused";
+    case DraftDecodePath::kGraph: return "graph";
+  }
+  return "?";
+}
+
+std::string GraphedDraft::Unsupported(const Transformer& lm) {
+  const ModelSpec& s = lm.spec();
+  if (lm.backend().name() != "cuda") return "not on the CUDA backend";
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    if (s.layer_is_moe[l]) return Cat("layer ", l, " is MoE (its expert union needs the host)");
+  }
+  const auto fits = [](int64_t in) { return in > 0 && in % 8 == 0 && in <= kernels::kFusedGemvMaxIn; };
+  if (!fits(s.hidden) || !fits(s.q_dim()) || !fits(s.ffn_dim)) {
+    return Cat("hidden ", s.hidden, ", q_dim ", s.q_dim(), ", ffn ", s.ffn_dim,
+               " are not multiples of 8 up to ", kernels::kFusedGemvMaxIn);
+  }
+  if (s.head_dim % 2 != 0 || s.head_dim > 256 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) {
+    return Cat("head_dim ", s.head_dim, " with ", s.n_heads, "/", s.n_kv_heads, " heads");
+  }
+  if (!IsHalfType(lm.layer_refs(0).q)) return "layer 0: q is not bf16/f16";
+  const ElemType t = CudaBackend::Type(*lm.layer_refs(0).q);
+  const auto same = [&](const Weight* w) { return IsHalfType(w) && CudaBackend::Type(*w) == t; };
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const Transformer::LayerRefs r = lm.layer_refs(l);
+    for (const Weight* w : {r.q, r.k, r.v, r.o, r.gate, r.up, r.down}) {
+      if (!same(w)) return Cat("layer ", l, ": projection weights are not all bf16 (or all f16)");
+    }
+  }
+  if (!IsHalfType(&lm.output_head())) return "the output head is not bf16/f16";
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<GraphedDraft>> GraphedDraft::Create(CudaBackend* backend, Transformer* lm,
+                                                                   bool use_graph) {
+  if (backend == nullptr || lm == nullptr || &lm->backend() != backend) {
+    return InvalidArgument("graphed draft: the model must run on the given CUDA backend");
+  }
+  if (const std::string why = Unsupported(*lm); !why.empty()) {
+    return absl::FailedPreconditionError(Cat("graphed draft: ", why));
+  }
+  std::unique_ptr<GraphedDraft> g(new GraphedDraft(backend, lm, use_graph));
+  RETURN_IF_ERROR(g->Allocate());
+  return g;
+}
+
+GraphedDraft::~GraphedDraft() {
+  (void)backend_->Synchronize(SyncKind::kOther);
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  DeviceArena& a = backend_->arena();
+  for (void* p : {state_, static_cast<void*>(h_), static_cast<void*>(q_), static_cast<void*>(k_),
+                  static_cast<void*>(v_), static_cast<void*>(attn_), static_cast<void*>(act_),
+                  static_cast<void*>(logits_), attn_ws_}) {
+    a.Free(p);
+  }
+}
+
+absl::Status GraphedDraft::Allocate() {
+  const ModelSpec& s = lm_->spec();
+  DeviceArena& a = backend_->arena();
+  auto floats = [&](int64_t n, const char* what, float** dst) -> absl::Status {
+    ASSIGN_OR_RETURN(void* p, a.Allocate(static_cast<size_t>(n) * sizeof(float), what));
+    *dst = static_cast<float*>(p);
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(state_, a.Allocate(sizeof(kernels::DecodeState), "graphed draft state"));
+  RETURN_IF_ERROR(floats(s.hidden, "graphed draft residual", &h_));
+  RETURN_IF_ERROR(floats(s.q_dim(), "graphed draft q", &q_));
+  RETURN_IF_ERROR(floats(s.kv_dim(), "graphed draft k", &k_));
+  RETURN_IF_ERROR(floats(s.kv_dim(), "graphed draft v", &v_));
+  RETURN_IF_ERROR(floats(s.q_dim(), "graphed draft attention", &attn_));
+  RETURN_IF_ERROR(floats(s.ffn_dim, "graphed draft FFN", &act_));
+  RETURN_IF_ERROR(floats(s.vocab_size, "graphed draft logits", &logits_));
+  if (ChunkedAttention(s)) {
+    attn_ws_bytes_ = kernels::AttentionWorkspaceBytes(1, static_cast<int>(s.n_heads),
+                                                      static_cast<int>(lm_->max_context()),
+                                                      static_cast<int>(s.head_dim));
+    ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
+  }
+  int device = 0, sms = 0;
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  max_blocks_ = std::max(sms, 1) * 8;  // 8 blocks of 256 threads fill a multiprocessor
+  return absl::OkStatus();
+}
+
+absl::Status GraphedDraft::Enqueue() {
+  const ModelSpec& s = lm_->spec();
+  const cudaStream_t stream = backend_->stream();
+  const auto* state = static_cast<const kernels::DecodeState*>(state_);
+  const int D = static_cast<int>(s.hidden), H = static_cast<int>(s.n_heads),
+            Hkv = static_cast<int>(s.n_kv_heads), d = static_cast<int>(s.head_dim),
+            F = static_cast<int>(s.ffn_dim);
+  const float eps = s.rms_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const kernels::RopeStyle style = s.rope_style == RopeStyle::kRotateHalf
+                                       ? kernels::RopeStyle::kRotateHalf
+                                       : kernels::RopeStyle::kInterleaved;
+  const auto data = [](const Weight* w) { return w ? CudaBackend::Data(*w) : nullptr; };
+  const auto type = [](const Weight* w) { return w ? CudaBackend::Type(*w) : ElemType::kF32; };
+  const Weight& table = lm_->token_embedding();
+  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
+                                                        table.rows(), D, &state->token, 1, h_, stream));
+  KvCache& cache = lm_->kv_cache();
+  const int max_past = static_cast<int>(cache.max_positions()) - 1;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const Transformer::LayerRefs r = lm_->layer_refs(l);
+    const ElemType wt = type(r.q);
+    float* kc = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
+    float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
+    const kernels::GemvSegment qkv[3] = {{data(r.q), q_, H * d}, {data(r.k), k_, Hkv * d},
+                                         {data(r.v), v_, Hkv * d}};
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.attn_norm), type(r.attn_norm), eps,
+                                                          qkv, 3, wt, D, kernels::GemvEpilogue::kStore,
+                                                          max_blocks_, stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
+        q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
+        static_cast<double>(s.rope_theta), style, stream));
+    if (attn_ws_ != nullptr) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
+                                                            max_past, H, Hkv, d, scale, attn_ws_,
+                                                            attn_ws_bytes_, stream, &state->pos));
+    } else {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
+                                                                  H, Hkv, d, scale, stream, &state->pos));
+    }
+    const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(attn_, nullptr, ElemType::kF32, eps, o, 1,
+                                                          type(r.o), H * d,
+                                                          kernels::GemvEpilogue::kAddTo, max_blocks_,
+                                                          stream));
+    // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
+    const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.ffn_norm), type(r.ffn_norm), eps,
+                                                          gate_up, 2, type(r.gate), D,
+                                                          kernels::GemvEpilogue::kSwiGlu, max_blocks_,
+                                                          stream));
+    const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(act_, nullptr, ElemType::kF32, eps, down, 1,
+                                                          type(r.down), F,
+                                                          kernels::GemvEpilogue::kAddTo, max_blocks_,
+                                                          stream));
+  }
+  const Weight& head = lm_->output_head();
+  const kernels::GemvSegment logits[1] = {{CudaBackend::Data(head), logits_, static_cast<int>(head.rows())}};
+  const Weight& norm = lm_->output_norm();
+  return SPECGEN_CUDA_STATUS(kernels::LaunchFusedGemv(h_, CudaBackend::Data(norm), type(&norm), eps,
+                                                      logits, 1, type(&head), D,
+                                                      kernels::GemvEpilogue::kStore, max_blocks_,
+                                                      stream));
+}
+
+absl::Status GraphedDraft::Capture() {
+  const cudaStream_t stream = backend_->stream();
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status queued = Enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  absl::Status status = queued;
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(ended);
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&exec_, graph, 0));
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!status.ok()) {
+    (void)cudaGetLastError();  // clear the launch error a failed capture leaves behind
+    exec_ = nullptr;
+  }
+  return status;
+}
+
+absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, int32_t host_token) {
+  KvCache& cache = lm_->kv_cache();
+  const int64_t pos = cache.size();
+  if (pos >= cache.max_positions()) {
+    return InvalidArgument("draft decode: position ", pos, " is past the draft's context of ",
+                           cache.max_positions(), " (raise it with -c)");
+  }
+  if (device_token == nullptr && (host_token < 0 || host_token >= lm_->vocab_size())) {
+    return InvalidArgument("token id ", host_token, " at position ", pos,
+                           " is outside the vocabulary [0, ", lm_->vocab_size(), ")");
+  }
+  const cudaStream_t stream = backend_->stream();
+  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSetDecodeState(static_cast<kernels::DecodeState*>(state_),
+                                                             device_token, host_token,
+                                                             static_cast<int32_t>(pos), stream));
+  if (use_graph_ && exec_ == nullptr) {
+    if (const absl::Status captured = Capture(); !captured.ok()) {
+      use_graph_ = false;  // the same kernels, launched one by one
+      fallback_ = std::string(captured.message());
+    }
+  }
+  if (use_graph_) {
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream));
+    ++replays_;
+  } else {
+    RETURN_IF_ERROR(Enqueue());
+    ++eager_;
+  }
+  RETURN_IF_ERROR(cache.Append(1));
+  return static_cast<const float*>(logits_);
+}
+
+}  // namespace specgen

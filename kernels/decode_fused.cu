@@ -1,0 +1,283 @@
+#include "kernels/decode_fused.cuh"
+#include "kernels/device_util.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr int kWarps = 8;  // warps per block of the fused GEMV
+constexpr int kChunk = 8;  // weights per 16-byte load
+constexpr int kWarpK = 32 * kChunk;
+constexpr int kU = 4;      // 16-byte loads in flight per lane and row
+
+// As gemv.cu: streaming 16-byte weight loads kept out of L1.
+__device__ __forceinline__ uint4 LoadWeights16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <ElemType kW>
+__device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kW == ElemType::kBF16) {
+      w[2 * i] = __uint_as_float(u[i] << 16);
+      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      w[2 * i] = f.x;
+      w[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Dot products of kRows weight rows with xs (shared), each in GemvKernel's order: lane l accumulates
+// k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly.
+template <ElemType kW, int kRows>
+__device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const float* xs, int in,
+                                        int lane, float (&out)[kRows]) {
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+  for (int kb = lane * kChunk; kb < in; kb += kWarpK * kU) {
+    uint4 wv[kU][kRows];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int k = kb + u * kWarpK;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        wv[u][r] = k < in ? LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int k = kb + u * kWarpK;
+      if (k >= in) break;
+      const float4 a = *reinterpret_cast<const float4*>(xs + k);
+      const float4 b = *reinterpret_cast<const float4*>(xs + k + 4);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float wf[8];
+        Unpack8<kW>(wv[u][r], wf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = __fmaf_rn(wf[j], xv[j], acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[r] = detail::WarpSum(acc[r]);
+}
+
+struct Segments {
+  GemvSegment s[3];
+  int n;
+  int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
+};
+
+template <ElemType kW, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kWarps * 32)
+    FusedGemvKernel(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
+                    float eps, Segments segs, int in) {
+  extern __shared__ float4 xs4[];
+  float* xs = reinterpret_cast<float*>(xs4);
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (norm_w != nullptr) {
+    // RmsNormKernel's arithmetic for one row of `in` elements with its block of T threads: thread t
+    // sums i = t, t + T, ... with fmaf, then the per-warp butterfly and the butterfly of the warp sums.
+    const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
+    float ss = 0.f;
+    if (tid < T) {
+      for (int i = tid; i < in; i += T) ss = fmaf(x[i], x[i], ss);
+    }
+    ss = detail::WarpSum(ss);
+    if (lane == 0) scratch[warp] = ss;
+    __syncthreads();
+    float t = lane < (T >> 5) ? scratch[lane] : 0.f;
+    t = detail::WarpSum(t);
+    const float inv = rsqrtf(t / static_cast<float>(in) + eps);
+    for (int i = tid; i < in; i += blockDim.x) {
+      xs[i] = x[i] * inv * detail::LoadAsF32(norm_w, norm_type, i);
+    }
+  } else {
+    for (int i = tid; i < in; i += blockDim.x) xs[i] = x[i];
+  }
+  __syncthreads();
+
+  const int n_warps = gridDim.x * kWarps;
+  for (int row = blockIdx.x * kWarps + warp; row < segs.total_rows; row += n_warps) {
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      const uint16_t* const w[2] = {
+          static_cast<const uint16_t*>(segs.s[0].w) + static_cast<int64_t>(row) * in,
+          static_cast<const uint16_t*>(segs.s[1].w) + static_cast<int64_t>(row) * in};
+      float d[2];
+      RowDots<kW, 2>(w, xs, in, lane, d);
+      if (lane == 0) {
+        const float g = d[0];
+        segs.s[0].y[row] = g / (1.f + expf(-g)) * d[1];
+      }
+    } else {
+      int s = 0, r = row;
+      while (s + 1 < segs.n && r >= segs.s[s].rows) {
+        r -= segs.s[s].rows;
+        ++s;
+      }
+      const uint16_t* const w[1] = {static_cast<const uint16_t*>(segs.s[s].w) +
+                                    static_cast<int64_t>(r) * in};
+      float d[1];
+      RowDots<kW, 1>(w, xs, in, lane, d);
+      if (lane == 0) {
+        float* y = segs.s[s].y + r;
+        if constexpr (kEpi == GemvEpilogue::kAddTo) {
+          *y = *y + d[0];
+        } else {
+          *y = d[0];
+        }
+      }
+    }
+  }
+}
+
+template <ElemType kW>
+cudaError_t LaunchTyped(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                        const Segments& segs, int in, GemvEpilogue epi, int max_blocks,
+                        cudaStream_t stream) {
+  const int blocks_needed = (segs.total_rows + kWarps - 1) / kWarps;
+  const unsigned blocks = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
+  const size_t smem = static_cast<size_t>(in) * sizeof(float);
+  switch (epi) {
+    case GemvEpilogue::kStore:
+      FusedGemvKernel<kW, GemvEpilogue::kStore>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+    case GemvEpilogue::kAddTo:
+      FusedGemvKernel<kW, GemvEpilogue::kAddTo>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+    case GemvEpilogue::kSwiGlu:
+      FusedGemvKernel<kW, GemvEpilogue::kSwiGlu>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+__global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_token, int32_t host_token,
+                                     int32_t pos) {
+  state->token = device_token != nullptr ? *device_token : host_token;
+  state->pos = pos;
+}
+
+// One block of T threads (RmsNormKernel's block for dim = head_dim) per q, k or v head.
+__global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float* __restrict__ k,
+                                       const float* __restrict__ v, float* q_out,
+                                       const void* __restrict__ q_norm, const void* __restrict__ k_norm,
+                                       ElemType norm_type, float eps, float* __restrict__ k_cache,
+                                       float* __restrict__ v_cache, const DecodeState* state, int heads,
+                                       int kv_heads, int d, double theta, RopeStyle style) {
+  __shared__ float scratch[32];
+  __shared__ float y[256];
+  const int b = blockIdx.x;
+  const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
+  const int pos = state->pos;
+  if (b >= heads + kv_heads) {  // V: stored as computed
+    const int h = b - heads - kv_heads;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      v_cache[pos * kv_dim + static_cast<int64_t>(h) * d + i] = v[static_cast<int64_t>(h) * d + i];
+    }
+    return;
+  }
+  const bool is_q = b < heads;
+  const int h = is_q ? b : b - heads;
+  const float* src = (is_q ? q : k) + static_cast<int64_t>(h) * d;
+  float* dst = is_q ? q_out + static_cast<int64_t>(h) * d : k_cache + pos * kv_dim + static_cast<int64_t>(h) * d;
+  const void* w = is_q ? q_norm : k_norm;
+  if (w != nullptr) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(src[i], src[i], ss);
+    ss = detail::BlockSum(ss, scratch);
+    const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      y[i] = src[i] * inv * detail::LoadAsF32(w, norm_type, i);
+    }
+  } else {
+    for (int i = threadIdx.x; i < d; i += blockDim.x) y[i] = src[i];
+  }
+  __syncthreads();
+  // RopeKernel's arithmetic with rot_dim = d.
+  const int half = d / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double inv_freq = pow(theta, -2.0 * i / d);
+    double s, c;
+    sincos(static_cast<double>(pos) * inv_freq, &s, &c);
+    const float cf = static_cast<float>(c), sf = static_cast<float>(s);
+    const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
+    const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
+    const float x0 = y[i0], x1 = y[i1];
+    dst[i0] = x0 * cf - x1 * sf;
+    dst[i1] = x0 * sf + x1 * cf;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
+                                 int32_t pos, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(state != nullptr && pos >= 0);
+  SetDecodeStateKernel<<<1, 1, 0, stream>>>(state, device_token, host_token, pos);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                            const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                            GemvEpilogue epilogue, int max_blocks, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(x != nullptr && segments != nullptr && n_segments >= 1 && n_segments <= 3);
+  SPECGEN_KERNEL_REQUIRE(in > 0 && in % kChunk == 0 && in <= kFusedGemvMaxIn && max_blocks > 0);
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  Segments segs{};
+  segs.n = n_segments;
+  segs.total_rows = 0;
+  for (int i = 0; i < n_segments; ++i) {
+    const GemvSegment& s = segments[i];
+    SPECGEN_KERNEL_REQUIRE(s.w != nullptr && s.y != nullptr && s.rows > 0);
+    SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(s.w) % 16 == 0);
+    segs.s[i] = s;
+    segs.total_rows += s.rows;
+  }
+  if (epilogue == GemvEpilogue::kSwiGlu) {
+    SPECGEN_KERNEL_REQUIRE(n_segments == 2 && segments[0].rows == segments[1].rows);
+    segs.total_rows = segments[0].rows;
+  }
+  switch (w_type) {
+    case ElemType::kBF16:
+      return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
+                                          stream);
+    case ElemType::kF16:
+      return LaunchTyped<ElemType::kF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
+                                         stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
+                                   const void* q_norm, const void* k_norm, ElemType norm_type,
+                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
+                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
+                                   cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(q && k && v && q_out && k_cache && v_cache && state);
+  SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
+  SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
+                         head_dim <= 256 && theta > 0);
+  const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;
+  QkNormRopeAppendKernel<<<static_cast<unsigned>(heads + 2 * kv_heads), threads, 0, stream>>>(
+      q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads, kv_heads,
+      head_dim, theta, style);
+  return cudaGetLastError();
+}
+
+}  // namespace specgen::kernels

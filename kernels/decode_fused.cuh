@@ -1,0 +1,71 @@
+// Fused kernels for the single-token decode of a dense model (the resident draft's CUDA graph):
+// RMSNorm folded into the GEMV's prologue, several weight matrices in one launch, SwiGLU and the
+// residual add in the GEMV's epilogue, q/k-norm + RoPE + KV append in one launch. Nothing reads a
+// host value that changes per token: the position and the cache row come from device memory, so a
+// captured graph replays for every token. Each output is computed with exactly the operations, in
+// exactly the order, of the unfused kernels (norm.cu, gemv.cu, rope.cu, elementwise.cu), so the fused
+// path is bit-identical to the Backend ops it replaces (and so batch invariant as they are).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+#include "kernels/rope.cuh"
+
+namespace specgen::kernels {
+
+// Per-token device state of a graph-replayed decode step.
+struct DecodeState {
+  int32_t token;  // the input token id
+  int32_t pos;    // its position = the KV row it is stored at = the committed cache length
+};
+
+// state->token = device_token ? *device_token : host_token; state->pos = pos. One thread; queued
+// before each replay (outside the graph).
+cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
+                                 int32_t pos, cudaStream_t stream);
+
+// One weight matrix of a fused GEMV launch: y[o] (op)= sum_k x[k] * w[o, k] for o < rows.
+struct GemvSegment {
+  const void* w = nullptr;  // [rows, in] bf16/f16 (the launch's w_type), 16-byte aligned, device
+  float* y = nullptr;       // [rows] fp32, device
+  int rows = 0;
+};
+
+enum class GemvEpilogue : uint8_t {
+  kStore = 0,   // y[o] = s
+  kAddTo = 1,   // y[o] = y[o] + s  (residual add, as LaunchAdd)
+  kSwiGlu = 2,  // segments[0] = gate, segments[1] = up (same rows); segments[0].y[o] =
+                // silu(gate_o) * up_o (as LaunchSwiGlu); segments[1].y unused
+};
+
+// One token: y = epilogue(x' · W^T) over up to 3 segments (rows concatenated, one launch), where
+// x' = RmsNorm(x; norm_w, eps) over all `in` elements (as LaunchRmsNorm with dim = in) when norm_w is
+// set, else x. Reduction order per output is LaunchGemv's (lane l sums k = l*8 + 256*s + j with fmaf,
+// then the butterfly), so results equal LaunchRmsNorm + LaunchGemv (+ LaunchAdd / LaunchSwiGlu) bit
+// for bit.
+//   x         [in] fp32, device (may not alias any y)
+//   norm_w    [in] of norm_type, device, or nullptr
+//   in        multiple of 8, at most kFusedGemvMaxIn
+//   max_blocks  grid cap (rows are walked grid-stride by warps; results do not depend on it)
+inline constexpr int kFusedGemvMaxIn = 8192;  // x is staged in 32 KB of shared memory
+cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                            const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                            GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);
+
+// One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
+// as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =
+// head_dim), then q → q_out, k → k_cache row state->pos, v → v_cache row state->pos.
+//   q [heads*d], k, v [kv_heads*d] fp32, device;  q_out [heads*d] (may be q)
+//   q_norm, k_norm [d] of norm_type or both nullptr (no q/k norm)
+//   k_cache, v_cache [capacity, kv_heads*d] fp32, device; state->pos < capacity is the caller's duty
+//   head_dim  even, at most 256
+cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
+                                   const void* q_norm, const void* k_norm, ElemType norm_type,
+                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
+                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
+                                   cudaStream_t stream);
+
+}  // namespace specgen::kernels
