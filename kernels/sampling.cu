@@ -749,14 +749,9 @@ cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, Sampli
                          !(config.temperature != config.temperature));
   if (rows == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs);
-  int device = 0;
-  if (rows <= 65535 && cudaGetDevice(&device) == cudaSuccess) {
-    const ClusterSupport& cs = ClusterSupportFor(device);
-    if (cs.ok && ClusterChunkLen(vocab) <= cs.max_chunk) {
-      return LaunchClusterProcess(logits, rows, vocab, config, probs, stream);
-    }
+  if (rows <= 65535 && detail::ProcessLogitsUsesClusters(vocab)) {
+    return LaunchClusterProcess(logits, rows, vocab, config, probs, stream);
   }
-  cudaGetLastError();
   return detail::LaunchProcessLogitsOneBlock(logits, rows, vocab, config, probs, stream);
 }
 
