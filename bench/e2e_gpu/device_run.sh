@@ -6,7 +6,7 @@ set -u
 export SPECGEN_SOURCE_DIR=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/rc.txt" 2>&1
-tests="kernels_test cuda_backend_ops_test cuda_model_logits_test speculative_gpu_test acceptance_gpu_stats_test"
+tests="kernels_test cuda_backend_ops_test cuda_model_logits_test speculative_gpu_test graphed_draft_test acceptance_gpu_stats_test"
 for t in $tests; do
   ( timeout 150 "$t" > "$OUT/$t.log" 2>&1; echo "$t $?" >> "$OUT/rc.txt" ) &
 done
