@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is for, in one call: every gpu-labelled test, the CLI on the GPU against
+# the CPU reference, and the GPU benchmarks (kernels and end to end). Logs go under $OUT; a short
+# table is printed last. Build here with `cmake --preset h200 && cmake --build build-h200`, pack with
+# tools/pack_gpu_check.sh, then run there (repository root as cwd, carry [".device"]):
+#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all]
+set -u
+what=${1:-all}
+export SPECGEN_SOURCE_DIR=$PWD
+OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
+rc="$OUT/rc.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
+gpu_tests="kernels_test cuda_backend_ops_test cuda_model_logits_test speculative_gpu_test
+           graphed_draft_test acceptance_gpu_stats_test fixture_pairs_gpu_test"
+
+if [ "$what" != bench ]; then
+  for t in $gpu_tests; do  # each test takes a small arena, so they share the GPU
+    ( timeout 200 "$t" > "$OUT/$t.log" 2>&1; echo "$t $?" >> "$rc" ) &
+  done
+  wait
+  # The CLI: the GPU-resident loop against the CPU reference on the bundled pair (greedy), and logits.
+  prompt=$'def read_file(path):\n    """Return the contents of path."""\n'
+  for dev in cuda cpu; do
+    timeout 60 specgen generate -m models/tiny-target -md models/tiny-draft -p "$prompt" -n 64 --temp 0 \
+      --device "$dev" --stats json > "$OUT/generate_$dev.txt" 2>&1
+    echo "generate_$dev $?" >> "$rc"
+  done
+  timeout 60 specgen logits -m tests/data/models/llama-gqa --prompt-ids 1,2,3,4,5,6,7,8 --device cuda \
+    > "$OUT/logits_cuda.txt" 2>&1
+  timeout 60 specgen logits -m tests/data/models/llama-gqa --prompt-ids 1,2,3,4,5,6,7,8 --device cpu \
+    > "$OUT/logits_cpu.txt" 2>&1
+fi
+if [ "$what" != tests ]; then
+  timeout 150 e2e_gpu_bench --benchmark_counters_tabular=true > "$OUT/bench_e2e.log" 2>&1
+  echo "bench_e2e $?" >> "$rc"
+  timeout 120 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true \
+    --benchmark_filter='Gemv|Attention|ProcessAndSample|VerifySampling|Acceptance' > "$OUT/bench_kernels.log" 2>&1
+  echo "bench_kernels $?" >> "$rc"
+fi
+
+echo "==================== SUMMARY ===================="
+head -1 "$rc"
+for t in $gpu_tests; do
+  [ -f "$OUT/$t.log" ] || continue
+  printf '%-28s rc=%-3s %s\n' "$t" "$(awk -v t=$t '$1==t{print $2}' "$rc")" \
+    "$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$t.log" | sort -u | head -10
+done
+for t in $gpu_tests; do [ -f "$OUT/$t.log" ] && grep -B2 -A6 -E 'Failure$' "$OUT/$t.log" | head -24; done
+if [ -f "$OUT/generate_cuda.txt" ]; then
+  echo "--- generate (greedy, bundled pair): rc $(awk '$1=="generate_cuda"{print $2}' "$rc") cuda, $(awk '$1=="generate_cpu"{print $2}' "$rc") cpu"
+  if diff <(grep -v '^{' "$OUT/generate_cuda.txt") <(grep -v '^{' "$OUT/generate_cpu.txt") > /dev/null; then
+    echo "same text on cuda and cpu"
+  else
+    echo "text differs between cuda and cpu (see generate_*.txt)"
+  fi
+  grep -h '^{' "$OUT/generate_cuda.txt" | cut -c1-400
+  grep -h 'checksum' "$OUT/logits_cuda.txt" "$OUT/logits_cpu.txt"
+fi
+for b in bench_e2e bench_kernels; do
+  [ -f "$OUT/$b.log" ] || continue
+  echo "--- $b (rc $(awk -v b=$b '$1==b{print $2}' "$rc")) ---"
+  grep -E '^BM_|^Benchmark|ERROR' "$OUT/$b.log" | sed -E 's/ +/ /g' | cut -c1-220 | tail -45
+done

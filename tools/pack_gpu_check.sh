@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Packs what tools/gpu_check.sh runs into .device/ small enough to travel (the working tree and carried
+# paths together must stay under 64 MiB: each CUDA binary carries its own ~5 MB of kernels, so the
+# executables travel as one xz tarball). Usage, here, after `cmake --preset h200 && cmake --build
+# build-h200`:   tools/pack_gpu_check.sh [BUILD_DIR]
+# then on the GPU machine (carry [".device"]):
+#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top/build-h200}
+pack=${SPECGEN_DEVICE_PACK:-$top/../shared/tools/device-pack}
+"$pack" "$build" > /dev/null
+keep=" specgen e2e_gpu_bench kernels_bench $(sed -n 's/^gpu_tests="\(.*\)/\1/p;s/^ *\([a-z_ ]*\)"$/\1/p' \
+  "$top/tools/gpu_check.sh" | tr '\n' ' ') "
+cd "$top/.device"
+for f in bin/*; do
+  case "$keep" in *" $(basename "$f") "*) ;; *) rm "$f" ;; esac
+done
+strip bin/* lib/* 2>/dev/null || true
+tar cJf bin.tar.xz bin && rm -rf bin && mkdir bin
+echo "packed $(tar tJf bin.tar.xz | grep -c /.) executables, $(du -sh . | cut -f1) in .device"
