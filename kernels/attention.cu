@@ -20,10 +20,96 @@ __device__ __forceinline__ void LoadRow(const void* base, int64_t offset, float 
   }
 }
 
+// K/V staging for the staged chunk kernel: each warp copies its 32-slot tile into shared memory with
+// coalesced 16-byte cp.async (all copies in flight at once), one piece of each row at a time, instead of
+// each lane walking its own K row and the warp walking the 32 V rows one dependent load after another.
+// Rows are padded by 16 bytes so the per-lane 16-byte reads of a row are free of bank conflicts.
+inline constexpr int kPieceMaxBytes = 512;
+template <ElemType kT, int D>
+struct Staging {
+  static constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
+  static constexpr int kRowBytes = D * kElemBytes;
+  static constexpr int kPieceBytes = kRowBytes < kPieceMaxBytes ? kRowBytes : kPieceMaxBytes;
+  static constexpr int kPieces = kRowBytes / kPieceBytes;
+  static constexpr int kPieceElems = kPieceBytes / kElemBytes;
+  static constexpr int kStride = kPieceBytes + 16;  // bytes per staged row
+  static constexpr int kWarpBytes = 32 * kStride;
+  static constexpr int kBlockBytes = kWarps * kWarpBytes;  // dynamic shared memory of a block
+};
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+
+// Copies bytes [piece * kPieceBytes, +kPieceBytes) of the tile's first `rows` rows (slots t0 ..) of
+// kv head kvh into buf (row r at r * kStride); on return the whole warp sees them.
+template <ElemType kT, int D>
+__device__ __forceinline__ void StagePiece(char* buf, const void* cache, int t0, int rows, int kv_heads,
+                                           int kvh, int piece, int lane) {
+  using S = Staging<kT, D>;
+  constexpr int kCpr = S::kPieceBytes / 16;  // 16-byte copies per row
+  const char* base = static_cast<const char*>(cache);
+#pragma unroll
+  for (int idx = lane; idx < 32 * kCpr; idx += 32) {
+    const int r = idx / kCpr, c = idx % kCpr;
+    if (r < rows) {
+      const int64_t off = (static_cast<int64_t>(t0 + r) * kv_heads + kvh) * S::kRowBytes +
+                          piece * S::kPieceBytes + c * 16;
+      CpAsync16(buf + r * S::kStride + c * 16, base + off);
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncwarp();
+}
+
+// kN consecutive cache elements staged at p (aligned to their size * kN, up to 16 bytes) as fp32.
+template <ElemType kT, int kN>
+__device__ __forceinline__ void StagedToF32(const char* p, float (&v)[kN]) {
+  if constexpr (kT == ElemType::kF32) {
+    if constexpr (kN % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        const float4 f = reinterpret_cast<const float4*>(p)[i];
+        v[4 * i] = f.x;
+        v[4 * i + 1] = f.y;
+        v[4 * i + 2] = f.z;
+        v[4 * i + 3] = f.w;
+      }
+    } else {
+      static_assert(kN == 2);
+      const float2 f = *reinterpret_cast<const float2*>(p);
+      v[0] = f.x;
+      v[1] = f.y;
+    }
+  } else {
+    uint32_t w[kN / 2];
+    if constexpr (kN == 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+    } else if constexpr (kN == 4) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x, w[1] = u.y;
+    } else {
+      static_assert(kN == 2);
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    }
+    // Little-endian: element 2i is the low half of word i (as LoadRow's Bf16BitsToF32(p[2i])).
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+}
+
 // Partial attention of the queries of one (query i, kv head) over one chunk of cache slots.
 // grid = (kv_heads, n, chunks), block = kWarps * 32. Writes m, l and the unnormalized acc per query
-// head into the workspace.
-template <ElemType kT, int D>
+// head into the workspace. kStaged: K/V tiles staged in shared memory (Staging::kBlockBytes of dynamic
+// shared memory; cache pointers 16-byte aligned); else each lane loads from global memory directly.
+// Both variants do the same arithmetic in the same order, so their results are bit-identical.
+template <ElemType kT, int D, bool kStaged>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionChunkKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
                          const void* __restrict__ v_cache, const uint8_t* __restrict__ mask, int n,
@@ -31,9 +117,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                          float* __restrict__ ws_ml, float* __restrict__ ws_acc, int chunks,
                          const int32_t* __restrict__ d_n_past) {
   constexpr int kPer = D / 32;  // dims per lane in the V accumulation
+  using S = Staging<kT, D>;
   __shared__ float q_s[kG][D];
   __shared__ float m_s[kWarps][kG], l_s[kWarps][kG];
   __shared__ float acc_s[kG][D];
+  extern __shared__ __align__(16) char stage_s[];
   const int kvh = blockIdx.x, i = blockIdx.y, chunk = blockIdx.z;
   if (d_n_past != nullptr) {  // grid sized for the longest cache: chunks past the keys do nothing
     n_past = *d_n_past;
@@ -46,7 +134,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   __syncthreads();
 
-  const int j = chunk * kAttentionChunk + warp * 32 + lane;  // this lane's cache slot
+  const int t0 = chunk * kAttentionChunk + warp * 32;  // the warp's first cache slot
+  const int j = t0 + lane;                              // this lane's cache slot
   bool visible = false;
   if (j < n_past) {
     visible = true;
@@ -54,10 +143,35 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int b = j - n_past;
     visible = mask ? mask[i * n + b] != 0 : b <= i;
   }
+  // Tile rows that exist in the cache (slots < n_past + n): the only ones ever read.
+  const int tile_rows = min(32, max(0, n_past + n - t0));
+  char* buf = stage_s + (kStaged ? warp * S::kWarpBytes : 0);
   float s[kG];
 #pragma unroll
   for (int g = 0; g < kG; ++g) s[g] = 0.f;
-  if (visible) {
+  if constexpr (kStaged) {
+#pragma unroll
+    for (int piece = 0; piece < S::kPieces; ++piece) {
+      if (tile_rows > 0) StagePiece<kT, D>(buf, k_cache, t0, tile_rows, kv_heads, kvh, piece, lane);
+      if (visible) {
+        const char* row = buf + lane * S::kStride;
+#pragma unroll 4
+        for (int dd = 0; dd < S::kPieceElems; dd += 8) {
+          float kv[8];
+          StagedToF32<kT, 8>(row + dd * S::kElemBytes, kv);
+          const int d = piece * S::kPieceElems + dd;
+#pragma unroll
+          for (int g = 0; g < kG; ++g) {
+            if (g < G) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) s[g] = fmaf(q_s[g][d + e], kv[e], s[g]);
+            }
+          }
+        }
+      }
+      __syncwarp();  // every lane is done with the buffer before it is refilled
+    }
+  } else if (visible) {
     const int64_t row = (static_cast<int64_t>(j) * kv_heads + kvh) * D;
 #pragma unroll 4
     for (int d = 0; d < D; d += 8) {
@@ -84,17 +198,48 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   // V accumulation: lane owns dims lane*kPer .. +kPer; keys of the tile in slot order.
   const unsigned any = __ballot_sync(0xffffffffu, visible);
-  for (int jj = 0; jj < 32; ++jj) {
-    if (!(any >> jj & 1u)) continue;
-    const int64_t row = (static_cast<int64_t>(warp * 32 + jj + chunk * kAttentionChunk) * kv_heads +
-                         kvh) * D + lane * kPer;
-    float vv[kPer];
-    LoadRow<kT, kPer>(v_cache, row, vv);
+  if constexpr (kStaged) {
+    // The piece holding this lane's dims (a piece is a whole number of lanes' dims).
+    const int my_piece = lane * kPer / S::kPieceElems;
+    const int my_off = (lane * kPer - my_piece * S::kPieceElems) * S::kElemBytes;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+    for (int piece = 0; piece < S::kPieces; ++piece) {
+      if (any == 0u) break;
+      StagePiece<kT, D>(buf, v_cache, t0, tile_rows, kv_heads, kvh, piece, lane);
+      const bool mine = my_piece == piece;
+      for (int jj = 0; jj < 32; ++jj) {
+        if (!(any >> jj & 1u)) continue;
+        float vv[kPer];
+        if (mine) {
+          StagedToF32<kT, kPer>(buf + jj * S::kStride + my_off, vv);
+        } else {
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(pj, vv[e], acc[g][e]);
+          for (int e = 0; e < kPer; ++e) vv[e] = 0.f;
+        }
+#pragma unroll
+        for (int g = 0; g < kG; ++g) {
+          const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+          if (mine) {
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(pj, vv[e], acc[g][e]);
+          }
+        }
+      }
+      __syncwarp();
+    }
+  } else {
+    for (int jj = 0; jj < 32; ++jj) {
+      if (!(any >> jj & 1u)) continue;
+      const int64_t row = (static_cast<int64_t>(warp * 32 + jj + chunk * kAttentionChunk) * kv_heads +
+                           kvh) * D + lane * kPer;
+      float vv[kPer];
+      LoadRow<kT, kPer>(v_cache, row, vv);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(pj, vv[e], acc[g][e]);
+      }
     }
   }
   if (lane == 0) {
@@ -175,8 +320,26 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
   const int chunks = (n_past + n + kAttentionChunk - 1) / kAttentionChunk;
   float* ws_ml = ws;
   float* ws_acc = ws + static_cast<size_t>(n) * heads * chunks * 2;
-  AttentionChunkKernel<kT, D><<<dim3(kv_heads, n, chunks), kWarps * 32, 0, stream>>>(
-      q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
+  // The staged kernel needs more than the default 48 KB of dynamic shared memory (raised once per
+  // instantiation) and 16-byte aligned caches; otherwise the direct kernel gives the same bits.
+  using S = Staging<kT, D>;
+  static const cudaError_t staged_ready = [] {
+    const cudaError_t e = cudaFuncSetAttribute(AttentionChunkKernel<kT, D, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               S::kBlockBytes);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // our own failure only: fall back, report nothing
+    return e;
+  }();
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
+  const dim3 grid(kv_heads, n, chunks);
+  if (staged_ready == cudaSuccess && aligned) {
+    AttentionChunkKernel<kT, D, true><<<grid, kWarps * 32, S::kBlockBytes, stream>>>(
+        q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
+  } else {
+    AttentionChunkKernel<kT, D, false><<<grid, kWarps * 32, 0, stream>>>(
+        q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
+  }
   AttentionMergeKernel<<<dim3(heads, n), D, 0, stream>>>(ws_ml, ws_acc, out, heads, chunks, D,
                                                          d_n_past, n);
   return cudaGetLastError();

@@ -7,7 +7,6 @@ namespace {
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
 constexpr int kChunk = 8;  // weights per 16-byte load
 constexpr int kWarpK = 32 * kChunk;
-constexpr int kU = 4;      // 16-byte loads in flight per lane and row
 
 // As gemv.cu: streaming 16-byte weight loads kept out of L1.
 __device__ __forceinline__ uint4 LoadWeights16(const void* p) {
@@ -34,24 +33,32 @@ __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
   }
 }
 
+// kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
+template <int kRows, int kU>
+__device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int kb, int in,
+                                          uint4 (&wv)[kU][kRows]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int k = kb + u * kWarpK;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      wv[u][r] = k < in ? LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // Dot products of kRows weight rows with xs (shared), each in GemvKernel's order: lane l accumulates
-// k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly.
-template <ElemType kW, int kRows>
+// k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly. `wv` holds
+// the first batch of loads (kb = lane*8), issued by the caller ahead of time; the batches after it
+// (in > 256*kU) are loaded here. How far ahead loads are issued never changes the arithmetic.
+template <ElemType kW, int kRows, int kU>
 __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const float* xs, int in,
-                                        int lane, float (&out)[kRows]) {
+                                        int lane, uint4 (&wv)[kU][kRows], float (&out)[kRows]) {
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   for (int kb = lane * kChunk; kb < in; kb += kWarpK * kU) {
-    uint4 wv[kU][kRows];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int k = kb + u * kWarpK;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        wv[u][r] = k < in ? LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
-      }
-    }
+    if (kb != lane * kChunk) LoadBatch<kRows, kU>(w, kb, in, wv);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int k = kb + u * kWarpK;
@@ -78,14 +85,55 @@ struct Segments {
   int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
 };
 
-template <ElemType kW, GemvEpilogue kEpi>
+// Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one
+// segment row it falls in) and where its result goes.
+template <GemvEpilogue kEpi>
+struct RowOf {
+  static constexpr int kRows = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
+  const uint16_t* w[kRows];
+  float* y;
+  __device__ __forceinline__ RowOf(const Segments& segs, int row, int in) {
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      w[0] = static_cast<const uint16_t*>(segs.s[0].w) + static_cast<int64_t>(row) * in;
+      w[1] = static_cast<const uint16_t*>(segs.s[1].w) + static_cast<int64_t>(row) * in;
+      y = segs.s[0].y + row;
+    } else {
+      // Walk the segments with constant indices only (a run-time index would copy the kernel
+      // parameters to local memory).
+      int r = row;
+      const void* ws = segs.s[0].w;
+      float* ys = segs.s[0].y;
+      bool walking = true;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        walking = walking && s + 1 < segs.n && r >= segs.s[s].rows;
+        if (walking) {
+          r -= segs.s[s].rows;
+          ws = segs.s[s + 1].w;
+          ys = segs.s[s + 1].y;
+        }
+      }
+      w[0] = static_cast<const uint16_t*>(ws) + static_cast<int64_t>(r) * in;
+      y = ys + r;
+    }
+  }
+};
+
+template <ElemType kW, GemvEpilogue kEpi, int kU>
 __global__ void __launch_bounds__(kWarps * 32)
     FusedGemvKernel(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
                     float eps, Segments segs, int in) {
+  constexpr int kRows = RowOf<kEpi>::kRows;
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
   __shared__ float scratch[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_warps = gridDim.x * kWarps;
+  int row = blockIdx.x * kWarps + warp;
+  // The first row's weights do not depend on x: their loads are in flight while x is normalized and
+  // staged, so the HBM latency overlaps the prologue's reductions and barriers.
+  uint4 wv[kU][kRows];
+  if (row < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, row, in).w, lane * kChunk, in, wv);
   if (norm_w != nullptr) {
     // RmsNormKernel's arithmetic for one row of `in` elements with its block of T threads: thread t
     // sums i = t, t + T, ... with fmaf, then the per-warp butterfly and the butterfly of the warp sums.
@@ -108,62 +156,58 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   __syncthreads();
 
-  const int n_warps = gridDim.x * kWarps;
-  for (int row = blockIdx.x * kWarps + warp; row < segs.total_rows; row += n_warps) {
-    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-      const uint16_t* const w[2] = {
-          static_cast<const uint16_t*>(segs.s[0].w) + static_cast<int64_t>(row) * in,
-          static_cast<const uint16_t*>(segs.s[1].w) + static_cast<int64_t>(row) * in};
-      float d[2];
-      RowDots<kW, 2>(w, xs, in, lane, d);
-      if (lane == 0) {
+  for (bool first = true; row < segs.total_rows; row += n_warps, first = false) {
+    const RowOf<kEpi> ro(segs, row, in);
+    if (!first) LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wv);
+    float d[kRows];
+    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv, d);
+    if (lane == 0) {
+      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
         const float g = d[0];
-        segs.s[0].y[row] = g / (1.f + expf(-g)) * d[1];
-      }
-    } else {
-      int s = 0, r = row;
-      while (s + 1 < segs.n && r >= segs.s[s].rows) {
-        r -= segs.s[s].rows;
-        ++s;
-      }
-      const uint16_t* const w[1] = {static_cast<const uint16_t*>(segs.s[s].w) +
-                                    static_cast<int64_t>(r) * in};
-      float d[1];
-      RowDots<kW, 1>(w, xs, in, lane, d);
-      if (lane == 0) {
-        float* y = segs.s[s].y + r;
-        if constexpr (kEpi == GemvEpilogue::kAddTo) {
-          *y = *y + d[0];
-        } else {
-          *y = d[0];
-        }
+        *ro.y = g / (1.f + expf(-g)) * d[1];
+      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+        *ro.y = *ro.y + d[0];
+      } else {
+        *ro.y = d[0];
       }
     }
   }
 }
 
+template <ElemType kW, int kU>
+cudaError_t LaunchWithU(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                        const Segments& segs, int in, GemvEpilogue epi, unsigned blocks,
+                        cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(in) * sizeof(float);
+  switch (epi) {
+    case GemvEpilogue::kStore:
+      FusedGemvKernel<kW, GemvEpilogue::kStore, kU>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+    case GemvEpilogue::kAddTo:
+      FusedGemvKernel<kW, GemvEpilogue::kAddTo, kU>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+    case GemvEpilogue::kSwiGlu:
+      FusedGemvKernel<kW, GemvEpilogue::kSwiGlu, kU>
+          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+// Loads in flight per lane and row: enough for a whole row of up to 3072 inputs (the O and down
+// projections have few rows, so few warps: each must keep its whole row in flight).
 template <ElemType kW>
 cudaError_t LaunchTyped(const float* x, const void* norm_w, ElemType norm_type, float eps,
                         const Segments& segs, int in, GemvEpilogue epi, int max_blocks,
                         cudaStream_t stream) {
   const int blocks_needed = (segs.total_rows + kWarps - 1) / kWarps;
   const unsigned blocks = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
-  const size_t smem = static_cast<size_t>(in) * sizeof(float);
-  switch (epi) {
-    case GemvEpilogue::kStore:
-      FusedGemvKernel<kW, GemvEpilogue::kStore>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
-    case GemvEpilogue::kAddTo:
-      FusedGemvKernel<kW, GemvEpilogue::kAddTo>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
-    case GemvEpilogue::kSwiGlu:
-      FusedGemvKernel<kW, GemvEpilogue::kSwiGlu>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
-  }
-  return cudaGetLastError();
+  const int batches = (in + kWarpK - 1) / kWarpK;  // 16-byte loads per lane for one row
+  if (batches <= 4) return LaunchWithU<kW, 4>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
+  if (batches <= 8) return LaunchWithU<kW, 8>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
+  return LaunchWithU<kW, 12>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
 }
 
 __global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_token, int32_t host_token,

@@ -5,6 +5,10 @@
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
 //    label names the path that actually ran (a failed capture falls back to 1 and says why).
+//  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
+//    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
+//    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
+//    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
 //    same loop), acceptance rate, τ, host syncs per step (result copies + other waits; should be 1)
@@ -13,6 +17,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +30,8 @@
 #include "engine/model/transformer.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_draft.h"
+#include "kernels/attention.cuh"
+#include "kernels/decode_fused.cuh"
 #include "nlohmann/json.hpp"
 
 namespace specgen {
@@ -117,6 +124,153 @@ BENCHMARK(BM_DraftDecode)
     ->ArgNames({"ctx", "path"})
     ->Args({32, 0})->Args({32, 1})->Args({32, 2})->Args({512, 2})->Args({1900, 2})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// kernel ids of BM_DraftLayerKernels
+enum LayerKernel : int {
+  kNormQkv = 0, kQkNormRope = 1, kAttention = 2, kOProj = 3, kNormGateUp = 4, kDown = 5, kNormHead = 6
+};
+void BM_DraftLayerKernels(benchmark::State& state) {
+  namespace kn = kernels;
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  auto spec = SynthSpec("qwen3-0.6b");
+  if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
+  auto weights = SynthWeights(*spec, DType::kBF16, 1);
+  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
+  CudaBackendOptions o;
+  o.arena_bytes = size_t{4} << 30;
+  auto be = CudaBackend::Create(o);
+  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  TransformerOptions topt;
+  topt.max_context = 2048;
+  auto lm = Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights).value()), be->get(), topt);
+  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  const ModelSpec& s = (*lm)->spec();
+  int ctx = 32, which = 0;  // set per measurement below
+  const int D = static_cast<int>(s.hidden), H = static_cast<int>(s.n_heads),
+            Hkv = static_cast<int>(s.n_kv_heads), d = static_cast<int>(s.head_dim),
+            F = static_cast<int>(s.ffn_dim), L = static_cast<int>(s.n_layers);
+  const int max_past = static_cast<int>((*lm)->max_context()) - 1;
+  DeviceArena& a = (*be)->arena();
+  const size_t ws_bytes = kn::AttentionWorkspaceBytes(1, H, max_past + 1, d);
+  auto buf = a.Allocate(sizeof(kn::DecodeState) + ws_bytes + sizeof(float) * (2 * D + 3 * H * d + 2 * Hkv * d + F +
+                                                                               s.vocab_size) + 4096,
+                        "layer kernel bench");
+  if (!buf.ok()) return state.SkipWithError(std::string(buf.status().message()).c_str());
+  char* p = static_cast<char*>(*buf);
+  auto take = [&](size_t bytes) { void* r = p; p += (bytes + 255) / 256 * 256; return r; };
+  auto* st = static_cast<kn::DecodeState*>(take(sizeof(kn::DecodeState)));
+  void* ws = take(ws_bytes);
+  auto floats = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
+  float *h = floats(D), *q = floats(H * d), *k = floats(Hkv * d), *v = floats(Hkv * d), *attn = floats(H * d),
+        *act = floats(F), *logits = floats(s.vocab_size);
+  cudaMemset(*buf, 0, sizeof(kn::DecodeState));
+  for (float* f : {h, q, k, v, attn, act}) cudaMemset(f, 0, 4);  // values do not matter for timing
+  const cudaStream_t stream = (*be)->stream();
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int max_blocks = sms * 8;  // as GraphedDraft
+  const float eps = s.rms_eps, scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto data = [](const Weight* w) { return CudaBackend::Data(*w); };
+  const auto type = [](const Weight* w) { return CudaBackend::Type(*w); };
+  double bytes = 0;  // what one launch must read (weights; K/V rows for attention)
+  const auto launch = [&](int l) -> cudaError_t {
+    const Transformer::LayerRefs r = (*lm)->layer_refs(l);
+    float* kc = CudaBackend::Data(const_cast<Buffer&>((*lm)->kv_cache().k(l)));
+    float* vc = CudaBackend::Data(const_cast<Buffer&>((*lm)->kv_cache().v(l)));
+    switch (which) {
+      case kNormQkv: {
+        const kn::GemvSegment seg[3] = {{data(r.q), q, H * d}, {data(r.k), k, Hkv * d}, {data(r.v), v, Hkv * d}};
+        bytes = 2.0 * D * (H * d + 2 * Hkv * d);
+        return kn::LaunchFusedGemv(h, data(r.attn_norm), type(r.attn_norm), eps, seg, 3, type(r.q), D,
+                                   kn::GemvEpilogue::kStore, max_blocks, stream);
+      }
+      case kQkNormRope:
+        bytes = 4.0 * (H * d + 4 * Hkv * d);
+        return kn::LaunchQkNormRopeAppend(q, k, v, q, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc,
+                                          st, H, Hkv, d, static_cast<double>(s.rope_theta),
+                                          s.rope_style == RopeStyle::kRotateHalf ? kn::RopeStyle::kRotateHalf
+                                                                                 : kn::RopeStyle::kInterleaved,
+                                          stream);
+      case kAttention:
+        bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
+        return kn::LaunchAttention(q, kc, vc, kn::ElemType::kF32, nullptr, attn, 1, max_past, H, Hkv, d, scale, ws,
+                                   ws_bytes, stream, &st->pos);
+      case kOProj: {
+        const kn::GemvSegment seg[1] = {{data(r.o), h, D}};
+        bytes = 2.0 * D * H * d;
+        return kn::LaunchFusedGemv(attn, nullptr, kn::ElemType::kF32, eps, seg, 1, type(r.o), H * d,
+                                   kn::GemvEpilogue::kAddTo, max_blocks, stream);
+      }
+      case kNormGateUp: {
+        const kn::GemvSegment seg[2] = {{data(r.gate), act, F}, {data(r.up), act, F}};
+        bytes = 2.0 * 2 * D * F;
+        return kn::LaunchFusedGemv(h, data(r.ffn_norm), type(r.ffn_norm), eps, seg, 2, type(r.gate), D,
+                                   kn::GemvEpilogue::kSwiGlu, max_blocks, stream);
+      }
+      case kDown: {
+        const kn::GemvSegment seg[1] = {{data(r.down), h, D}};
+        bytes = 2.0 * D * F;
+        return kn::LaunchFusedGemv(act, nullptr, kn::ElemType::kF32, eps, seg, 1, type(r.down), F,
+                                   kn::GemvEpilogue::kAddTo, max_blocks, stream);
+      }
+      default: {
+        const Weight& head = (*lm)->output_head();
+        const kn::GemvSegment seg[1] = {{CudaBackend::Data(head), logits, static_cast<int>(head.rows())}};
+        bytes = 2.0 * D * head.rows();
+        const Weight& norm = (*lm)->output_norm();
+        return kn::LaunchFusedGemv(h, CudaBackend::Data(norm), CudaBackend::Type(norm), eps, seg, 1,
+                                   CudaBackend::Type(head), D, kn::GemvEpilogue::kStore, max_blocks, stream);
+      }
+    }
+  };
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  // us per launch of kernel `which` at context `ctx`: 20 rounds of back-to-back launches, one per layer
+  // (the head: 4, it is never L2-resident), after one warm-up round.
+  const auto measure = [&](int kernel, int context) -> double {
+    which = kernel;
+    ctx = context;
+    (void)kn::LaunchSetDecodeState(st, nullptr, 1, ctx, stream);
+    const int per_rep = which == kNormHead ? 4 : L;
+    for (int l = 0; l < per_rep; ++l) {
+      if (launch(l) != cudaSuccess) return -1;
+    }
+    cudaEventRecord(start, stream);
+    for (int rep = 0; rep < 20; ++rep) {
+      for (int l = 0; l < per_rep; ++l) (void)launch(l);
+    }
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return cudaGetLastError() == cudaSuccess ? ms * 1e3 / (20.0 * per_rep) : -1;
+  };
+  static const char* const kKeys[] = {"qkv", "rope", "attn", "o", "gateup", "down", "head"};
+  for (auto _ : state) {
+    double layer_us = 0, layer_bytes = 0;
+    for (int kernel = 0; kernel < 7; ++kernel) {
+      const double us = measure(kernel, 32);
+      if (us < 0) return state.SkipWithError("a launch failed");
+      state.counters[std::string("us_") + kKeys[kernel]] = us;
+      state.counters[std::string("hbm_") + kKeys[kernel]] = bytes / kHbmBytesPerSecond / (us * 1e-6);
+      if (kernel != kNormHead) {
+        layer_us += us;
+        layer_bytes += bytes;
+      }
+    }
+    state.counters["us_layer_sum"] = layer_us;
+    state.counters["hbm_layer"] = layer_bytes / kHbmBytesPerSecond / (layer_us * 1e-6);
+    const double us = measure(kAttention, 1900);
+    if (us < 0) return state.SkipWithError("a launch failed");
+    state.counters["us_attn_ctx1900"] = us;
+  }
+  state.SetLabel("ctx 32 (attn also at 1900); one layer's kernels, each alone");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  a.Free(*buf);
+}
+BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
