@@ -8,6 +8,7 @@
 
 #include "Eigen/Core"
 #include "engine/core/quant.h"
+#include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 
 namespace specgen {
@@ -46,15 +47,6 @@ const CpuBuffer& B(const Buffer& b) { return static_cast<const CpuBuffer&>(b); }
 CpuBuffer& B(Buffer& b) { return static_cast<CpuBuffer&>(b); }
 const CpuWeight& W(const Weight& w) { return static_cast<const CpuWeight&>(w); }
 
-std::string Shape(const Buffer& b) { return Cat("[", b.rows(), ", ", b.cols(), "]"); }
-std::string Shape(const Weight& w) { return Cat("[", w.rows(), ", ", w.cols(), "]"); }
-
-absl::Status SameShape(const char* op, const Buffer& a, const Buffer& b) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) {
-    return InvalidArgument(op, ": shape mismatch ", Shape(a), " vs ", Shape(b));
-  }
-  return absl::OkStatus();
-}
 
 // Below this many multiply-adds a loop runs on the calling thread: waking workers costs more.
 constexpr int64_t kMinParallelWork = 1 << 17;
@@ -114,40 +106,28 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::Upload(const TensorView& t, 
 }
 
 absl::Status CpuBackend::Write(std::span<const float> src, Buffer* dst) {
-  if (static_cast<int64_t>(src.size()) != dst->rows() * dst->cols()) {
-    return InvalidArgument("cpu Write: ", src.size(), " floats into ", Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckWrite("cpu", src.size(), *dst));
   std::copy(src.begin(), src.end(), B(*dst).data());
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Read(const Buffer& src, std::span<float> dst) {
-  if (static_cast<int64_t>(dst.size()) != src.rows() * src.cols()) {
-    return InvalidArgument("cpu Read: ", Shape(src), " into ", dst.size(), " floats");
-  }
+  RETURN_IF_ERROR(CheckRead("cpu", src, dst.size()));
   std::copy_n(B(src).data(), dst.size(), dst.begin());
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) {
-  if (out->rows() != static_cast<int64_t>(tokens.size()) || out->cols() != table.cols()) {
-    return InvalidArgument("cpu Embed: ", tokens.size(), " tokens of table ", Shape(table), " into ",
-                           Shape(*out));
-  }
+  RETURN_IF_ERROR(CheckEmbedShape("cpu", table, tokens.size(), *out));
+  RETURN_IF_ERROR(CheckTokenIds(table, tokens));
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= table.rows()) {
-      return InvalidArgument("token id ", tokens[i], " at batch index ", i,
-                             " is outside the vocabulary [0, ", table.rows(), ")");
-    }
     std::copy_n(W(table).row(tokens[i]), table.cols(), B(*out).row(i));
   }
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
-  if (x.cols() != w.cols() || y->rows() != x.rows() || y->cols() != w.rows()) {
-    return InvalidArgument("cpu MatMul: x ", Shape(x), " · W", Shape(w), "^T into ", Shape(*y));
-  }
+  RETURN_IF_ERROR(CheckMatMul("cpu", x, w, *y));
   const int64_t n = x.rows(), in = x.cols(), out = w.rows();
   const CpuBuffer& xb = B(x);
   const CpuWeight& wb = W(w);
@@ -170,11 +150,7 @@ absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
 }
 
 absl::Status CpuBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
-  RETURN_IF_ERROR(SameShape("cpu RmsNorm", x, *y));
-  if (group <= 0 || x.cols() % group != 0 || w.rows() * w.cols() != group) {
-    return InvalidArgument("cpu RmsNorm: row ", x.cols(), " in groups of ", group, " with weight ",
-                           Shape(w));
-  }
+  RETURN_IF_ERROR(CheckRmsNorm("cpu", x, w, group, *y));
   const float* wd = W(w).data();
   const int64_t n_groups = x.rows() * (x.cols() / group);
   pool_.ParallelFor(n_groups, std::max<int64_t>(1, kMinParallelWork / group), [&](int64_t b, int64_t e) {
@@ -192,11 +168,7 @@ absl::Status CpuBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group
 
 absl::Status CpuBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
                               RopeStyle style, Buffer* x) {
-  if (static_cast<int64_t>(positions.size()) != x->rows() || head_dim <= 0 || head_dim % 2 != 0 ||
-      x->cols() % head_dim != 0) {
-    return InvalidArgument("cpu Rope: ", positions.size(), " positions, head_dim ", head_dim, " on ",
-                           Shape(*x));
-  }
+  RETURN_IF_ERROR(CheckRope("cpu", positions.size(), head_dim, *x));
   const int64_t half = head_dim / 2, n_heads = x->cols() / head_dim;
   // As transformers' default RoPE: inv_freq_j = 1 / theta^(2j/d) and the angle pos·inv_freq in fp32.
   std::vector<float> inv_freq(half);
@@ -232,7 +204,7 @@ absl::Status CpuBackend::Zero(Buffer* y) {
 }
 
 absl::Status CpuBackend::Add(const Buffer& x, Buffer* y) {
-  RETURN_IF_ERROR(SameShape("cpu Add", x, *y));
+  RETURN_IF_ERROR(CheckSameShape("cpu", "Add", x, *y));
   const float* xd = B(x).data();
   float* yd = B(*y).data();
   for (int64_t i = 0, n = x.rows() * x.cols(); i < n; ++i) yd[i] += xd[i];
@@ -240,8 +212,7 @@ absl::Status CpuBackend::Add(const Buffer& x, Buffer* y) {
 }
 
 absl::Status CpuBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) {
-  RETURN_IF_ERROR(SameShape("cpu SwiGlu", gate, up));
-  RETURN_IF_ERROR(SameShape("cpu SwiGlu", gate, *out));
+  RETURN_IF_ERROR(CheckSwiGlu("cpu", gate, up, *out));
   const float* g = B(gate).data();
   const float* u = B(up).data();
   float* o = B(*out).data();
@@ -252,9 +223,7 @@ absl::Status CpuBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* ou
 }
 
 absl::Status CpuBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
-  if (src.cols() != dst->cols() || dst_row < 0 || dst_row + src.rows() > dst->rows()) {
-    return InvalidArgument("cpu CopyRows: ", Shape(src), " at row ", dst_row, " of ", Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckCopyRows("cpu", src, dst_row, *dst));
   std::copy_n(B(src).data(), src.rows() * src.cols(), B(*dst).row(dst_row));
   return absl::OkStatus();
 }
@@ -262,18 +231,7 @@ absl::Status CpuBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* ds
 absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                    const AttentionShape& s, std::span<const uint8_t> mask, Buffer* out) {
   const int64_t n = q.rows(), d = s.head_dim;
-  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || d <= 0 ||
-      q.cols() != s.n_heads * d || k_cache.cols() != s.n_kv_heads * d ||
-      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || k_cache.rows() < s.n_prefix + n ||
-      v_cache.rows() < s.n_prefix + n) {
-    return InvalidArgument("cpu Attention: q ", Shape(q), ", k ", Shape(k_cache), ", v ",
-                           Shape(v_cache), " for H=", s.n_heads, " Hkv=", s.n_kv_heads, " d=", d,
-                           " prefix=", s.n_prefix);
-  }
-  RETURN_IF_ERROR(SameShape("cpu Attention", q, *out));
-  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
-    return InvalidArgument("cpu Attention: mask of ", mask.size(), " entries for ", n, " queries");
-  }
+  RETURN_IF_ERROR(CheckAttention("cpu", q, k_cache, v_cache, s, mask, *out));
   const int64_t group = s.n_heads / s.n_kv_heads;
   const int64_t work_per_item = (s.n_prefix + n) * d * 2;
   pool_.ParallelFor(n * s.n_heads, std::max<int64_t>(1, kMinParallelWork / work_per_item),
@@ -316,7 +274,7 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
 
 absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
   const int64_t n = logits.rows(), e = logits.cols();
-  if (k <= 0 || k > e) return InvalidArgument("cpu Route: top-", k, " of ", e, " experts");
+  RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
   routing->n_tokens = n;
   routing->k = k;
   routing->expert.assign(n * k, 0);
@@ -360,14 +318,8 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
 }
 
 absl::Status CpuBackend::GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) {
-  if (dst->rows() != static_cast<int64_t>(rows.size()) || dst->cols() != src.cols()) {
-    return InvalidArgument("cpu GatherRows: ", rows.size(), " rows of ", Shape(src), " into ",
-                           Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckGatherRows("cpu", src, rows, *dst));
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= src.rows()) {
-      return InvalidArgument("cpu GatherRows: row ", rows[i], " of ", Shape(src));
-    }
     std::copy_n(B(src).row(rows[i]), src.cols(), B(*dst).row(i));
   }
   return absl::OkStatus();
@@ -375,15 +327,8 @@ absl::Status CpuBackend::GatherRows(const Buffer& src, std::span<const int32_t> 
 
 absl::Status CpuBackend::ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                           std::span<const float> scales, Buffer* dst) {
-  if (src.rows() != static_cast<int64_t>(rows.size()) || scales.size() != rows.size() ||
-      dst->cols() != src.cols()) {
-    return InvalidArgument("cpu ScatterAddScaled: ", Shape(src), " with ", rows.size(), " rows and ",
-                           scales.size(), " scales into ", Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckScatterAddScaled("cpu", src, rows, scales, *dst));
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= dst->rows()) {
-      return InvalidArgument("cpu ScatterAddScaled: row ", rows[i], " of ", Shape(*dst));
-    }
     const float* s = B(src).row(i);
     float* d = B(*dst).row(rows[i]);
     for (int64_t c = 0; c < src.cols(); ++c) d[c] += scales[i] * s[c];

@@ -8,6 +8,7 @@
 
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
+#include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
 #include "kernels/backend_ops.cuh"
@@ -75,15 +76,6 @@ class CudaWeight : public Weight {
 const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
 const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w); }
 
-std::string Shape(const Buffer& b) { return Cat("[", b.rows(), ", ", b.cols(), "]"); }
-std::string Shape(const Weight& w) { return Cat("[", w.rows(), ", ", w.cols(), "]"); }
-
-absl::Status SameShape(const char* op, const Buffer& a, const Buffer& b) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) {
-    return InvalidArgument(op, ": shape mismatch ", Shape(a), " vs ", Shape(b));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -256,9 +248,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
 }
 
 absl::Status CudaBackend::Write(std::span<const float> src, Buffer* dst) {
-  if (static_cast<int64_t>(src.size()) != dst->rows() * dst->cols()) {
-    return InvalidArgument("cuda Write: ", src.size(), " floats into ", Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckWrite("cuda", src.size(), *dst));
   const size_t bytes = src.size() * sizeof(float);
   if (bytes <= staging_bytes_ / 8) {
     ASSIGN_OR_RETURN(void* d, Stage(src.data(), bytes));
@@ -271,9 +261,7 @@ absl::Status CudaBackend::Write(std::span<const float> src, Buffer* dst) {
 }
 
 absl::Status CudaBackend::Read(const Buffer& src, std::span<float> dst) {
-  if (static_cast<int64_t>(dst.size()) != src.rows() * src.cols()) {
-    return InvalidArgument("cuda Read: ", Shape(src), " into ", dst.size(), " floats");
-  }
+  RETURN_IF_ERROR(CheckRead("cuda", src, dst.size()));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), B(src).data(), dst.size() * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_));
   return Synchronize(SyncKind::kOther);
@@ -282,18 +270,10 @@ absl::Status CudaBackend::Read(const Buffer& src, std::span<float> dst) {
 absl::Status CudaBackend::Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) {
   const int32_t* device_ids = device_tokens_;
   device_tokens_ = nullptr;
-  if (out->rows() != static_cast<int64_t>(tokens.size()) || out->cols() != table.cols()) {
-    return InvalidArgument("cuda Embed: ", tokens.size(), " tokens of table ", Shape(table), " into ",
-                           Shape(*out));
-  }
+  RETURN_IF_ERROR(CheckEmbedShape("cuda", table, tokens.size(), *out));
   if (tokens.empty()) return absl::OkStatus();
   if (device_ids == nullptr) {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] < 0 || tokens[i] >= table.rows()) {
-        return InvalidArgument("token id ", tokens[i], " at batch index ", i,
-                               " is outside the vocabulary [0, ", table.rows(), ")");
-      }
-    }
+    RETURN_IF_ERROR(CheckTokenIds(table, tokens));
     ASSIGN_OR_RETURN(void* d, Stage(tokens.data(), tokens.size_bytes()));
     device_ids = static_cast<const int32_t*>(d);
   }
@@ -304,9 +284,7 @@ absl::Status CudaBackend::Embed(const Weight& table, std::span<const int32_t> to
 }
 
 absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
-  if (x.cols() != w.cols() || y->rows() != x.rows() || y->cols() != w.rows()) {
-    return InvalidArgument("cuda MatMul: x ", Shape(x), " · W", Shape(w), "^T into ", Shape(*y));
-  }
+  RETURN_IF_ERROR(CheckMatMul("cuda", x, w, *y));
   const int n = static_cast<int>(x.rows()), out = static_cast<int>(w.rows()),
             in = static_cast<int>(x.cols());
   if (n == 0) return absl::OkStatus();
@@ -341,11 +319,7 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
 }
 
 absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
-  RETURN_IF_ERROR(SameShape("cuda RmsNorm", x, *y));
-  if (group <= 0 || x.cols() % group != 0 || w.rows() * w.cols() != group) {
-    return InvalidArgument("cuda RmsNorm: row ", x.cols(), " in groups of ", group, " with weight ",
-                           Shape(w));
-  }
+  RETURN_IF_ERROR(CheckRmsNorm("cuda", x, w, group, *y));
   if (x.rows() == 0) return absl::OkStatus();
   return SPECGEN_CUDA_STATUS(kernels::LaunchRmsNorm(B(x).data(), W(w).data(), W(w).type(),
                                                     B(*y).data(), x.rows() * (x.cols() / group),
@@ -354,11 +328,7 @@ absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t grou
 
 absl::Status CudaBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
                                RopeStyle style, Buffer* x) {
-  if (static_cast<int64_t>(positions.size()) != x->rows() || head_dim <= 0 || head_dim % 2 != 0 ||
-      x->cols() % head_dim != 0) {
-    return InvalidArgument("cuda Rope: ", positions.size(), " positions, head_dim ", head_dim, " on ",
-                           Shape(*x));
-  }
+  RETURN_IF_ERROR(CheckRope("cuda", positions.size(), head_dim, *x));
   if (positions.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* d, Stage(positions.data(), positions.size_bytes()));
   return SPECGEN_CUDA_STATUS(kernels::LaunchRope(
@@ -376,24 +346,21 @@ absl::Status CudaBackend::Zero(Buffer* y) {
 }
 
 absl::Status CudaBackend::Add(const Buffer& x, Buffer* y) {
-  RETURN_IF_ERROR(SameShape("cuda Add", x, *y));
+  RETURN_IF_ERROR(CheckSameShape("cuda", "Add", x, *y));
   if (x.rows() == 0) return absl::OkStatus();
   return SPECGEN_CUDA_STATUS(
       kernels::LaunchAdd(B(*y).data(), B(x).data(), B(*y).data(), x.rows() * x.cols(), stream_));
 }
 
 absl::Status CudaBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) {
-  RETURN_IF_ERROR(SameShape("cuda SwiGlu", gate, up));
-  RETURN_IF_ERROR(SameShape("cuda SwiGlu", gate, *out));
+  RETURN_IF_ERROR(CheckSwiGlu("cuda", gate, up, *out));
   if (gate.rows() == 0) return absl::OkStatus();
   return SPECGEN_CUDA_STATUS(kernels::LaunchSwiGlu(B(gate).data(), B(up).data(), B(*out).data(),
                                                    gate.rows() * gate.cols(), stream_));
 }
 
 absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
-  if (src.cols() != dst->cols() || dst_row < 0 || dst_row + src.rows() > dst->rows()) {
-    return InvalidArgument("cuda CopyRows: ", Shape(src), " at row ", dst_row, " of ", Shape(*dst));
-  }
+  RETURN_IF_ERROR(CheckCopyRows("cuda", src, dst_row, *dst));
   return SPECGEN_CUDA_STATUS(cudaMemcpyAsync(B(*dst).data() + dst_row * dst->cols(), B(src).data(),
                                              static_cast<size_t>(src.rows() * src.cols()) * sizeof(float),
                                              cudaMemcpyDeviceToDevice, stream_));
@@ -402,18 +369,7 @@ absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* d
 absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                     const AttentionShape& s, std::span<const uint8_t> mask, Buffer* out) {
   const int64_t n = q.rows(), d = s.head_dim;
-  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || d <= 0 ||
-      q.cols() != s.n_heads * d || k_cache.cols() != s.n_kv_heads * d ||
-      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || k_cache.rows() < s.n_prefix + n ||
-      v_cache.rows() < s.n_prefix + n) {
-    return InvalidArgument("cuda Attention: q ", Shape(q), ", k ", Shape(k_cache), ", v ",
-                           Shape(v_cache), " for H=", s.n_heads, " Hkv=", s.n_kv_heads, " d=", d,
-                           " prefix=", s.n_prefix);
-  }
-  RETURN_IF_ERROR(SameShape("cuda Attention", q, *out));
-  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
-    return InvalidArgument("cuda Attention: mask of ", mask.size(), " entries for ", n, " queries");
-  }
+  RETURN_IF_ERROR(CheckAttention("cuda", q, k_cache, v_cache, s, mask, *out));
   if (n == 0) return absl::OkStatus();
   const uint8_t* d_mask = nullptr;
   if (!mask.empty()) {
@@ -476,13 +432,7 @@ absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm
 }
 
 absl::Status CudaBackend::GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) {
-  if (dst->rows() != static_cast<int64_t>(rows.size()) || dst->cols() != src.cols()) {
-    return InvalidArgument("cuda GatherRows: ", rows.size(), " rows of ", Shape(src), " into ",
-                           Shape(*dst));
-  }
-  for (int32_t r : rows) {
-    if (r < 0 || r >= src.rows()) return InvalidArgument("cuda GatherRows: row ", r, " of ", Shape(src));
-  }
+  RETURN_IF_ERROR(CheckGatherRows("cuda", src, rows, *dst));
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* d_rows, Stage(rows.data(), rows.size_bytes()));
   return SPECGEN_CUDA_STATUS(kernels::LaunchGatherRows(B(src).data(), static_cast<const int32_t*>(d_rows),
@@ -493,16 +443,7 @@ absl::Status CudaBackend::GatherRows(const Buffer& src, std::span<const int32_t>
 
 absl::Status CudaBackend::ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                            std::span<const float> scales, Buffer* dst) {
-  if (src.rows() != static_cast<int64_t>(rows.size()) || scales.size() != rows.size() ||
-      dst->cols() != src.cols()) {
-    return InvalidArgument("cuda ScatterAddScaled: ", Shape(src), " with ", rows.size(), " rows and ",
-                           scales.size(), " scales into ", Shape(*dst));
-  }
-  for (int32_t r : rows) {
-    if (r < 0 || r >= dst->rows()) {
-      return InvalidArgument("cuda ScatterAddScaled: row ", r, " of ", Shape(*dst));
-    }
-  }
+  RETURN_IF_ERROR(CheckScatterAddScaled("cuda", src, rows, scales, *dst));
   if (rows.empty()) return absl::OkStatus();
   // Rows and scales travel together in one staged block.
   std::vector<int32_t> packed(rows.size() * 2);
