@@ -190,19 +190,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   stats_ = SpeculativeStats();
   syncs_ = StepSyncStats();
   const int64_t vocab = target_->vocab_size();
-  if (prompt.empty()) return InvalidArgument("generate: the prompt is empty");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return InvalidArgument("generate: prompt token ", i, " is ", prompt[i],
-                             ", outside the target's vocabulary [0, ", vocab, ")");
-    }
-  }
-  if (static_cast<int64_t>(prompt.size()) >= target_->max_context()) {
-    return InvalidArgument("generate: the prompt has ", prompt.size(),
-                           " tokens, leaving no room in the target's context of ",
-                           target_->max_context(), " (-c)");
-  }
-  RETURN_IF_ERROR(Validate(options_.sampling));
+  RETURN_IF_ERROR(ValidateGeneration(prompt, *target_, options_));
   stats_.prompt_tokens = static_cast<int64_t>(prompt.size());
   const cudaStream_t stream = backend_->stream();
   const kernels::AcceptKernelMode mode =

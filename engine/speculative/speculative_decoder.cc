@@ -49,6 +49,24 @@ absl::Status SpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateGeneration(std::span<const int32_t> prompt, const CausalLm& target,
+                                const SpeculativeOptions& options) {
+  const int64_t vocab = target.vocab_size();
+  if (prompt.empty()) return InvalidArgument("generate: the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return InvalidArgument("generate: prompt token ", i, " is ", prompt[i],
+                             ", outside the target's vocabulary [0, ", vocab, ")");
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) >= target.max_context()) {
+    return InvalidArgument("generate: the prompt has ", prompt.size(),
+                           " tokens, leaving no room in the target's context of ", target.max_context(),
+                           " (-c)");
+  }
+  return Validate(options.sampling);
+}
+
 int SpeculativeDecoder::ChooseDraftLength(int64_t context_len, int64_t remaining) {
   int64_t k = controller_ ? controller_->Choose() : options_.draft_max;
   // Drafting past -n or the context end is wasted: the pass emits at most k + 1 tokens and the
@@ -63,19 +81,7 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeDecoder::Generate(std::span<cons
                                                                   const TokenSink& sink) {
   stats_ = SpeculativeStats();
   const int64_t vocab = target_->vocab_size();
-  if (prompt.empty()) return InvalidArgument("generate: the prompt is empty");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return InvalidArgument("generate: prompt token ", i, " is ", prompt[i],
-                             ", outside the target's vocabulary [0, ", vocab, ")");
-    }
-  }
-  if (static_cast<int64_t>(prompt.size()) >= target_->max_context()) {
-    return InvalidArgument("generate: the prompt has ", prompt.size(),
-                           " tokens, leaving no room in the target's context of ",
-                           target_->max_context(), " (-c)");
-  }
-  RETURN_IF_ERROR(Validate(options_.sampling));
+  RETURN_IF_ERROR(ValidateGeneration(prompt, *target_, options_));
   stats_.prompt_tokens = static_cast<int64_t>(prompt.size());
 
   auto t_prefill = std::chrono::steady_clock::now();

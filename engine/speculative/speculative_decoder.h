@@ -37,6 +37,11 @@ struct SpeculativeOptions {
 // Receives each pass's newly committed tokens, in order, as soon as they are accepted.
 using TokenSink = std::function<void(std::span<const int32_t>)>;
 
+// What both loops (this one and the GPU-resident one) check before generating: a non-empty prompt of
+// ids in the target's vocabulary that leaves room in its context, and valid sampling parameters.
+absl::Status ValidateGeneration(std::span<const int32_t> prompt, const CausalLm& target,
+                                const SpeculativeOptions& options);
+
 class SpeculativeDecoder {
  public:
   // Neither model is owned; `proposer` may be null (plain decoding).
