@@ -59,7 +59,8 @@ struct ChatTotals {
 class ChatSession {
  public:
   // `decoder` runs `pair`'s models; made with keep_cache so that each turn feeds only its new tokens
-  // (the CPU loop; the GPU loop prefills the conversation again each turn).
+  // where the loop supports it (the CPU loop; the GPU loop prefills the conversation again each turn,
+  // and the per-turn figure of prompt tokens fed says so).
   ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, std::unique_ptr<Decoder> decoder)
       : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format), decoder_(std::move(decoder)) {
     Reset();
@@ -129,7 +130,7 @@ class ChatSession {
     const SpeculativeStats& stats = decoder_->stats();
     // Prompt tokens the decoder had to prefill: those past what the cache already held.
     const int64_t fed = static_cast<int64_t>(prompt.size()) -
-                        std::min<int64_t>(cached_before, CommonPrefix(prompt));
+                        (decoder_->reuses_cache() ? std::min<int64_t>(cached_before, CommonPrefix(prompt)) : 0);
     last_prompt_ = prompt;
     last_prompt_.insert(last_prompt_.end(), reply.begin(), reply.end());
     totals_.Add(stats, fed);

@@ -168,15 +168,18 @@ namespace {
 template <typename Loop>
 class DecoderOf : public Decoder {
  public:
-  explicit DecoderOf(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) {}
+  DecoderOf(std::unique_ptr<Loop> loop, bool reuses_cache)
+      : loop_(std::move(loop)), reuses_cache_(reuses_cache) {}
   absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
                                                 const TokenSink& sink) override {
     return loop_->Generate(prompt, sink);
   }
   const SpeculativeStats& stats() const override { return loop_->stats(); }
+  bool reuses_cache() const override { return reuses_cache_; }
 
  private:
   std::unique_ptr<Loop> loop_;
+  bool reuses_cache_;
 };
 
 }  // namespace
@@ -187,11 +190,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const Spe
     ASSIGN_OR_RETURN(std::unique_ptr<DeviceSpeculativeDecoder> loop,
                      DeviceSpeculativeDecoder::Create(cuda, pair.target.get(),
                                                       pair.proposer ? pair.draft.get() : nullptr, options));
-    return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop)));
+    return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop), false));
   }
 #endif
   return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<SpeculativeDecoder>>(
-      std::make_unique<SpeculativeDecoder>(pair.target.get(), pair.proposer.get(), options)));
+      std::make_unique<SpeculativeDecoder>(pair.target.get(), pair.proposer.get(), options),
+      options.keep_cache));
 }
 
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {

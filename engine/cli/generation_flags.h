@@ -70,6 +70,9 @@ class Decoder {
   virtual absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
                                                         const TokenSink& sink) = 0;
   virtual const SpeculativeStats& stats() const = 0;
+  // Whether Generate keeps the target's KV cache for the prompt's common prefix with the previous
+  // call (SpeculativeOptions::keep_cache; the CPU loop does, the GPU loop prefills again).
+  virtual bool reuses_cache() const = 0;
 };
 absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options);
 
