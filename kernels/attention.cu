@@ -1,4 +1,5 @@
 #include "kernels/attention.cuh"
+#include "kernels/decode_fused.cuh"  // WaitForPrecedingGrid, LetDependentsLaunch, LaunchDecodeKernel
 #include "kernels/device_util.cuh"
 
 namespace specgen::kernels {
@@ -104,18 +105,44 @@ __device__ __forceinline__ void StagedToF32(const char* p, float (&v)[kN]) {
   }
 }
 
+// The merge of `chunks` partials (max m_c, sum l_c, unnormalized acc_c) of one output element, in chunk
+// order. Shared by the merge kernel and the chunk kernel's single-chunk case, so both give the same bits.
+template <typename M, typename L, typename A>
+__device__ __forceinline__ float MergePartials(int chunks, M m_at, L l_at, A acc_at) {
+  float mm = -INFINITY;
+  for (int c = 0; c < chunks; ++c) mm = fmaxf(mm, m_at(c));
+  float ll = 0.f, aa = 0.f;
+  if (mm != -INFINITY) {
+    for (int c = 0; c < chunks; ++c) {
+      const float mc = m_at(c);
+      if (mc == -INFINITY) continue;
+      const float f = expf(mc - mm);
+      ll = fmaf(l_at(c), f, ll);
+      aa = fmaf(acc_at(c), f, aa);
+    }
+  }
+  return ll > 0.f ? aa / ll : 0.f;
+}
+
+// Chunks that hold keys for a batch of n after n_past committed slots.
+__device__ __host__ __forceinline__ int ChunksWithKeys(int n_past, int n) {
+  return (n_past + n + kAttentionChunk - 1) / kAttentionChunk;
+}
+
 // Partial attention of the queries of one (query i, kv head) over one chunk of cache slots.
 // grid = (kv_heads, n, chunks), block = kWarps * 32. Writes m, l and the unnormalized acc per query
 // head into the workspace. kStaged: K/V tiles staged in shared memory (Staging::kBlockBytes of dynamic
 // shared memory; cache pointers 16-byte aligned); else each lane loads from global memory directly.
 // Both variants do the same arithmetic in the same order, so their results are bit-identical.
+// When a single chunk holds all the keys, the block writes the merged result to `out` itself (the
+// merge of one partial, MergePartials) and the merge kernel has nothing to do.
 template <ElemType kT, int D, bool kStaged>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionChunkKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
                          const void* __restrict__ v_cache, const uint8_t* __restrict__ mask, int n,
                          int n_past, int heads, int kv_heads, float scale,
                          float* __restrict__ ws_ml, float* __restrict__ ws_acc, int chunks,
-                         const int32_t* __restrict__ d_n_past) {
+                         const int32_t* __restrict__ d_n_past, float* __restrict__ out) {
   constexpr int kPer = D / 32;  // dims per lane in the V accumulation
   using S = Staging<kT, D>;
   __shared__ float q_s[kG][D];
@@ -123,6 +150,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float acc_s[kG][D];
   extern __shared__ __align__(16) char stage_s[];
   const int kvh = blockIdx.x, i = blockIdx.y, chunk = blockIdx.z;
+  WaitForPrecedingGrid();  // everything read below may come from the previous kernel (PDL)
+  LetDependentsLaunch();
   if (d_n_past != nullptr) {  // grid sized for the longest cache: chunks past the keys do nothing
     n_past = *d_n_past;
     if (chunk * kAttentionChunk >= n_past + n) return;
@@ -272,52 +301,62 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();
   }
+  const bool single = ChunksWithKeys(n_past, n) == 1;
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
     const int g = e / D, d = e % D;
     const int64_t qh = static_cast<int64_t>(i) * heads + kvh * G + g;
-    ws_acc[(qh * chunks + chunk) * D + d] = acc_s[g][d];
-    if (d == 0) {
+    if (!single) ws_acc[(qh * chunks + chunk) * D + d] = acc_s[g][d];
+    if (single || d == 0) {
       float mm = -INFINITY, ll = 0.f;
       for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][g]);
       for (int w = 0; w < kWarps; ++w) {
         if (m_s[w][g] != -INFINITY) ll = fmaf(l_s[w][g], expf(m_s[w][g] - mm), ll);
       }
-      ws_ml[(qh * chunks + chunk) * 2] = mm;
-      ws_ml[(qh * chunks + chunk) * 2 + 1] = ll;
+      if (single) {
+        const float a = acc_s[g][d];
+        out[qh * D + d] = MergePartials(
+            1, [&](int) { return mm; }, [&](int) { return ll; }, [&](int) { return a; });
+      } else {
+        ws_ml[(qh * chunks + chunk) * 2] = mm;
+        ws_ml[(qh * chunks + chunk) * 2 + 1] = ll;
+      }
     }
   }
 }
 
 // out[i, h, d]: merge the chunk partials in chunk order. grid = (heads, n), block = D.
 // With d_n_past, `chunks` is the workspace's stride and only the chunks holding keys are merged (n is
-// then the batch size, used to count them), which is the merge of a launch sized for those keys.
+// then the batch size, used to count them), which is the merge of a launch sized for those keys; when
+// one chunk holds them all, the chunk kernel has written `out` and this kernel does nothing.
 __global__ void AttentionMergeKernel(const float* __restrict__ ws_ml, const float* __restrict__ ws_acc,
                                      float* __restrict__ out, int heads, int stride, int D,
                                      const int32_t* __restrict__ d_n_past, int n) {
+  WaitForPrecedingGrid();
+  LetDependentsLaunch();
   const int h = blockIdx.x, i = blockIdx.y, d = threadIdx.x;
-  const int chunks =
-      d_n_past != nullptr ? (*d_n_past + n + kAttentionChunk - 1) / kAttentionChunk : stride;
+  const int chunks = d_n_past != nullptr ? ChunksWithKeys(*d_n_past, n) : stride;
+  if (chunks == 1) return;
   const int64_t qh = static_cast<int64_t>(i) * heads + h;
-  float mm = -INFINITY;
-  for (int c = 0; c < chunks; ++c) mm = fmaxf(mm, ws_ml[(qh * stride + c) * 2]);
-  float ll = 0.f, aa = 0.f;
-  if (mm != -INFINITY) {
-    for (int c = 0; c < chunks; ++c) {
-      const float mc = ws_ml[(qh * stride + c) * 2];
-      if (mc == -INFINITY) continue;
-      const float f = expf(mc - mm);
-      ll = fmaf(ws_ml[(qh * stride + c) * 2 + 1], f, ll);
-      aa = fmaf(ws_acc[(qh * stride + c) * D + d], f, aa);
-    }
+  out[qh * D + d] = MergePartials(
+      chunks, [&](int c) { return ws_ml[(qh * stride + c) * 2]; },
+      [&](int c) { return ws_ml[(qh * stride + c) * 2 + 1]; },
+      [&](int c) { return ws_acc[(qh * stride + c) * D + d]; });
+}
+
+// The decode kernels all prefer the largest shared-memory carveout (see decode_fused.cu).
+template <typename Kernel>
+void PreferSharedCarveout(Kernel kernel) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+    (void)cudaGetLastError();  // a hint only: our own failure, nothing to report
   }
-  out[qh * D + d] = ll > 0.f ? aa / ll : 0.f;
 }
 
 template <ElemType kT, int D>
 cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint8_t* mask,
                         float* out, int n, int n_past, int heads, int kv_heads, float scale,
-                        float* ws, const int32_t* d_n_past, cudaStream_t stream) {
-  const int chunks = (n_past + n + kAttentionChunk - 1) / kAttentionChunk;
+                        float* ws, const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
+  const int chunks = ChunksWithKeys(n_past, n);
   float* ws_ml = ws;
   float* ws_acc = ws + static_cast<size_t>(n) * heads * chunks * 2;
   // The staged kernel needs more than the default 48 KB of dynamic shared memory (raised once per
@@ -328,21 +367,24 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                S::kBlockBytes);
     if (e != cudaSuccess) (void)cudaGetLastError();  // our own failure only: fall back, report nothing
+    PreferSharedCarveout(AttentionChunkKernel<kT, D, true>);
+    PreferSharedCarveout(AttentionChunkKernel<kT, D, false>);
+    PreferSharedCarveout(AttentionMergeKernel);
     return e;
   }();
   const bool aligned =
       reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
   const dim3 grid(kv_heads, n, chunks);
-  if (staged_ready == cudaSuccess && aligned) {
-    AttentionChunkKernel<kT, D, true><<<grid, kWarps * 32, S::kBlockBytes, stream>>>(
-        q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
-  } else {
-    AttentionChunkKernel<kT, D, false><<<grid, kWarps * 32, 0, stream>>>(
-        q, k, v, mask, n, n_past, heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past);
-  }
-  AttentionMergeKernel<<<dim3(heads, n), D, 0, stream>>>(ws_ml, ws_acc, out, heads, chunks, D,
-                                                         d_n_past, n);
-  return cudaGetLastError();
+  const bool staged = staged_ready == cudaSuccess && aligned;
+  cudaError_t e = LaunchDecodeKernel(
+      staged ? AttentionChunkKernel<kT, D, true> : AttentionChunkKernel<kT, D, false>, grid,
+      dim3(kWarps * 32), staged ? S::kBlockBytes : 0, stream, programmatic, q, k, v, mask, n, n_past,
+      heads, kv_heads, scale, ws_ml, ws_acc, chunks, d_n_past, out);
+  if (e != cudaSuccess) return e;
+  // One chunk for every possible length: the chunk kernel wrote `out`.
+  if (chunks == 1) return cudaSuccess;
+  return LaunchDecodeKernel(AttentionMergeKernel, dim3(heads, n), dim3(D), 0, stream, programmatic,
+                            ws_ml, ws_acc, out, heads, chunks, D, d_n_past, n);
 }
 
 }  // namespace
@@ -356,6 +398,15 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
                             ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
                             int heads, int kv_heads, int head_dim, float scale, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past) {
+  return LaunchAttention(q, k_cache, v_cache, kv_type, mask, out, n, n_past, heads, kv_heads, head_dim,
+                         scale, workspace, workspace_bytes, stream, d_n_past, false);
+}
+
+cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
+                            ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
+                            int heads, int kv_heads, int head_dim, float scale, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past,
+                            bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kAttentionMaxQueries && n_past >= 0);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
@@ -368,7 +419,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 #define SPECGEN_ATTN_CASE(T, D)                                                                    \
   if (kv_type == T && head_dim == D)                                                               \
     return LaunchTyped<T, D>(q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, scale, ws, \
-                             d_n_past, stream);
+                             d_n_past, stream, programmatic);
   SPECGEN_ATTN_CASE(ElemType::kF32, 64)
   SPECGEN_ATTN_CASE(ElemType::kF32, 128)
   SPECGEN_ATTN_CASE(ElemType::kF32, 256)

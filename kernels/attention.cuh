@@ -44,5 +44,13 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
                             int heads, int kv_heads, int head_dim, float scale, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream,
                             const int32_t* d_n_past = nullptr);
+// The same; `programmatic`: launched with programmatic dependent launch (sm_90+, for the decode graph:
+// the kernels may start during the previous kernel's tail and wait for it before reading anything, see
+// decode_fused.cuh).
+cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_cache,
+                            ElemType kv_type, const uint8_t* mask, float* out, int n, int n_past,
+                            int heads, int kv_heads, int head_dim, float scale, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past,
+                            bool programmatic);
 
 }  // namespace specgen::kernels

@@ -1,4 +1,7 @@
 #include "kernels/decode_fused.cuh"
+
+#include <algorithm>
+
 #include "kernels/device_util.cuh"
 
 namespace specgen::kernels {
@@ -134,6 +137,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   // staged, so the HBM latency overlaps the prologue's reductions and barriers.
   uint4 wv[kU][kRows];
   if (row < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, row, in).w, lane * kChunk, in, wv);
+  // Under PDL these loads overlap the previous kernel too; x, y and the norm come after its end.
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();
   if (norm_w != nullptr) {
     // RmsNormKernel's arithmetic for one row of `in` elements with its block of T threads: thread t
     // sums i = t, t + T, ... with fmaf, then the per-warp butterfly and the butterfly of the warp sums.
@@ -174,26 +180,52 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The decode kernels (here and in attention.cu, whose staged kernel needs 68-143 KB of shared memory)
+// all ask for the largest shared-memory carveout, so consecutive kernels never need a different L1 /
+// shared split (a switch waits for the multiprocessor to drain, and blocks of kernels with different
+// splits cannot share one under PDL). The GEMV's weights bypass L1, so the smaller L1 costs it nothing.
+template <typename Kernel>
+void PreferSharedCarveout(Kernel kernel) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+    (void)cudaGetLastError();  // a hint only: our own failure, nothing to report
+  }
+}
+
+template <ElemType kW, GemvEpilogue kEpi, int kU>
+cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                          const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
+                          bool programmatic) {
+  static const bool configured = [] {
+    PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU>);
+    return true;
+  }();
+  (void)configured;
+  const size_t smem = static_cast<size_t>(in) * sizeof(float);
+  if (!programmatic) {
+    FusedGemvKernel<kW, kEpi, kU><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+    return cudaGetLastError();
+  }
+  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU>, dim3(blocks), dim3(kWarps * 32), smem, stream,
+                            true, x, norm_w, norm_type, eps, segs, in);
+}
+
 template <ElemType kW, int kU>
 cudaError_t LaunchWithU(const float* x, const void* norm_w, ElemType norm_type, float eps,
                         const Segments& segs, int in, GemvEpilogue epi, unsigned blocks,
-                        cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(in) * sizeof(float);
+                        cudaStream_t stream, bool programmatic) {
   switch (epi) {
     case GemvEpilogue::kStore:
-      FusedGemvKernel<kW, GemvEpilogue::kStore, kU>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
+      return LaunchWithEpi<kW, GemvEpilogue::kStore, kU>(x, norm_w, norm_type, eps, segs, in, blocks,
+                                                         stream, programmatic);
     case GemvEpilogue::kAddTo:
-      FusedGemvKernel<kW, GemvEpilogue::kAddTo, kU>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
+      return LaunchWithEpi<kW, GemvEpilogue::kAddTo, kU>(x, norm_w, norm_type, eps, segs, in, blocks,
+                                                         stream, programmatic);
     case GemvEpilogue::kSwiGlu:
-      FusedGemvKernel<kW, GemvEpilogue::kSwiGlu, kU>
-          <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
-      break;
+      return LaunchWithEpi<kW, GemvEpilogue::kSwiGlu, kU>(x, norm_w, norm_type, eps, segs, in, blocks,
+                                                          stream, programmatic);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 // Loads in flight per lane and row: enough for a whole row of up to 3072 inputs (the O and down
@@ -201,13 +233,38 @@ cudaError_t LaunchWithU(const float* x, const void* norm_w, ElemType norm_type, 
 template <ElemType kW>
 cudaError_t LaunchTyped(const float* x, const void* norm_w, ElemType norm_type, float eps,
                         const Segments& segs, int in, GemvEpilogue epi, int max_blocks,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool programmatic) {
   const int blocks_needed = (segs.total_rows + kWarps - 1) / kWarps;
   const unsigned blocks = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
   const int batches = (in + kWarpK - 1) / kWarpK;  // 16-byte loads per lane for one row
-  if (batches <= 4) return LaunchWithU<kW, 4>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
-  if (batches <= 8) return LaunchWithU<kW, 8>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
-  return LaunchWithU<kW, 12>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream);
+  if (batches <= 4) {
+    return LaunchWithU<kW, 4>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream, programmatic);
+  }
+  if (batches <= 8) {
+    return LaunchWithU<kW, 8>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream, programmatic);
+  }
+  return LaunchWithU<kW, 12>(x, norm_w, norm_type, eps, segs, in, epi, blocks, stream, programmatic);
+}
+
+// RopeKernel's cos/sin (rot_dim = d) of position pos, pair i: double pow and sincos, rounded to float.
+__device__ __forceinline__ void RopeCosSin(double theta, int pos, int i, int d, float* cf, float* sf) {
+  const double inv_freq = pow(theta, -2.0 * i / d);
+  double s, c;
+  sincos(static_cast<double>(pos) * inv_freq, &s, &c);
+  *cf = static_cast<float>(c);
+  *sf = static_cast<float>(s);
+}
+
+// grid-stride over positions * d/2 entries.
+__global__ void RopeTableKernel(float2* __restrict__ table, int positions, int d, double theta) {
+  const int half = d / 2;
+  const int64_t total = static_cast<int64_t>(positions) * half;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float cf, sf;
+    RopeCosSin(theta, static_cast<int>(e / half), static_cast<int>(e % half), d, &cf, &sf);
+    table[e] = make_float2(cf, sf);
+  }
 }
 
 __global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_token, int32_t host_token,
@@ -222,9 +279,12 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
                                        const void* __restrict__ q_norm, const void* __restrict__ k_norm,
                                        ElemType norm_type, float eps, float* __restrict__ k_cache,
                                        float* __restrict__ v_cache, const DecodeState* state, int heads,
-                                       int kv_heads, int d, double theta, RopeStyle style) {
+                                       int kv_heads, int d, double theta,
+                                       const float2* __restrict__ rope_table, RopeStyle style) {
   __shared__ float scratch[32];
   __shared__ float y[256];
+  WaitForPrecedingGrid();
+  LetDependentsLaunch();
   const int b = blockIdx.x;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
   const int pos = state->pos;
@@ -255,10 +315,14 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
   // RopeKernel's arithmetic with rot_dim = d.
   const int half = d / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double inv_freq = pow(theta, -2.0 * i / d);
-    double s, c;
-    sincos(static_cast<double>(pos) * inv_freq, &s, &c);
-    const float cf = static_cast<float>(c), sf = static_cast<float>(s);
+    float cf, sf;
+    if (rope_table != nullptr) {
+      const float2 cs = rope_table[static_cast<int64_t>(pos) * half + i];
+      cf = cs.x;
+      sf = cs.y;
+    } else {
+      RopeCosSin(theta, pos, i, d, &cf, &sf);
+    }
     const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
     const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
     const float x0 = y[i0], x1 = y[i1];
@@ -279,6 +343,14 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream) {
+  return LaunchFusedGemv(x, norm_w, norm_type, eps, segments, n_segments, w_type, in, epilogue, max_blocks,
+                         stream, false);
+}
+
+cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                            const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                            GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
+                            bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(x != nullptr && segments != nullptr && n_segments >= 1 && n_segments <= 3);
   SPECGEN_KERNEL_REQUIRE(in > 0 && in % kChunk == 0 && in <= kFusedGemvMaxIn && max_blocks > 0);
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
@@ -299,28 +371,72 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
-                                          stream);
+                                          stream, programmatic);
     case ElemType::kF16:
       return LaunchTyped<ElemType::kF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
-                                         stream);
+                                         stream, programmatic);
     default:
       return cudaErrorInvalidValue;
   }
 }
+
+namespace {
+
+cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
+                             const void* q_norm, const void* k_norm, ElemType norm_type, float eps,
+                             float* k_cache, float* v_cache, const DecodeState* state, int heads,
+                             int kv_heads, int head_dim, double theta, const float2* rope_table,
+                             RopeStyle style, cudaStream_t stream, bool programmatic) {
+  SPECGEN_KERNEL_REQUIRE(q && k && v && q_out && k_cache && v_cache && state);
+  SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
+  SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
+                         head_dim <= 256 && (theta > 0 || rope_table != nullptr));
+  static const bool configured = [] {
+    PreferSharedCarveout(QkNormRopeAppendKernel);
+    return true;
+  }();
+  (void)configured;
+  const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;
+  const unsigned blocks = static_cast<unsigned>(heads + 2 * kv_heads);
+  if (!programmatic) {
+    QkNormRopeAppendKernel<<<blocks, threads, 0, stream>>>(q, k, v, q_out, q_norm, k_norm, norm_type, eps,
+                                                           k_cache, v_cache, state, heads, kv_heads,
+                                                           head_dim, theta, rope_table, style);
+    return cudaGetLastError();
+  }
+  return LaunchDecodeKernel(QkNormRopeAppendKernel, dim3(blocks), dim3(threads), 0, stream, true, q, k, v,
+                            q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                            kv_heads, head_dim, theta, rope_table, style);
+}
+
+}  // namespace
 
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
                                    float eps, float* k_cache, float* v_cache, const DecodeState* state,
                                    int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
                                    cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(q && k && v && q_out && k_cache && v_cache && state);
-  SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
-  SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
-                         head_dim <= 256 && theta > 0);
-  const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;
-  QkNormRopeAppendKernel<<<static_cast<unsigned>(heads + 2 * kv_heads), threads, 0, stream>>>(
-      q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads, kv_heads,
-      head_dim, theta, style);
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                          kv_heads, head_dim, theta, nullptr, style, stream, false);
+}
+
+cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
+                                   const void* q_norm, const void* k_norm, ElemType norm_type,
+                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
+                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
+                                   RopeStyle style, cudaStream_t stream, bool programmatic) {
+  SPECGEN_KERNEL_REQUIRE(rope_table != nullptr);
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                          kv_heads, head_dim, 0.0, rope_table, style, stream, programmatic);
+}
+
+cudaError_t LaunchRopeTable(float2* table, int positions, int head_dim, double theta,
+                            cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(table != nullptr && positions > 0 && head_dim > 0 && head_dim % 2 == 0 &&
+                         theta > 0);
+  const int64_t total = static_cast<int64_t>(positions) * (head_dim / 2);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4096));
+  RopeTableKernel<<<blocks, 256, 0, stream>>>(table, positions, head_dim, theta);
   return cudaGetLastError();
 }
 

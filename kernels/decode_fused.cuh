@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/kernel_types.h"
 #include "kernels/rope.cuh"
@@ -26,6 +27,42 @@ struct DecodeState {
 // before each replay (outside the graph).
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream);
+
+// Programmatic dependent launch (PDL, sm_90+): a kernel launched with `programmatic` may start while
+// the stream's previous kernel is still running. Every decode kernel here (and in attention.cu) issues
+// only reads of constant data (weights, tables) before WaitForPrecedingGrid(), which returns once the
+// previous grid has completed and its writes are visible; everything else comes after it, so results do
+// not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that the next one's blocks
+// can be scheduled (and start fetching their weights) during its tail. Both are no-ops for a kernel
+// launched without the attribute. A kernel launched without it still waits for the previous one.
+#ifdef __CUDACC__
+__device__ __forceinline__ void WaitForPrecedingGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void LetDependentsLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `programmatic`.
+template <typename... Params, typename... Args>
+cudaError_t LaunchDecodeKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, bool programmatic, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif  // __CUDACC__
 
 // One weight matrix of a fused GEMV launch: y[o] (op)= sum_k x[k] * w[o, k] for o < rows.
 struct GemvSegment {
@@ -54,6 +91,12 @@ inline constexpr int kFusedGemvMaxIn = 8192;  // x is staged in 32 KB of shared 
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);
+// The same, launched with programmatic dependent launch when `programmatic` (sm_90+; see
+// WaitForPrecedingGrid): the first row's weight loads are issued before waiting for the previous kernel.
+cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                            const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                            GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
+                            bool programmatic);
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =
@@ -67,5 +110,21 @@ cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* 
                                    float eps, float* k_cache, float* v_cache, const DecodeState* state,
                                    int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
                                    cudaStream_t stream);
+
+// RoPE's cos/sin for positions 0..positions-1 (rot_dim = head_dim): table[pos * head_dim/2 + i] =
+// {cos, sin} of pos * theta^(-2i/head_dim), computed in double and rounded to float exactly as
+// LaunchRope does per call, so a kernel reading the table rotates bit-identically.
+//   table  [positions * head_dim / 2] float2, device
+cudaError_t LaunchRopeTable(float2* table, int positions, int head_dim, double theta,
+                            cudaStream_t stream);
+
+// LaunchQkNormRopeAppend with cos/sin read from `rope_table` (LaunchRopeTable with the same head_dim
+// and theta, at least state->pos + 1 positions) instead of computed per call (double pow + sincos per
+// thread, the kernel's largest cost); same results bit for bit. `programmatic`: PDL launch (sm_90+).
+cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
+                                   const void* q_norm, const void* k_norm, ElemType norm_type,
+                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
+                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
+                                   RopeStyle style, cudaStream_t stream, bool programmatic);
 
 }  // namespace specgen::kernels

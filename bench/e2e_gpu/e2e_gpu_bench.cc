@@ -152,20 +152,25 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   const int max_past = static_cast<int>((*lm)->max_context()) - 1;
   DeviceArena& a = (*be)->arena();
   const size_t ws_bytes = kn::AttentionWorkspaceBytes(1, H, max_past + 1, d);
-  auto buf = a.Allocate(sizeof(kn::DecodeState) + ws_bytes + sizeof(float) * (2 * D + 3 * H * d + 2 * Hkv * d + F +
-                                                                               s.vocab_size) + 4096,
+  const size_t table_bytes = sizeof(float2) * static_cast<size_t>(max_past + 1) * (d / 2);
+  auto buf = a.Allocate(sizeof(kn::DecodeState) + ws_bytes + table_bytes +
+                            sizeof(float) * (2 * D + 3 * H * d + 2 * Hkv * d + F + s.vocab_size) + 4096,
                         "layer kernel bench");
   if (!buf.ok()) return state.SkipWithError(std::string(buf.status().message()).c_str());
   char* p = static_cast<char*>(*buf);
   auto take = [&](size_t bytes) { void* r = p; p += (bytes + 255) / 256 * 256; return r; };
   auto* st = static_cast<kn::DecodeState*>(take(sizeof(kn::DecodeState)));
   void* ws = take(ws_bytes);
+  auto* rope_table = static_cast<float2*>(take(table_bytes));
   auto floats = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
   float *h = floats(D), *q = floats(H * d), *k = floats(Hkv * d), *v = floats(Hkv * d), *attn = floats(H * d),
         *act = floats(F), *logits = floats(s.vocab_size);
   cudaMemset(*buf, 0, sizeof(kn::DecodeState));
   for (float* f : {h, q, k, v, attn, act}) cudaMemset(f, 0, 4);  // values do not matter for timing
   const cudaStream_t stream = (*be)->stream();
+  if (kn::LaunchRopeTable(rope_table, max_past + 1, d, static_cast<double>(s.rope_theta), stream) != cudaSuccess) {
+    return state.SkipWithError("RoPE table");
+  }
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const int max_blocks = sms * 8;  // as GraphedDraft
@@ -187,10 +192,10 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kQkNormRope:
         bytes = 4.0 * (H * d + 4 * Hkv * d);
         return kn::LaunchQkNormRopeAppend(q, k, v, q, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc,
-                                          st, H, Hkv, d, static_cast<double>(s.rope_theta),
+                                          st, H, Hkv, d, rope_table,
                                           s.rope_style == RopeStyle::kRotateHalf ? kn::RopeStyle::kRotateHalf
                                                                                  : kn::RopeStyle::kInterleaved,
-                                          stream);
+                                          stream, /*programmatic=*/false);
       case kAttention:
         bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
         return kn::LaunchAttention(q, kc, vc, kn::ElemType::kF32, nullptr, attn, 1, max_past, H, Hkv, d, scale, ws,

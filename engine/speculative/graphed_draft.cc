@@ -83,7 +83,7 @@ GraphedDraft::~GraphedDraft() {
   DeviceArena& a = backend_->arena();
   for (void* p : {state_, static_cast<void*>(h_), static_cast<void*>(q_), static_cast<void*>(k_),
                   static_cast<void*>(v_), static_cast<void*>(attn_), static_cast<void*>(act_),
-                  static_cast<void*>(logits_), attn_ws_}) {
+                  static_cast<void*>(logits_), attn_ws_, rope_table_}) {
     a.Free(p);
   }
 }
@@ -110,14 +110,26 @@ absl::Status GraphedDraft::Allocate() {
                                                       static_cast<int>(s.head_dim));
     ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
   }
-  int device = 0, sms = 0;
+  // RoPE's cos/sin for every position of the cache, computed once (the same double arithmetic as the
+  // per-call kernel, so the rotation is bit-identical).
+  const int positions = static_cast<int>(lm_->kv_cache().max_positions());
+  const int half = static_cast<int>(s.head_dim / 2);
+  ASSIGN_OR_RETURN(rope_table_, a.Allocate(static_cast<size_t>(positions) * half * sizeof(float2),
+                                           "graphed draft RoPE table"));
+  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchRopeTable(static_cast<float2*>(rope_table_), positions,
+                                                        static_cast<int>(s.head_dim),
+                                                        static_cast<double>(s.rope_theta),
+                                                        backend_->stream()));
+  int device = 0, sms = 0, major = 0;
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   max_blocks_ = std::max(sms, 1) * 8;  // 8 blocks of 256 threads fill a multiprocessor
+  programmatic_ = major >= 9;
   return absl::OkStatus();
 }
 
-absl::Status GraphedDraft::Enqueue() {
+absl::Status GraphedDraft::Enqueue(bool programmatic) {
   const ModelSpec& s = lm_->spec();
   const cudaStream_t stream = backend_->stream();
   const auto* state = static_cast<const kernels::DecodeState*>(state_);
@@ -126,6 +138,8 @@ absl::Status GraphedDraft::Enqueue() {
             F = static_cast<int>(s.ffn_dim);
   const float eps = s.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const bool pdl = programmatic;
+  const auto* rope_table = static_cast<const float2*>(rope_table_);
   const kernels::RopeStyle style = s.rope_style == RopeStyle::kRotateHalf
                                        ? kernels::RopeStyle::kRotateHalf
                                        : kernels::RopeStyle::kInterleaved;
@@ -145,15 +159,15 @@ absl::Status GraphedDraft::Enqueue() {
                                          {data(r.v), v_, Hkv * d}};
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.attn_norm), type(r.attn_norm), eps,
                                                           qkv, 3, wt, D, kernels::GemvEpilogue::kStore,
-                                                          max_blocks_, stream));
+                                                          max_blocks_, stream, pdl));
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
         q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
-        static_cast<double>(s.rope_theta), style, stream));
+        rope_table, style, stream, pdl));
     if (attn_ws_ != nullptr) {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
                                                             max_past, H, Hkv, d, scale, attn_ws_,
-                                                            attn_ws_bytes_, stream, &state->pos));
-    } else {
+                                                            attn_ws_bytes_, stream, &state->pos, pdl));
+    } else {  // not a PDL kernel: launched plainly, it waits for the previous kernel's end
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
                                                                   H, Hkv, d, scale, stream, &state->pos));
     }
@@ -161,18 +175,18 @@ absl::Status GraphedDraft::Enqueue() {
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(attn_, nullptr, ElemType::kF32, eps, o, 1,
                                                           type(r.o), H * d,
                                                           kernels::GemvEpilogue::kAddTo, max_blocks_,
-                                                          stream));
+                                                          stream, pdl));
     // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
     const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.ffn_norm), type(r.ffn_norm), eps,
                                                           gate_up, 2, type(r.gate), D,
                                                           kernels::GemvEpilogue::kSwiGlu, max_blocks_,
-                                                          stream));
+                                                          stream, pdl));
     const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(act_, nullptr, ElemType::kF32, eps, down, 1,
                                                           type(r.down), F,
                                                           kernels::GemvEpilogue::kAddTo, max_blocks_,
-                                                          stream));
+                                                          stream, pdl));
   }
   const Weight& head = lm_->output_head();
   const kernels::GemvSegment logits[1] = {{CudaBackend::Data(head), logits_, static_cast<int>(head.rows())}};
@@ -180,13 +194,13 @@ absl::Status GraphedDraft::Enqueue() {
   return SPECGEN_CUDA_STATUS(kernels::LaunchFusedGemv(h_, CudaBackend::Data(norm), type(&norm), eps,
                                                       logits, 1, type(&head), D,
                                                       kernels::GemvEpilogue::kStore, max_blocks_,
-                                                      stream));
+                                                      stream, pdl));
 }
 
-absl::Status GraphedDraft::Capture() {
+absl::Status GraphedDraft::Capture(bool programmatic) {
   const cudaStream_t stream = backend_->stream();
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status queued = Enqueue();
+  const absl::Status queued = Enqueue(programmatic);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   absl::Status status = queued;
@@ -216,7 +230,10 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
                                                              device_token, host_token,
                                                              static_cast<int32_t>(pos), stream));
   if (use_graph_ && exec_ == nullptr) {
-    if (const absl::Status captured = Capture(); !captured.ok()) {
+    absl::Status captured = Capture(programmatic_);
+    // A graph without programmatic edges still beats eager launches: try it before giving up.
+    if (!captured.ok() && programmatic_) captured = Capture(false);
+    if (!captured.ok()) {
       use_graph_ = false;  // the same kernels, launched one by one
       fallback_ = std::string(captured.message());
     }
@@ -225,7 +242,7 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream));
     ++replays_;
   } else {
-    RETURN_IF_ERROR(Enqueue());
+    RETURN_IF_ERROR(Enqueue(programmatic_));
     ++eager_;
   }
   RETURN_IF_ERROR(cache.Append(1));

@@ -2,6 +2,8 @@
 // kernels (kernels/decode_fused.cuh) on a dense Transformer's own weights and KV cache. The token and
 // its position are read from device memory, so the sequence is captured once into a CUDA graph and
 // replayed for every drafted token: 7 kernels per layer instead of ~20 launches and argument copies.
+// On sm_90+ the kernels are launched with programmatic dependent launch, so each one's weight loads
+// overlap the previous kernel's tail (results do not change: see kernels/decode_fused.cuh).
 // Its logits equal Transformer::ForwardResident's for the same token bit for bit (the fused kernels
 // repeat the Backend ops' arithmetic); the graph and the eager launches of the same kernels agree too.
 #pragma once
@@ -56,9 +58,9 @@ class GraphedDraft {
   GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
       : backend_(backend), lm_(lm), use_graph_(use_graph) {}
   absl::Status Allocate();
-  // Queues the step's kernels on the backend's stream (captured or not).
-  absl::Status Enqueue();
-  absl::Status Capture();
+  // Queues the step's kernels on the backend's stream (captured or not); `programmatic`: with PDL.
+  absl::Status Enqueue(bool programmatic);
+  absl::Status Capture(bool programmatic);
 
   CudaBackend* backend_;
   Transformer* lm_;
@@ -67,6 +69,7 @@ class GraphedDraft {
   int64_t replays_ = 0;
   int64_t eager_ = 0;
   int max_blocks_ = 0;
+  bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   cudaGraphExec_t exec_ = nullptr;
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState
@@ -78,6 +81,7 @@ class GraphedDraft {
   float* act_ = nullptr;   // [F] silu(gate) * up
   float* logits_ = nullptr;  // [V]
   void* attn_ws_ = nullptr;
+  void* rope_table_ = nullptr;  // float2 [max positions, head_dim / 2]: RoPE's cos/sin
   size_t attn_ws_bytes_ = 0;
 };
 
