@@ -7,7 +7,11 @@
 set -u
 what=${1:-all}
 export SPECGEN_SOURCE_DIR=$PWD
-OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
+# Logs are written to a work folder and packed into $OUT/gpu-check-logs.tgz at the end: the device
+# tool brings back at most 8 files, so they travel as one.
+OUT_FINAL=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT_FINAL"
+OUT=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
+trap 'tar czf "$OUT_FINAL/gpu-check-logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 rc="$OUT/rc.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
 gpu_tests="kernels_test cuda_backend_ops_test cuda_model_logits_test speculative_gpu_test
