@@ -387,6 +387,199 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
                             ws_ml, ws_acc, out, heads, chunks, D, d_n_past, n);
 }
 
+
+// ---- Single-query decode attention (LaunchDecodeAttention) ----
+
+constexpr int kDecWarps = 8;
+constexpr int kDecThreads = kDecWarps * 32;
+
+// Bytes before the partials in the decode workspace: one counter per kv head, rounded to 16.
+__host__ __device__ __forceinline__ size_t DecodeCounterBytes(int kv_heads) {
+  return (static_cast<size_t>(kv_heads) * sizeof(unsigned) + 15) / 16 * 16;
+}
+
+// grid = (kv_heads, chunks), block = kDecThreads, dynamic shared memory kDecWarps * G * D floats.
+// Block (kvh, c) takes slots [c * 256, min(c * 256 + 256, len)); warp w the slots c * 256 + w + 8 i in
+// batches of kBatch (all their K/V loads in flight together), with an online softmax per query head
+// (one rescale per batch); lane l holds dims l * kPer .. + kPer. The warps' partials are merged in warp
+// order, then (len > 256) the chunks' in chunk order by the kv head's last block.
+template <ElemType kT, int D>
+__global__ void __launch_bounds__(kDecThreads)
+    DecodeAttentionKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
+                          const void* __restrict__ v_cache, int max_past, int heads, int kv_heads,
+                          float scale, float* __restrict__ ws, unsigned* __restrict__ counters,
+                          int chunks, const int32_t* __restrict__ d_n_past, float* __restrict__ out) {
+  constexpr int kPer = D / 32;
+  constexpr int kBatch = 32 / kPer;  // 16, 8, 4 slots per warp batch for D = 64, 128, 256
+  constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
+  extern __shared__ float4 dec_dyn_s[];
+  float* acc_s = reinterpret_cast<float*>(dec_dyn_s);  // [kDecWarps][G][D]
+  __shared__ float m_s[kDecWarps][kG], l_s[kDecWarps][kG];
+  __shared__ int last_s;
+  const int kvh = blockIdx.x, chunk = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
+  LetDependentsLaunch();
+  const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1;  // slots the query sees
+  const int c0 = chunk * kDecodeAttentionChunk;
+  if (c0 >= len) return;
+  const int end = min(len, c0 + kDecodeAttentionChunk);
+  const int n_chunks = (len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
+  const int G = heads / kv_heads;
+
+  float qv[kG][kPer];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (g < G) {
+      StagedToF32<ElemType::kF32, kPer>(
+          reinterpret_cast<const char*>(q + (static_cast<int64_t>(kvh) * G + g) * D + lane * kPer), qv[g]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) qv[g][e] = 0.f;
+    }
+  }
+  float m[kG], l[kG], acc[kG][kPer];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc[g][e] = 0.f;
+  }
+  const char* kb = static_cast<const char*>(k_cache);
+  const char* vb = static_cast<const char*>(v_cache);
+  for (int j0 = c0 + warp; j0 < end; j0 += kDecWarps * kBatch) {
+    float kr[kBatch][kPer], vr[kBatch][kPer];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kDecWarps;
+      if (j < end) {
+        const int64_t off = ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
+        StagedToF32<kT, kPer>(kb + off, kr[b]);
+        StagedToF32<kT, kPer>(vb + off, vr[b]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g >= G) continue;  // G is uniform over the block: no divergence around the shuffles
+      float sg[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        float part = 0.f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) part = fmaf(qv[g][e], kr[b][e], part);
+        part = detail::WarpSum(part);  // every lane gets the same bits
+        sg[b] = j0 + b * kDecWarps < end ? part * scale : -INFINITY;
+      }
+      float mb = m[g];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) mb = fmaxf(mb, sg[b]);  // finite: slot j0 exists
+      const float corr = expf(m[g] - mb);                     // 0 on the first batch (l, acc are 0)
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const float p = expf(sg[b] - mb);  // 0 for absent slots (their V is 0 too)
+        l[g] += p;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(p, vr[b][e], acc[g][e]);
+      }
+      m[g] = mb;
+    }
+  }
+  // Warp partials to shared memory (a warp without slots leaves m = -inf, l = 0, acc = 0).
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      m_s[warp][g] = m[g];
+      l_s[warp][g] = l[g];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (g >= G) continue;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc_s[(warp * G + g) * D + lane * kPer + e] = acc[g][e];
+  }
+  __syncthreads();
+  // The chunk's result per (query head g, dim d), warps merged in order (warp 0 holds slot c0, so the
+  // max is finite and ll >= 1).
+  float* ws_ml = ws;                                         // [heads][chunks][2]
+  float* ws_acc = ws + static_cast<size_t>(heads) * chunks * 2;  // [heads][chunks][D]
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    float mm = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) mm = fmaxf(mm, m_s[w][g]);
+    float ll = 0.f, aa = 0.f;
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float mw = m_s[w][g];
+      if (mw == -INFINITY) continue;
+      const float f = expf(mw - mm);
+      ll = fmaf(l_s[w][g], f, ll);
+      aa = fmaf(acc_s[(w * G + g) * D + d], f, aa);
+    }
+    const int64_t qh = static_cast<int64_t>(kvh) * G + g;
+    if (n_chunks == 1) {
+      out[qh * D + d] = aa / ll;
+    } else {
+      ws_acc[(qh * chunks + chunk) * D + d] = aa;
+      if (d == 0) {
+        ws_ml[(qh * chunks + chunk) * 2] = mm;
+        ws_ml[(qh * chunks + chunk) * 2 + 1] = ll;
+      }
+    }
+  }
+  if (n_chunks == 1) return;
+  // The last of the kv head's n_chunks blocks to get here merges every chunk, in chunk order.
+  __threadfence();  // this thread's partial writes are visible device-wide before the count
+  __syncthreads();
+  if (threadIdx.x == 0) last_s = atomicAdd(&counters[kvh], 1u) == static_cast<unsigned>(n_chunks - 1);
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // the other blocks' partials, counted before our increment, are visible
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    const int64_t qh = static_cast<int64_t>(kvh) * G + g;
+    float mm = -INFINITY;
+    for (int c = 0; c < n_chunks; ++c) mm = fmaxf(mm, __ldcg(&ws_ml[(qh * chunks + c) * 2]));
+    float ll = 0.f, aa = 0.f;
+    for (int c = 0; c < n_chunks; ++c) {  // every chunk < n_chunks holds keys: its max is finite
+      const float f = expf(__ldcg(&ws_ml[(qh * chunks + c) * 2]) - mm);
+      ll = fmaf(__ldcg(&ws_ml[(qh * chunks + c) * 2 + 1]), f, ll);
+      aa = fmaf(__ldcg(&ws_acc[(qh * chunks + c) * D + d]), f, aa);
+    }
+    out[qh * D + d] = aa / ll;
+  }
+  if (threadIdx.x == 0) counters[kvh] = 0u;  // ready for the next launch (a later kernel)
+}
+
+template <ElemType kT, int D>
+cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, float* out, int max_past,
+                              int heads, int kv_heads, float scale, void* workspace,
+                              const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
+  constexpr size_t kMaxSmem = sizeof(float) * kDecWarps * kG * D;  // 64 KB for D = 256, G = 8
+  static const cudaError_t ready = [] {
+    const cudaError_t e = cudaFuncSetAttribute(DecodeAttentionKernel<kT, D>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kMaxSmem));
+    if (e != cudaSuccess) (void)cudaGetLastError();  // our own failure: only G * D > 48 KB is affected
+    PreferSharedCarveout(DecodeAttentionKernel<kT, D>);
+    return e;
+  }();
+  const int G = heads / kv_heads;
+  const size_t smem = sizeof(float) * kDecWarps * G * D;
+  if (smem > 48 * 1024 && ready != cudaSuccess) return ready;
+  const int chunks = (max_past + kDecodeAttentionChunk) / kDecodeAttentionChunk;  // slots max_past + 1
+  auto* counters = static_cast<unsigned*>(workspace);
+  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(kv_heads));
+  return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(kv_heads, chunks), dim3(kDecThreads), smem,
+                            stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
+                            chunks, d_n_past, out);
+}
 }  // namespace
 
 size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_dim) {
@@ -427,6 +620,43 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_ATTN_CASE(ElemType::kBF16, 128)
   SPECGEN_ATTN_CASE(ElemType::kBF16, 256)
 #undef SPECGEN_ATTN_CASE
+  return cudaErrorInvalidValue;
+}
+
+size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim) {
+  const size_t chunks =
+      (static_cast<size_t>(max_keys) + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
+  return DecodeCounterBytes(kv_heads) +
+         static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
+}
+
+cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
+                                  ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
+                                  int head_dim, float scale, void* workspace, size_t workspace_bytes,
+                                  const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
+  SPECGEN_KERNEL_REQUIRE(max_past >= 0);
+  SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
+                         heads / kv_heads <= kAttentionMaxGroup);
+  SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
+  SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
+  SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && workspace);
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(v_cache) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >=
+                         DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim));
+#define SPECGEN_DEC_CASE(T, D)                                                                       \
+  if (kv_type == T && head_dim == D)                                                                 \
+    return LaunchDecodeTyped<T, D>(q, k_cache, v_cache, out, max_past, heads, kv_heads, scale,       \
+                                   workspace, d_n_past, stream, programmatic);
+  SPECGEN_DEC_CASE(ElemType::kF32, 64)
+  SPECGEN_DEC_CASE(ElemType::kF32, 128)
+  SPECGEN_DEC_CASE(ElemType::kF32, 256)
+  SPECGEN_DEC_CASE(ElemType::kBF16, 64)
+  SPECGEN_DEC_CASE(ElemType::kBF16, 128)
+  SPECGEN_DEC_CASE(ElemType::kBF16, 256)
+#undef SPECGEN_DEC_CASE
   return cudaErrorInvalidValue;
 }
 

@@ -53,4 +53,31 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
                             size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past,
                             bool programmatic);
 
+// Single-query decode attention for a graph-replayed draft step (one new position whose own K/V are
+// already in the cache). Unlike LaunchAttention (one warp per 32-key tile, lane per key), each block of
+// 8 warps takes one (kv head, 256-slot chunk) for all the head's query heads; warp w takes the chunk's
+// slots w, w + 8, ..., lanes split head_dim, and every K and V row of a batch of slots is loaded at
+// once, so a short cache costs one memory round trip in a few warps of each block. Chunks are merged
+// in chunk order by the last block of each kv head to finish (a counter in the workspace), so no merge
+// launch. The reduction order depends only on the number of keys seen (never on max_past, the grid or
+// which block finishes last): results are deterministic and equal for graph and eager launches; they
+// differ from LaunchAttention's by fp32 rounding only.
+//   q          [heads, head_dim] fp32, device, 16-byte aligned
+//   k_cache, v_cache  [capacity >= max_past + 1, kv_heads, head_dim] of kv_type (kF32 or kBF16),
+//              16-byte aligned, device
+//   out        [heads, head_dim] fp32, device
+//   The query sees slots 0 .. n_past (inclusive), n_past = *d_n_past (device int32 <= max_past; the
+//   grid is sized for max_past and blocks past the keys exit at once), or max_past when d_n_past is
+//   nullptr.
+//   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
+//   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
+//              once before the first launch (it holds per-kv-head counters that every launch leaves at
+//              zero); one launch at a time per workspace.
+inline constexpr int kDecodeAttentionChunk = 256;
+size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim);
+cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
+                                  ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
+                                  int head_dim, float scale, void* workspace, size_t workspace_bytes,
+                                  const int32_t* d_n_past, cudaStream_t stream, bool programmatic);
+
 }  // namespace specgen::kernels

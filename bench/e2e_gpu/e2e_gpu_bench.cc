@@ -127,7 +127,8 @@ BENCHMARK(BM_DraftDecode)
 
 // kernel ids of BM_DraftLayerKernels
 enum LayerKernel : int {
-  kNormQkv = 0, kQkNormRope = 1, kAttention = 2, kOProj = 3, kNormGateUp = 4, kDown = 5, kNormHead = 6
+  kNormQkv = 0, kQkNormRope = 1, kAttention = 2, kOProj = 3, kNormGateUp = 4, kDown = 5, kNormHead = 6,
+  kAttentionGeneric = 7  // LaunchAttention (the Transformer's kernel), for comparison: not in the layer
 };
 void BM_DraftLayerKernels(benchmark::State& state) {
   namespace kn = kernels;
@@ -152,8 +153,9 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   const int max_past = static_cast<int>((*lm)->max_context()) - 1;
   DeviceArena& a = (*be)->arena();
   const size_t ws_bytes = kn::AttentionWorkspaceBytes(1, H, max_past + 1, d);
+  const size_t dec_ws_bytes = kn::DecodeAttentionWorkspaceBytes(H, Hkv, max_past + 1, d);
   const size_t table_bytes = sizeof(float2) * static_cast<size_t>(max_past + 1) * (d / 2);
-  auto buf = a.Allocate(sizeof(kn::DecodeState) + ws_bytes + table_bytes +
+  auto buf = a.Allocate(sizeof(kn::DecodeState) + ws_bytes + dec_ws_bytes + table_bytes +
                             sizeof(float) * (2 * D + 3 * H * d + 2 * Hkv * d + F + s.vocab_size) + 4096,
                         "layer kernel bench");
   if (!buf.ok()) return state.SkipWithError(std::string(buf.status().message()).c_str());
@@ -161,6 +163,8 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   auto take = [&](size_t bytes) { void* r = p; p += (bytes + 255) / 256 * 256; return r; };
   auto* st = static_cast<kn::DecodeState*>(take(sizeof(kn::DecodeState)));
   void* ws = take(ws_bytes);
+  void* dec_ws = take(dec_ws_bytes);
+  cudaMemset(dec_ws, 0, dec_ws_bytes);  // the decode kernel's counters start at zero
   auto* rope_table = static_cast<float2*>(take(table_bytes));
   auto floats = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
   float *h = floats(D), *q = floats(H * d), *k = floats(Hkv * d), *v = floats(Hkv * d), *attn = floats(H * d),
@@ -197,6 +201,10 @@ void BM_DraftLayerKernels(benchmark::State& state) {
                                                                                  : kn::RopeStyle::kInterleaved,
                                           stream, /*programmatic=*/false);
       case kAttention:
+        bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
+        return kn::LaunchDecodeAttention(q, kc, vc, kn::ElemType::kF32, attn, max_past, H, Hkv, d, scale, dec_ws,
+                                         dec_ws_bytes, &st->pos, stream, /*programmatic=*/false);
+      case kAttentionGeneric:
         bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
         return kn::LaunchAttention(q, kc, vc, kn::ElemType::kF32, nullptr, attn, 1, max_past, H, Hkv, d, scale, ws,
                                    ws_bytes, stream, &st->pos);
@@ -269,8 +277,10 @@ void BM_DraftLayerKernels(benchmark::State& state) {
     const double us = measure(kAttention, 1900);
     if (us < 0) return state.SkipWithError("a launch failed");
     state.counters["us_attn_ctx1900"] = us;
+    state.counters["us_attn_generic"] = measure(kAttentionGeneric, 32);
+    state.counters["us_attn_generic_ctx1900"] = measure(kAttentionGeneric, 1900);
   }
-  state.SetLabel("ctx 32 (attn also at 1900); one layer's kernels, each alone");
+  state.SetLabel("ctx 32 (attn also at 1900; attn_generic: LaunchAttention); one layer's kernels, each alone");
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   a.Free(*buf);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
@@ -105,10 +106,24 @@ absl::Status GraphedDraft::Allocate() {
   RETURN_IF_ERROR(floats(s.ffn_dim, "graphed draft FFN", &act_));
   RETURN_IF_ERROR(floats(s.vocab_size, "graphed draft logits", &logits_));
   if (ChunkedAttention(s)) {
-    attn_ws_bytes_ = kernels::AttentionWorkspaceBytes(1, static_cast<int>(s.n_heads),
-                                                      static_cast<int>(lm_->max_context()),
-                                                      static_cast<int>(s.head_dim));
+    // The single-query decode kernel needs 16-byte aligned caches (vector loads); else the general
+    // chunked kernel, as CudaBackend::Attention.
+    KvCache& cache = lm_->kv_cache();
+    decode_attention_ = true;
+    for (int64_t l = 0; l < s.n_layers; ++l) {
+      for (const Buffer* b : {&cache.k(l), &cache.v(l)}) {
+        decode_attention_ = decode_attention_ &&
+                            reinterpret_cast<uintptr_t>(CudaBackend::Data(const_cast<Buffer&>(*b))) % 16 == 0;
+      }
+    }
+    const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads),
+              keys = static_cast<int>(lm_->max_context()), hd = static_cast<int>(s.head_dim);
+    attn_ws_bytes_ = decode_attention_
+                         ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
+                         : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
     ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
+    // The decode kernel's per-kv-head counters start at zero (each launch leaves them there).
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
   }
   // RoPE's cos/sin for every position of the cache, computed once (the same double arithmetic as the
   // per-call kernel, so the rotation is bit-identical).
@@ -163,7 +178,11 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
         q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
         rope_table, style, stream, pdl));
-    if (attn_ws_ != nullptr) {
+    if (decode_attention_) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(q_, kc, vc, ElemType::kF32, attn_, max_past,
+                                                                  H, Hkv, d, scale, attn_ws_, attn_ws_bytes_,
+                                                                  &state->pos, stream, pdl));
+    } else if (attn_ws_ != nullptr) {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
                                                             max_past, H, Hkv, d, scale, attn_ws_,
                                                             attn_ws_bytes_, stream, &state->pos, pdl));

@@ -4,8 +4,10 @@
 // replayed for every drafted token: 7 kernels per layer instead of ~20 launches and argument copies.
 // On sm_90+ the kernels are launched with programmatic dependent launch, so each one's weight loads
 // overlap the previous kernel's tail (results do not change: see kernels/decode_fused.cuh).
-// Its logits equal Transformer::ForwardResident's for the same token bit for bit (the fused kernels
-// repeat the Backend ops' arithmetic); the graph and the eager launches of the same kernels agree too.
+// Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
+// GEMV/norm/RoPE kernels repeat the Backend ops' arithmetic, but the attention (head_dim 64/128/256) is
+// the single-query decode kernel, whose reduction order is its own. The graph and the eager launches
+// of the same kernels agree bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -70,6 +72,7 @@ class GraphedDraft {
   int64_t eager_ = 0;
   int max_blocks_ = 0;
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
+  bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
   cudaGraphExec_t exec_ = nullptr;
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState

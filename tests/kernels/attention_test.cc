@@ -1,5 +1,6 @@
 // KV-cache attention against a CPU loop: GQA, causal and tree masks, fp32 and bf16 caches, and batch
-// invariance (a query's output is bit-identical alone or in a batch).
+// invariance (a query's output is bit-identical alone or in a batch); the single-query decode kernel
+// against the same loop, deterministic and independent of its grid bound.
 #include <cmath>
 #include <cstring>
 
@@ -128,6 +129,101 @@ TEST(AttentionGpu, TreeMask) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckAttention({12, 100, 8, 2, 128, ElemType::kF32, true});
   CheckAttention({33, 511, 4, 4, 64, ElemType::kBF16, true});
+}
+
+// LaunchDecodeAttention: one query seeing slots 0..n_past, against the same CPU reference and
+// tolerance as above; deterministic (a relaunch gives the same bits, so the workspace counters are
+// left at zero) and independent of the max_past bound the grid is sized for (graph replays use the
+// bound, eager launches the same one; a different bound must not change a bit either).
+void CheckDecodeAttention(int n_past, int heads, int kv_heads, int d, ElemType kv) {
+  auto rng = testing::FreshRng();
+  const int keys = n_past + 1, g = heads / kv_heads;
+  const int max_past = n_past + 300;  // capacity past the keys: the extra slots are never read
+  const auto q = testing::RandomNormal(rng, size_t(heads) * d);
+  auto k = testing::RandomNormal(rng, size_t(max_past + 1) * kv_heads * d);
+  auto v = testing::RandomNormal(rng, size_t(max_past + 1) * kv_heads * d);
+  std::vector<uint16_t> kb, vb;
+  if (kv == ElemType::kBF16) {
+    kb = testing::ToBf16(k);
+    vb = testing::ToBf16(v);
+    k = testing::Bf16Values(kb);
+    v = testing::Bf16Values(vb);
+  }
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> ref(q.size()), tol(q.size());
+  for (int h = 0; h < heads; ++h) {
+    const int kh = h / g;
+    std::vector<double> s(keys);
+    double max_dot_err = 0, max_v = 0, m = -INFINITY, l = 0;
+    for (int j = 0; j < keys; ++j) {
+      double dot = 0, adot = 0;
+      for (int e = 0; e < d; ++e) {
+        const double p = double(q[size_t(h) * d + e]) * k[(size_t(j) * kv_heads + kh) * d + e];
+        dot += p;
+        adot += std::fabs(p);
+      }
+      s[j] = dot * scale;
+      m = std::max(m, s[j]);
+      max_dot_err = std::max(max_dot_err, d * 0x1p-24 * adot * scale);
+    }
+    for (double x : s) l += std::exp(x - m);
+    for (int e = 0; e < d; ++e) {
+      double acc = 0;
+      for (int j = 0; j < keys; ++j) {
+        const double ve = v[(size_t(j) * kv_heads + kh) * d + e];
+        acc += std::exp(s[j] - m) / l * ve;
+        max_v = std::max(max_v, std::fabs(ve));
+      }
+      ref[size_t(h) * d + e] = acc;
+    }
+    // As CheckAttention; the online softmax adds one rescale per batch of 4-16 keys and per merge
+    // level (warps, chunks): at most L / 4 + 2 more roundings of each sum, inside 2 (L + 8) u again
+    // with L replaced by 2 L.
+    const double t = max_v * (2 * (max_dot_err + 8 * 0x1p-24) + 2 * (2 * keys + 8) * 0x1p-24);
+    for (int e = 0; e < d; ++e) tol[size_t(h) * d + e] = t;
+  }
+  DeviceBuffer<float> dq(q), dout(q.size()), dk32(k), dv32(v);
+  DeviceBuffer<uint16_t> dk16(kb), dv16(vb);
+  DeviceBuffer<int32_t> dpast(std::vector<int32_t>{n_past});
+  const void* kp = kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
+  const void* vp = kv == ElemType::kF32 ? static_cast<const void*>(dv32.get()) : dv16.get();
+  const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, d);
+  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0));  // counters start at zero
+  const std::string what = "decode attention past=" + std::to_string(n_past) + " heads=" +
+                           std::to_string(heads) + "/" + std::to_string(kv_heads) + " d=" +
+                           std::to_string(d);
+  CUDA_OK(LaunchDecodeAttention(dq.get(), kp, vp, kv, dout.get(), max_past, heads, kv_heads, d,
+                                float(scale), ws.get(), ws_bytes, dpast.get(), nullptr, false));
+  const auto got = dout.Download();
+  ExpectAllClose(got, ref, [&](size_t i) { return tol[i]; }, what);
+  // Relaunch, then the bound lowered to n_past itself without the device length: the same bits each
+  // time.
+  for (int run = 0; run < 2; ++run) {
+    dout.Poison();
+    if (run == 0) {
+      CUDA_OK(LaunchDecodeAttention(dq.get(), kp, vp, kv, dout.get(), max_past, heads, kv_heads, d,
+                                    float(scale), ws.get(), ws_bytes, dpast.get(), nullptr, false));
+    } else {
+      CUDA_OK(LaunchDecodeAttention(dq.get(), kp, vp, kv, dout.get(), n_past, heads, kv_heads, d,
+                                    float(scale), ws.get(), ws_bytes, nullptr, nullptr, false));
+    }
+    const auto again = dout.Download();
+    ASSERT_EQ(std::memcmp(again.data(), got.data(), sizeof(float) * got.size()), 0)
+        << what << ": run " << run << " differs from the first";
+  }
+}
+
+TEST(AttentionGpu, DecodeSingleQuery) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckDecodeAttention(0, 16, 8, 128, ElemType::kF32);     // only its own key
+  CheckDecodeAttention(31, 16, 8, 128, ElemType::kF32);    // the draft's shape, ctx 32
+  CheckDecodeAttention(255, 16, 8, 128, ElemType::kF32);   // exactly one full chunk
+  CheckDecodeAttention(256, 16, 8, 128, ElemType::kF32);   // one key into the second chunk
+  CheckDecodeAttention(1900, 16, 8, 128, ElemType::kF32);  // 8 chunks, merged by the last block
+  CheckDecodeAttention(700, 16, 4, 128, ElemType::kBF16);
+  CheckDecodeAttention(300, 8, 8, 64, ElemType::kBF16);    // MHA, batches of 16 keys
+  CheckDecodeAttention(513, 16, 2, 256, ElemType::kF32);   // group 8, head_dim 256 (64 KB shared)
+  CheckDecodeAttention(37, 4, 1, 64, ElemType::kF32);      // MQA
 }
 
 }  // namespace
