@@ -1,10 +1,10 @@
 // GraphedDraft (engine/speculative/graphed_draft.h): the draft's single-token decode replayed from a
 // CUDA graph gives logits bit-identical to the same fused kernels launched eagerly, over 24 steps with
 // a rollback (Truncate) in the middle, tokens from the host and from device memory; and equal to
-// Transformer::ForwardResident (the Backend ops the fused kernels stand for). Models: qwen3-0.6b's
-// layer shape cut to 2 layers (head_dim 128: the chunked attention, crossing its 256-slot chunk
-// boundary), the bundled tiny draft (head_dim 32: the simple attention) and synth tiny-dense. Skips
-// without a device.
+// Transformer::ForwardResident (the Backend ops the fused kernels stand for) up to fp32 rounding.
+// Models: qwen3-0.6b's layer shape cut to 2 layers (head_dim 128: the single-query decode attention,
+// crossing its 256-slot chunk boundary, so its cross-chunk merge runs), the bundled tiny draft
+// (head_dim 32: the simple attention) and synth tiny-dense. Skips without a device.
 #include <cuda_runtime.h>
 
 #include <cmath>
