@@ -101,8 +101,10 @@ TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) {
 }
 
 // The dense draft decodes its single tokens by replaying the captured CUDA graph (the default), and
-// every path gives the same greedy output; the graph's logits equal the Transformer's bit for bit
-// (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree.
+// every path gives the same greedy output. For this draft (head_dim 32) the graph's logits equal the
+// Transformer's bit for bit (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree;
+// for head_dim 128 the decode attention kernel sums in its own order (within 1e-4 of the scale), and
+// only the verified output is guaranteed equal.
 TEST_F(GpuBundledPair, DraftDecodeThroughTheGraph) {
   const auto greedy = SamplingParams::Greedy();
   const auto& prompt = prompts_[0];
