@@ -1,8 +1,7 @@
 // The bundled trained pair (models/tiny-target, models/tiny-draft) through the speculative loop:
 // greedy output token-identical to target-only greedy for k = 1..8 and the adaptive controller, on
 // the held-out prompts the training script measured (models/pair_prompts.json), and `coupled`
-// sampling equal to plain sampling per seed. Skips while the pair is absent.
-#include <filesystem>
+// sampling equal to plain sampling per seed. The pair is committed, so its absence fails.
 #include <fstream>
 #include <memory>
 
@@ -13,6 +12,7 @@
 #include "engine/speculative/speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/cpu_lm.h"
 
 namespace specgen {
 namespace {
@@ -20,33 +20,21 @@ namespace {
 const std::string kModels = std::string(SPECGEN_SOURCE_DIR) + "/models/";
 constexpr int kPromptsUsed = 4;   // of the 32: keeps the test within a few seconds on 2 cores
 constexpr int64_t kNewTokens = 24;
+constexpr int64_t kContext = 256;
 
 class BundledPairTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kModels + "tiny-target") ||
-        !std::filesystem::exists(kModels + "tiny-draft") ||
-        !std::filesystem::exists(kModels + "pair_prompts.json")) {
-      GTEST_SKIP() << "bundled pair not present in " << kModels;
-    }
-    target_ = Load(kModels + "tiny-target");
-    draft_ = Load(kModels + "tiny-draft");
+    // The pair is committed (models/): a missing file fails the load below rather than skipping.
+    target_ = testing::LoadCpuLm(kModels + "tiny-target", &backend_, kContext);
+    draft_ = testing::LoadCpuLm(kModels + "tiny-draft", &backend_, kContext);
     ASSERT_TRUE(target_ && draft_);
-    const auto json = nlohmann::json::parse(std::ifstream(kModels + "pair_prompts.json"));
+    std::ifstream prompts_file(kModels + "pair_prompts.json");
+    ASSERT_TRUE(prompts_file) << "committed file missing: " << kModels << "pair_prompts.json";
+    const auto json = nlohmann::json::parse(prompts_file);
     prompts_ = json.at("prompts").get<std::vector<std::vector<int32_t>>>();
-    if (prompts_.size() > kPromptsUsed) prompts_.resize(kPromptsUsed);
-  }
-
-  std::unique_ptr<Transformer> Load(const std::string& path) {
-    auto loaded = LoadModel(path);
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
-    if (!loaded.ok()) return nullptr;
-    std::shared_ptr<const LoadedModel> model = std::move(loaded).value();
-    TransformerOptions options;
-    options.max_context = 256;
-    auto lm = Transformer::Create(model, &backend_, options);
-    EXPECT_TRUE(lm.ok()) << lm.status();
-    return lm.ok() ? std::move(lm).value() : nullptr;
+    ASSERT_GE(prompts_.size(), static_cast<size_t>(kPromptsUsed));
+    prompts_.resize(kPromptsUsed);
   }
 
   std::vector<int32_t> Run(int k, bool adaptive, SamplingParams sampling, AcceptMode mode,

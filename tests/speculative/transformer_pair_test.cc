@@ -14,26 +14,17 @@
 #include "engine/sampling/keyed_random.h"
 #include "engine/speculative/speculative_decoder.h"
 #include "gtest/gtest.h"
+#include "tests/common/cpu_lm.h"
 #include "tests/sampling/chi_square.h"
 
 namespace specgen {
 namespace {
 
 using ::specgen::testing::ChiSquareTest;
+using ::specgen::testing::LoadCpuLm;
 using ::specgen::testing::kFalseFailureRate;
 
 constexpr int64_t kContext = 128;
-
-std::unique_ptr<Transformer> Load(const std::string& path, Backend* backend) {
-  auto loaded = LoadModel(path);
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  std::shared_ptr<const LoadedModel> model = std::move(*loaded);
-  TransformerOptions options;
-  options.max_context = kContext;
-  auto lm = Transformer::Create(model, backend, options);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  return std::move(*lm);
-}
 
 // A draft close to, but not equal to, its inner model: logits + eps · noise(position, id).
 class PerturbedLm : public CausalLm {
@@ -64,9 +55,11 @@ class PerturbedLm : public CausalLm {
 class TransformerPairTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    target_ = Load("synth:tiny-moe", &backend_);
-    close_draft_ = std::make_unique<PerturbedLm>(Load("synth:tiny-moe", &backend_), 1.0f);
-    other_draft_ = Load("synth:tiny-dense", &backend_);
+    target_ = LoadCpuLm("synth:tiny-moe", &backend_, kContext);
+    auto close_inner = LoadCpuLm("synth:tiny-moe", &backend_, kContext);
+    other_draft_ = LoadCpuLm("synth:tiny-dense", &backend_, kContext);
+    ASSERT_TRUE(target_ && close_inner && other_draft_);
+    close_draft_ = std::make_unique<PerturbedLm>(std::move(close_inner), 1.0f);
   }
 
   std::vector<int32_t> Run(CausalLm* draft, SpeculativeOptions options,

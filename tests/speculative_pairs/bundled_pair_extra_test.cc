@@ -3,9 +3,8 @@
 // coupled at T = 0.8 unfiltered): the remaining held-out prompts with k rotating over 1..8 and the
 // adaptive controller, `coupled` per-seed identity with top-k / top-p / min-p at two temperatures,
 // the state both KV caches are left in after passes with rejections, and keep_cache (chat turns:
-// the next prompt extends the last one, only the new tokens are prefilled, output unchanged). Skips
-// while the pair is absent.
-#include <filesystem>
+// the next prompt extends the last one, only the new tokens are prefilled, output unchanged). The
+// pair is committed, so its absence fails.
 #include <fstream>
 
 #include "engine/core/status_macros.h"
@@ -23,15 +22,13 @@ constexpr int64_t kContext = 160;
 class BundledPairExtraTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kModels + "tiny-target/model.safetensors") ||
-        !std::filesystem::exists(kModels + "tiny-draft/model.safetensors") ||
-        !std::filesystem::exists(kModels + "pair_prompts.json")) {
-      GTEST_SKIP() << "bundled pair not present in " << kModels;
-    }
-    target_ = LoadLm(kModels + "tiny-target", &backend_, kContext);
-    draft_ = LoadLm(kModels + "tiny-draft", &backend_, kContext);
+    // The pair is committed (models/): a missing file fails the load below rather than skipping.
+    target_ = LoadCpuLm(kModels + "tiny-target", &backend_, kContext);
+    draft_ = LoadCpuLm(kModels + "tiny-draft", &backend_, kContext);
     ASSERT_TRUE(target_ && draft_);
-    const auto json = nlohmann::json::parse(std::ifstream(kModels + "pair_prompts.json"));
+    std::ifstream prompts_file(kModels + "pair_prompts.json");
+    ASSERT_TRUE(prompts_file) << "committed file missing: " << kModels << "pair_prompts.json";
+    const auto json = nlohmann::json::parse(prompts_file);
     prompts_ = json.at("prompts").get<std::vector<std::vector<int32_t>>>();
     ASSERT_GT(prompts_.size(), kCoveredElsewhere);
   }

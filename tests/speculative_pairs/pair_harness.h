@@ -1,4 +1,4 @@
-// Shared by the pair tests: load a model file as a CPU Transformer and run the speculative loop with
+// Shared by the pair tests: run the speculative loop with
 // a given draft, checking the per-pass invariants (1..k+1 tokens, counts matching the stats) as it
 // goes, so every equivalence run also checks the loop's bookkeeping.
 #pragma once
@@ -13,21 +13,9 @@
 #include "engine/model/transformer.h"
 #include "engine/speculative/speculative_decoder.h"
 #include "gtest/gtest.h"
+#include "tests/common/cpu_lm.h"
 
 namespace specgen::testing {
-
-inline std::unique_ptr<Transformer> LoadLm(const std::string& path, Backend* backend,
-                                           int64_t max_context) {
-  auto loaded = LoadModel(path);
-  EXPECT_TRUE(loaded.ok()) << path << ": " << loaded.status();
-  if (!loaded.ok()) return nullptr;
-  std::shared_ptr<const LoadedModel> model = std::move(loaded).value();
-  TransformerOptions options;
-  options.max_context = max_context;
-  auto lm = Transformer::Create(model, backend, options);
-  EXPECT_TRUE(lm.ok()) << path << ": " << lm.status();
-  return lm.ok() ? std::move(lm).value() : nullptr;
-}
 
 struct RunSpec {
   int k = 0;  // 0: plain decoding (no proposer)
