@@ -6,8 +6,8 @@ usage: specgen_cli_check.py SPECGEN SOURCE_DIR
 Checks: greedy `generate` prints the same text with and without -md, and --stats json prints one
 parseable line with the DESIGN §7 keys; `chat` answers piped turns (and /stats) and exits 0 at EOF;
 bad input (a missing model, a draft of another vocabulary, a prompt longer than -c, bad flags) exits
-with status 1 and a message naming the problem on stderr, never a crash. Exit 77 (skip) when the
-bundled pair is absent.
+with status 1 and a message naming the problem on stderr, never a crash. The bundled pair is
+committed, so its absence fails (exit 1) rather than skipping.
 """
 import atexit
 import json
@@ -50,8 +50,8 @@ def main():
     draft = os.path.join(source, "models", "tiny-draft")
     mismatched = os.path.join(source, "tests", "data", "models", "llama-gqa")
     if not all(os.path.exists(os.path.join(d, "model.safetensors")) for d in (target, draft)):
-        print("bundled pair not present; skipping", file=sys.stderr)
-        return 77
+        print("FAIL: the committed bundled pair is missing", file=sys.stderr)
+        return 1
 
     # generate: greedy with and without a draft (and the adaptive controller) give the same text.
     prompt = "def fibonacci(n):\n    "
