@@ -94,6 +94,7 @@ TEST_P(FixturePairTest, CoupledEqualsPlainSamplingPerSeed) {
       spec.sampling = params;
       const auto& prompt = prompts[seed % prompts.size()];
       const auto plain = RunPair(target_.get(), nullptr, spec, prompt);
+      ASSERT_EQ(plain.size(), static_cast<size_t>(spec.new_tokens));
       for (int k : {1, 3, 7}) {
         spec.k = k;
         EXPECT_EQ(RunPair(target_.get(), draft_.get(), spec, prompt), plain)
