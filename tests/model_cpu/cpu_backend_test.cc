@@ -192,6 +192,9 @@ TEST_F(CpuOps, RouterVariantsAndTies) {
     return l;
   };
   const auto p0 = softmax({0, 1, 1, -1}), p1 = softmax({2, 0.5, -0.5, 3});
+  // Weights are fp32 softmaxes over at most 4 logits, each ≤ 1: exp, a 4-term sum and a divide put a
+  // few u = 2^-24 ≈ 6e-8 of relative error on each, so 1e-6 absolute is ~16u of headroom, while a
+  // wrong normalization (say, no renormalization: 0.40 for 0.5) is off by 0.1.
   Routing r;
   ASSERT_TRUE(be_.Route(*lb, 2, RouterNorm::kSoftmaxThenTopK, &r).ok());
   EXPECT_EQ(r.expert, (std::vector<int32_t>{1, 2, 3, 0}));
