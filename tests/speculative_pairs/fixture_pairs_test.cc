@@ -76,7 +76,9 @@ TEST_P(FixturePairTest, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
     EXPECT_EQ(RunPair(target_.get(), draft_.get(), spec, prompt), plain) << "adaptive";
     spec.adaptive = false;
   }
-  if (self_draft) EXPECT_GT(accepted, 0);
+  if (self_draft) {
+    EXPECT_GT(accepted, 0);
+  }
 }
 
 TEST_P(FixturePairTest, CoupledEqualsPlainSamplingPerSeed) {

@@ -86,7 +86,11 @@ TEST_P(FixtureTest, EncodesLikeHuggingFaceAndRoundTrips) {
     // Streaming gives the same text, one valid piece at a time.
     StreamingDetokenizer d(t, /*render_special=*/true);
     std::string streamed;
-    for (int32_t id : body) streamed += *d.Add(id);
+    for (int32_t id : body) {
+      auto piece = d.Add(id);
+      ASSERT_TRUE(piece.ok()) << "id " << id << ": " << piece.status();
+      streamed += *piece;
+    }
     streamed += d.Finish();
     EXPECT_EQ(streamed, expected);
   }
