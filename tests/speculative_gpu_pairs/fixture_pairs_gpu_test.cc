@@ -95,7 +95,9 @@ TEST_P(GpuFixturePairTest, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
       SpeculativeStats stats;
       EXPECT_EQ(Greedy(k, false, prompt, 20, &stats), plain) << "k=" << k << ", prompt " << prompt_index;
       // Drafting for itself on the same kernels, every greedy draft is the target's argmax.
-      if (self_draft) EXPECT_EQ(stats.accepted, stats.drafted) << "k=" << k;
+      if (self_draft) {
+        EXPECT_EQ(stats.accepted, stats.drafted) << "k=" << k;
+      }
     }
     EXPECT_EQ(Greedy(8, true, prompt, 20), plain) << "adaptive, prompt " << prompt_index;
   }

@@ -69,7 +69,9 @@ TEST_P(FixturePairTest, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
       accepted += stats.accepted;
       // Drafting for itself, every greedy draft is the target's argmax (batch invariance makes the
       // logits bit-identical), so every pass keeps all it drafted.
-      if (self_draft) EXPECT_EQ(stats.accepted, stats.drafted) << "k=" << k;
+      if (self_draft) {
+        EXPECT_EQ(stats.accepted, stats.drafted) << "k=" << k;
+      }
     }
     spec.k = 8;
     spec.adaptive = true;
