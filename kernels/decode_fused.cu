@@ -11,30 +11,6 @@ constexpr int kWarps = 8;  // warps per block of the fused GEMV
 constexpr int kChunk = 8;  // weights per 16-byte load
 constexpr int kWarpK = 32 * kChunk;
 
-// As gemv.cu: streaming 16-byte weight loads kept out of L1.
-__device__ __forceinline__ uint4 LoadWeights16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <ElemType kW>
-__device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (kW == ElemType::kBF16) {
-      w[2 * i] = __uint_as_float(u[i] << 16);
-      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      w[2 * i] = f.x;
-      w[2 * i + 1] = f.y;
-    }
-  }
-}
 
 // kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
 template <int kRows, int kU>
@@ -45,7 +21,7 @@ __device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int
     const int k = kb + u * kWarpK;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      wv[u][r] = k < in ? LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
+      wv[u][r] = k < in ? detail::LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
     }
   }
 }
@@ -72,7 +48,7 @@ __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float wf[8];
-        Unpack8<kW>(wv[u][r], wf);
+        detail::Unpack8<kW>(wv[u][r], wf);
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[r] = __fmaf_rn(wf[j], xv[j], acc[r]);
       }

@@ -73,4 +73,31 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
     if (!(cond)) return cudaErrorInvalidValue; \
   } while (0)
 
+// Streaming 16-byte weight load (8 bf16/f16 weights): read once, so kept out of L1 where the
+// activations live. Used by every GEMV family (gemv.cu, decode_fused.cu).
+__device__ __forceinline__ uint4 LoadWeights16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The 8 weights of a 16-byte load as fp32 (bf16: a shift; f16: the hardware conversion).
+template <ElemType kW>
+__device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kW == ElemType::kBF16) {
+      w[2 * i] = __uint_as_float(u[i] << 16);
+      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      w[2 * i] = f.x;
+      w[2 * i + 1] = f.y;
+    }
+  }
+}
+
 }  // namespace specgen::kernels::detail

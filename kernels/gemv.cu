@@ -8,30 +8,6 @@ constexpr int kWarps = 4;      // warps per block
 constexpr int kChunk = 8;      // weights per 16-byte load
 constexpr int kWarpK = 32 * kChunk;  // k covered by one warp-wide step
 
-// Streaming 16-byte weight load: read once, so keep it out of L1 (x lives there).
-__device__ __forceinline__ uint4 LoadWeights16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <ElemType kW>
-__device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (kW == ElemType::kBF16) {
-      w[2 * i] = __uint_as_float(u[i] << 16);
-      w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      w[2 * i] = f.x;
-      w[2 * i + 1] = f.y;
-    }
-  }
-}
 
 // Warp owns R consecutive output rows; each lane keeps U chunks per row in flight.
 template <ElemType kW, int N, int R, int U>
@@ -55,7 +31,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __rest
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int row = row0 + r < out ? row0 + r : out - 1;  // clamp: result discarded below
-        wv[u][r] = k < in ? LoadWeights16(w + static_cast<int64_t>(row) * in + k)
+        wv[u][r] = k < in ? detail::LoadWeights16(w + static_cast<int64_t>(row) * in + k)
                           : make_uint4(0, 0, 0, 0);
       }
     }
@@ -65,7 +41,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __rest
       if (k >= in) break;  // zero chunks would still add +0.f; skip so order stays exactly k-ordered
       float wf[R][8];
 #pragma unroll
-      for (int r = 0; r < R; ++r) Unpack8<kW>(wv[u][r], wf[r]);
+      for (int r = 0; r < R; ++r) detail::Unpack8<kW>(wv[u][r], wf[r]);
 #pragma unroll
       for (int t = 0; t < N; ++t) {
         const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * in + k);
