@@ -84,6 +84,28 @@ struct Filter {
   }
 };
 
+// One radix-select pass's choice, shared by the one-block and the cluster kernels: with the pass's
+// histogram in sh.hist, thread j owns buckets 2047-2j and 2046-2j (descending), so an exclusive scan
+// gives the measure above each bucket; the bucket holding `target` goes to sh.sel_digit and the
+// measure above it to sh.sel_above (visible to every thread on return).
+template <int kThreads, typename Shared>
+__device__ __forceinline__ void SelectBucket(unsigned long long above, unsigned long long target,
+                                             Shared& sh) {
+  const int b0 = kBuckets - 1 - 2 * threadIdx.x, b1 = b0 - 1;
+  const unsigned long long h0 = sh.hist[b0], h1 = sh.hist[b1];
+  unsigned long long excl;
+  cub::BlockScan<unsigned long long, kThreads>(sh.scan).ExclusiveSum(h0 + h1, excl);
+  const unsigned long long a0 = above + excl, a1 = a0 + h0;
+  if (a0 < target && target <= a0 + h0) {
+    sh.sel_digit = b0;
+    sh.sel_above = a0;
+  } else if (a1 < target && target <= a1 + h1) {
+    sh.sel_digit = b1;
+    sh.sel_above = a1;
+  }
+  __syncthreads();
+}
+
 struct ProcShared {
   unsigned long long hist[kBuckets];
   typename cub::BlockScan<unsigned long long, kProcThreads>::TempStorage scan;
@@ -118,21 +140,7 @@ __device__ uint32_t RadixSelect(const float* w, int vocab, bool by_mass, unsigne
       atomicAdd(&sh.hist[digit], by_mass ? static_cast<unsigned long long>(Mass(wi)) : 1ull);
     }
     __syncthreads();
-    // Thread j owns buckets 2047-2j and 2046-2j (descending), so an exclusive scan gives the
-    // measure above each bucket.
-    const int b0 = kBuckets - 1 - 2 * threadIdx.x, b1 = b0 - 1;
-    const unsigned long long h0 = sh.hist[b0], h1 = sh.hist[b1];
-    unsigned long long excl;
-    cub::BlockScan<unsigned long long, kProcThreads>(sh.scan).ExclusiveSum(h0 + h1, excl);
-    const unsigned long long a0 = above + excl, a1 = a0 + h0;
-    if (a0 < target && target <= a0 + h0) {
-      sh.sel_digit = b0;
-      sh.sel_above = a0;
-    } else if (a1 < target && target <= a1 + h1) {
-      sh.sel_digit = b1;
-      sh.sel_above = a1;
-    }
-    __syncthreads();
+    SelectBucket<kProcThreads>(above, target, sh);
     prefix = (prefix << widths[pass]) | sh.sel_digit;
     above = sh.sel_above;
     __syncthreads();
@@ -365,19 +373,7 @@ __device__ uint32_t ClusterRadixSelect(cg::cluster_group& cluster, const Chunk& 
     const int stale = (*pass_no + kOwnedBuffers - 1) % kOwnedBuffers;
     for (int b = threadIdx.x; b < kOwnedBuckets; b += blockDim.x) sh.owned[stale][b] = 0;
     __syncthreads();
-    const int b0 = kBuckets - 1 - 2 * threadIdx.x, b1 = b0 - 1;
-    const unsigned long long h0 = sh.hist[b0], h1 = sh.hist[b1];
-    unsigned long long excl;
-    cub::BlockScan<unsigned long long, kClusterThreads>(sh.scan).ExclusiveSum(h0 + h1, excl);
-    const unsigned long long a0 = above + excl, a1 = a0 + h0;
-    if (a0 < target && target <= a0 + h0) {
-      sh.sel_digit = b0;
-      sh.sel_above = a0;
-    } else if (a1 < target && target <= a1 + h1) {
-      sh.sel_digit = b1;
-      sh.sel_above = a1;
-    }
-    __syncthreads();
+    SelectBucket<kClusterThreads>(above, target, sh);
     prefix = (prefix << widths[pass]) | sh.sel_digit;
     above = sh.sel_above;
     __syncthreads();
