@@ -1,6 +1,6 @@
 // Checks the chi-square p-value the statistical tests rely on against closed forms and published
 // quantiles, so a wrong p-value cannot silently make those tests toothless (or flaky).
-#include "tests/sampling/chi_square.h"
+#include "tests/common/chi_square.h"
 
 #include <cmath>
 

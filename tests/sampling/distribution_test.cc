@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "gtest/gtest.h"
-#include "tests/sampling/chi_square.h"
+#include "tests/common/chi_square.h"
 
 namespace specgen {
 namespace {

@@ -9,7 +9,7 @@
 #include "draft/model_proposer.h"
 #include "engine/sampling/distribution.h"
 #include "gtest/gtest.h"
-#include "tests/sampling/chi_square.h"
+#include "tests/common/chi_square.h"
 #include "tests/speculative/fake_lm.h"
 
 namespace specgen {
@@ -72,7 +72,9 @@ TEST(SpeculativeDecoder, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
         accepted += spec.stats.accepted;
       }
       // Equality alone holds if every draft is rejected; the close draft's tokens must be used.
-      if (perturbation < 0.5) EXPECT_GT(accepted, 0) << "perturbation=" << perturbation;
+      if (perturbation < 0.5) {
+        EXPECT_GT(accepted, 0) << "perturbation=" << perturbation;
+      }
       EXPECT_EQ(Generate(prompt, Options(greedy, 8, /*adaptive=*/true), perturbation).tokens,
                 plain.tokens)
           << "adaptive, perturbation=" << perturbation;

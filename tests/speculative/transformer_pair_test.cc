@@ -15,7 +15,7 @@
 #include "engine/speculative/speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "tests/common/cpu_lm.h"
-#include "tests/sampling/chi_square.h"
+#include "tests/common/chi_square.h"
 
 namespace specgen {
 namespace {

@@ -14,7 +14,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/sampling.cuh"
 #include "tests/backend_cuda/gpu_test_env.h"
-#include "tests/sampling/chi_square.h"
+#include "tests/common/chi_square.h"
 
 namespace specgen {
 namespace {
