@@ -54,7 +54,9 @@ std::vector<int32_t> Greedy(Transformer& lm, const std::vector<int32_t>& prompt,
     const float* last = logits.data() + logits.size() - v;
     const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
     out.push_back(next);
-    if (i + 1 < n) EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
+    if (i + 1 < n) {
+      EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
+    }
   }
   return out;
 }
