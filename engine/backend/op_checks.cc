@@ -7,6 +7,21 @@ namespace specgen {
 std::string ShapeOf(const Buffer& b) { return Cat("[", b.rows(), ", ", b.cols(), "]"); }
 std::string ShapeOf(const Weight& w) { return Cat("[", w.rows(), ", ", w.cols(), "]"); }
 
+absl::StatusOr<UploadShape> CheckUpload(const TensorView& t, std::string_view name) {
+  if (t.ndim < 1 || t.ndim > 2) {
+    return InvalidArgument("tensor ", name, ": expected 1 or 2 dimensions, got ", ShapeString(t));
+  }
+  UploadShape s;
+  s.rows = t.ndim == 2 ? t.shape[0] : 1;
+  s.cols = t.cols();
+  ASSIGN_OR_RETURN(s.bytes, TensorBytes(t.dtype, s.cols, s.rows));
+  if (t.data == nullptr || t.bytes < s.bytes) {
+    return DataLoss("tensor ", name, ": ", t.bytes, " bytes of ", Name(t.dtype), " for shape ",
+                    ShapeString(t), ", which needs ", s.bytes);
+  }
+  return s;
+}
+
 absl::Status CheckSameShape(std::string_view be, std::string_view op, const Buffer& a, const Buffer& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) {
     return InvalidArgument(be, " ", op, ": shape mismatch ", ShapeOf(a), " vs ", ShapeOf(b));

@@ -9,12 +9,22 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/core/tensor_view.h"
 #include "engine/backend/backend.h"
 
 namespace specgen {
 
 std::string ShapeOf(const Buffer& b);  // "[rows, cols]"
 std::string ShapeOf(const Weight& w);
+
+// A weight view a backend can upload: 1 or 2 dimensions ([cols] is one row) and at least the bytes
+// its dtype and shape need; the error names the tensor.
+struct UploadShape {
+  int64_t rows = 0, cols = 0;
+  size_t bytes = 0;  // of the source data in its own dtype
+};
+absl::StatusOr<UploadShape> CheckUpload(const TensorView& t, std::string_view name);
 
 absl::Status CheckSameShape(std::string_view be, std::string_view op, const Buffer& a, const Buffer& b);
 absl::Status CheckWrite(std::string_view be, size_t n_floats, const Buffer& dst);

@@ -82,19 +82,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::NewBuffer(int64_t capacity_r
 }
 
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::Upload(const TensorView& t, std::string_view name) {
-  if (t.ndim < 1 || t.ndim > 2) {
-    return InvalidArgument("tensor ", name, ": expected 1 or 2 dimensions, got ", ShapeString(t));
-  }
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": the cpu backend cannot read device memory");
   }
-  const int64_t rows = t.ndim == 2 ? t.shape[0] : 1;
-  const int64_t cols = t.cols();
-  ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(t.dtype, cols, rows));
-  if (t.data == nullptr || t.bytes < bytes) {
-    return DataLoss("tensor ", name, ": ", t.bytes, " bytes of ", Name(t.dtype), " for shape ",
-                    ShapeString(t), ", which needs ", bytes);
-  }
+  ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
+  const int64_t rows = shape.rows, cols = shape.cols;
   if (t.dtype == DType::kF32) {
     return std::unique_ptr<Weight>(
         new CpuWeight(rows, cols, t.dtype, static_cast<const float*>(t.data)));

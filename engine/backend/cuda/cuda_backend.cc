@@ -205,19 +205,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::NewBuffer(int64_t capacity_
 }
 
 absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t, std::string_view name) {
-  if (t.ndim < 1 || t.ndim > 2) {
-    return InvalidArgument("tensor ", name, ": expected 1 or 2 dimensions, got ", ShapeString(t));
-  }
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
   }
-  const int64_t rows = t.ndim == 2 ? t.shape[0] : 1;
-  const int64_t cols = t.cols();
-  ASSIGN_OR_RETURN(const size_t src_bytes, TensorBytes(t.dtype, cols, rows));
-  if (t.data == nullptr || t.bytes < src_bytes) {
-    return DataLoss("tensor ", name, ": ", t.bytes, " bytes of ", Name(t.dtype), " for shape ",
-                    ShapeString(t), ", which needs ", src_bytes);
-  }
+  ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
+  const int64_t rows = shape.rows, cols = shape.cols;
   // f32/f16/bf16 go up as stored; quantized types are dequantized to bf16 here (their kernels come
   // with the quantization issue).
   ElemType type;
