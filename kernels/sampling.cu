@@ -625,6 +625,20 @@ __device__ __forceinline__ float Weight(const float* p, const float* q, int64_t 
   return p[i];
 }
 
+// The weights of ids 4b .. 4b+3 (the four ids one Philox block draws for; 0 past the vocabulary);
+// false when none is positive, so both passes of the draw skip the same blocks.
+__device__ __forceinline__ bool LoadFour(const float* p, const float* q, int b, int vocab,
+                                         detail::WeightKind kind, float (&wv)[4]) {
+  bool any = false;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = b * 4 + j;
+    wv[j] = i < vocab ? Weight(p, q, i, kind) : 0.f;
+    any |= wv[j] > 0.f;
+  }
+  return any;
+}
+
 // fp32 approximation of log(w) + Gumbel(bits), within 1e-4 of the double value for w > 0.
 __device__ __forceinline__ float FastScore(float w, uint32_t x) {
   float e;  // -log(u), u = (x + 0.5) 2^-32
@@ -667,14 +681,7 @@ __global__ void __launch_bounds__(kPartThreads)
     float fbest = -INFINITY;
     for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {
       float wv[4];
-      bool any = false;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int i = b * 4 + j;
-        wv[j] = i < vocab ? Weight(p, q, i, kind) : 0.f;
-        any |= wv[j] > 0.f;
-      }
-      if (!any) continue;
+      if (!LoadFour(p, q, b, vocab, kind, wv)) continue;
       const PhiloxCounter bits = KeyedBlock(seed, position, rp, static_cast<uint32_t>(b));
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -690,14 +697,7 @@ __global__ void __launch_bounds__(kPartThreads)
     if (fbest > -INFINITY) {
       for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {
         float wv[4];
-        bool any = false;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int i = b * 4 + j;
-          wv[j] = i < vocab ? Weight(p, q, i, kind) : 0.f;
-          any |= wv[j] > 0.f;
-        }
-        if (!any) continue;
+        if (!LoadFour(p, q, b, vocab, kind, wv)) continue;
         const PhiloxCounter bits = KeyedBlock(seed, position, rp, static_cast<uint32_t>(b));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
