@@ -3,100 +3,18 @@
 #include <algorithm>
 
 #include "kernels/device_util.cuh"
+#include "kernels/gemv_rows.cuh"
 
 namespace specgen::kernels {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
-constexpr int kChunk = 8;  // weights per 16-byte load
-constexpr int kWarpK = 32 * kChunk;
-
-
-// kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
-template <int kRows, int kU>
-__device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int kb, int in,
-                                          uint4 (&wv)[kU][kRows]) {
-#pragma unroll
-  for (int u = 0; u < kU; ++u) {
-    const int k = kb + u * kWarpK;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      wv[u][r] = k < in ? detail::LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
-    }
-  }
-}
-
-// Dot products of kRows weight rows with xs (shared), each in GemvKernel's order: lane l accumulates
-// k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly. `wv` holds
-// the first batch of loads (kb = lane*8), issued by the caller ahead of time; the batches after it
-// (in > 256*kU) are loaded here. How far ahead loads are issued never changes the arithmetic.
-template <ElemType kW, int kRows, int kU>
-__device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const float* xs, int in,
-                                        int lane, uint4 (&wv)[kU][kRows], float (&out)[kRows]) {
-  float acc[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-  for (int kb = lane * kChunk; kb < in; kb += kWarpK * kU) {
-    if (kb != lane * kChunk) LoadBatch<kRows, kU>(w, kb, in, wv);
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int k = kb + u * kWarpK;
-      if (k >= in) break;
-      const float4 a = *reinterpret_cast<const float4*>(xs + k);
-      const float4 b = *reinterpret_cast<const float4*>(xs + k + 4);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float wf[8];
-        detail::Unpack8<kW>(wv[u][r], wf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] = __fmaf_rn(wf[j], xv[j], acc[r]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) out[r] = detail::WarpSum(acc[r]);
-}
-
-struct Segments {
-  GemvSegment s[3];
-  int n;
-  int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
-};
-
-// Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one
-// segment row it falls in) and where its result goes.
-template <GemvEpilogue kEpi>
-struct RowOf {
-  static constexpr int kRows = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
-  const uint16_t* w[kRows];
-  float* y;
-  __device__ __forceinline__ RowOf(const Segments& segs, int row, int in) {
-    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-      w[0] = static_cast<const uint16_t*>(segs.s[0].w) + static_cast<int64_t>(row) * in;
-      w[1] = static_cast<const uint16_t*>(segs.s[1].w) + static_cast<int64_t>(row) * in;
-      y = segs.s[0].y + row;
-    } else {
-      // Walk the segments with constant indices only (a run-time index would copy the kernel
-      // parameters to local memory).
-      int r = row;
-      const void* ws = segs.s[0].w;
-      float* ys = segs.s[0].y;
-      bool walking = true;
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        walking = walking && s + 1 < segs.n && r >= segs.s[s].rows;
-        if (walking) {
-          r -= segs.s[s].rows;
-          ws = segs.s[s + 1].w;
-          ys = segs.s[s + 1].y;
-        }
-      }
-      w[0] = static_cast<const uint16_t*>(ws) + static_cast<int64_t>(r) * in;
-      y = ys + r;
-    }
-  }
-};
+constexpr int kChunk = detail::kRowChunk;
+constexpr int kWarpK = detail::kRowWarpK;
+using detail::LoadBatch;
+using detail::RowDots;
+using detail::RowOf;
+using detail::Segments;
 
 // kStreaming: the same kernel for a matrix far larger than L2 (the output head, read once per token at
 // HBM speed); a separate instantiation only so that it keeps the driver's default shared-memory

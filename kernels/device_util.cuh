@@ -83,6 +83,23 @@ __device__ __forceinline__ uint4 LoadWeights16(const void* p) {
   return v;
 }
 
+// Asks L2 to fetch [p, p + bytes) from HBM (p and bytes multiples of 16), in bulk prefetches of up to
+// 32 KB (cp.async.bulk.prefetch.L2, sm_90+; nothing on older devices). A hint: nothing waits for it, and
+// results never depend on it. One thread issues it.
+__device__ __forceinline__ void PrefetchL2(const void* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int64_t kPiece = 32 * 1024;
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += kPiece) {
+    const unsigned n = static_cast<unsigned>(bytes - off < kPiece ? bytes - off : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + off), "r"(n) : "memory");
+  }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 // The 8 weights of a 16-byte load as fp32 (bf16: a shift; f16: the hardware conversion).
 template <ElemType kW>
 __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {

@@ -3,8 +3,9 @@
 //    token (CUDA events over 64 tokens, no host wait between tokens) against the floor of the bytes a
 //    token reads (every weight once; the tied embedding is read whole by the head) / 4.2 TB/s HBM.
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
-//    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
-//    label names the path that actually ran (a failed capture falls back to 1 and says why).
+//    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default), 3 the
+//    persistent kernel (one cooperative launch per token); the label names the path that actually
+//    ran (a fallback says why).
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
@@ -17,12 +18,14 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/model_loader.h"
@@ -32,6 +35,7 @@
 #include "engine/speculative/graphed_draft.h"
 #include "kernels/attention.cuh"
 #include "kernels/decode_fused.cuh"
+#include "kernels/persistent_decode.cuh"
 #include "nlohmann/json.hpp"
 
 namespace specgen {
@@ -67,7 +71,7 @@ void BM_DraftDecode(benchmark::State& state) {
   const auto path = static_cast<DraftDecodePath>(state.range(1));
   std::unique_ptr<GraphedDraft> graphed;
   if (path != DraftDecodePath::kTransformer) {
-    auto g = GraphedDraft::Create(be->get(), lm->get(), path == DraftDecodePath::kGraph);
+    auto g = GraphedDraft::Create(be->get(), lm->get(), path);
     if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
     graphed = std::move(g).value();
   }
@@ -115,7 +119,7 @@ void BM_DraftDecode(benchmark::State& state) {
   state.counters["tokens_per_s"] = 1e6 / us_per_token;
   state.counters["graph_replays"] = graphed ? static_cast<double>(graphed->graph_replays()) : 0.0;
   std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
-  if (graphed && !graphed->fallback_reason().empty()) label += " (capture failed: " + graphed->fallback_reason() + ")";
+  if (graphed && !graphed->fallback_reason().empty()) label += " (fallback: " + graphed->fallback_reason() + ")";
   state.SetLabel(label);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -123,6 +127,7 @@ void BM_DraftDecode(benchmark::State& state) {
 BENCHMARK(BM_DraftDecode)
     ->ArgNames({"ctx", "path"})
     ->Args({32, 0})->Args({32, 1})->Args({32, 2})->Args({512, 2})->Args({1900, 2})
+    ->Args({32, 3})->Args({512, 3})->Args({1900, 3})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // kernel ids of BM_DraftLayerKernels
@@ -287,6 +292,90 @@ void BM_DraftLayerKernels(benchmark::State& state) {
 }
 BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Where a persistent-kernel token's time goes: per-phase timestamps of one token (after 16 warm-up
+// tokens) at context 32, averaged over the layers. A phase's time = the last block's end of it minus
+// the last block's end of the phase before (its critical-path share; blocks overlap phases).
+// Arg: L2 prefetch of the weights ahead on (1) or off (0).
+void BM_PersistentPhases(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  auto spec = SynthSpec("qwen3-0.6b");
+  if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
+  auto weights = SynthWeights(*spec, DType::kBF16, 1);
+  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
+  std::shared_ptr<const LoadedModel> model = std::move(weights).value();
+  CudaBackendOptions o;
+  o.arena_bytes = size_t{4} << 30;
+  auto be = CudaBackend::Create(o);
+  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  TransformerOptions topt;
+  topt.max_context = 2048;
+  auto lm = Transformer::Create(model, be->get(), topt);
+  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  auto g = GraphedDraft::Create(be->get(), lm->get(), DraftDecodePath::kPersistent);
+  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+  if ((*g)->path() != DraftDecodePath::kPersistent) return state.SkipWithError((*g)->fallback_reason().c_str());
+  const int nb = (*g)->persistent_blocks(), layers = static_cast<int>(spec->n_layers);
+  const int phases = kernels::PersistentDecodePhases(layers);  // + the head
+  const size_t entries = kernels::PersistentDecodeTimelineEntries(layers, nb);
+  auto dev = (*be)->arena().Allocate(entries * sizeof(unsigned long long), "timeline");
+  if (!dev.ok()) return state.SkipWithError(std::string(dev.status().message()).c_str());
+  auto* timeline = static_cast<unsigned long long*>(*dev);
+  const bool prefetch = state.range(0) != 0;
+  std::vector<unsigned long long> t(entries);
+  constexpr int kContext = 32;
+  std::vector<int32_t> prompt(kContext), pos(kContext);
+  for (int i = 0; i < kContext; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size), pos[i] = i;
+  // phase kinds: 0 embedding, 1 qkv, 2 attention, 3 o, 4 gate/up, 5 down
+  double compute[6] = {}, head = 0, total = 0, attn_inside[5] = {};
+  int64_t rounds = 0;
+  for (auto _ : state) {
+    (void)(*lm)->Truncate(0);
+    (void)(*lm)->ForwardResident(prompt, pos, {});
+    (*g)->SetPersistentProbe(nullptr, prefetch);
+    for (int i = 0; i < 16; ++i) (void)(*g)->Decode(nullptr, 100 + i);
+    (*g)->SetPersistentProbe(timeline, prefetch);
+    (void)(*g)->Decode(nullptr, 7);
+    (void)(*be)->Synchronize(SyncKind::kOther);
+    cudaMemcpy(t.data(), timeline, entries * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+    const auto last = [&](int k) {
+      double m = 0;
+      for (int b = 0; b < nb; ++b) m = std::max(m, static_cast<double>(t[static_cast<size_t>(k) * (nb + 1) + b]));
+      return m;
+    };
+    const auto first = [&](int k) {
+      double m = 1e300;
+      for (int b = 0; b < nb; ++b) m = std::min(m, static_cast<double>(t[static_cast<size_t>(k) * (nb + 1) + b]));
+      return m;
+    };
+    double prev = last(0);
+    for (int k = 1; k < phases; ++k) {
+      const double end = last(k);
+      compute[1 + (k - 1) % 5] += (end - prev) * 1e-3;
+      prev = end;
+    }
+    head += (last(phases) - prev) * 1e-3;
+    // Block 0's attention, inside: entry after its QKV rows, K/V appended, q rotated, slots, merge.
+    const size_t pb = static_cast<size_t>(phases + 1) * (nb + 1);
+    for (int l = 0; l < layers; ++l) {
+      const auto at = [&](int slot) { return static_cast<double>(t[pb + l * kernels::kPersistentProbeSlots + slot]); };
+      const double qkv_end = static_cast<double>(t[static_cast<size_t>(1 + 5 * l) * (nb + 1)]);
+      attn_inside[0] += (at(0) - qkv_end) * 1e-3;
+      for (int s2 = 1; s2 <= 4; ++s2) attn_inside[s2] += (at(s2) - at(s2 - 1)) * 1e-3;
+    }
+    total += (last(phases) - first(0)) * 1e-3;
+    ++rounds;
+  }
+  const char* names[6] = {"us_embed", "us_qkv", "us_attn", "us_o", "us_gateup", "us_down"};
+  for (int i = 1; i < 6; ++i) state.counters[names[i]] = compute[i] / rounds / layers;
+  state.counters["us_head"] = head / rounds;
+  const char* inside[5] = {"a0_entry", "a1_kv_append", "a2_q_rope", "a3_slots", "a4_merge"};
+  for (int i = 0; i < 5; ++i) state.counters[inside[i]] = attn_inside[i] / rounds / layers;
+  state.counters["us_token"] = total / rounds;
+  state.counters["blocks"] = nb;
+  (*be)->arena().Free(*dev);
+}
+BENCHMARK(BM_PersistentPhases)->ArgNames({"prefetch"})->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(3);
+
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const auto models = SourceDir() / "models";
@@ -342,6 +431,7 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
   const DraftDecodeStats d = (*dec)->draft_decode_stats();
   state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
+  state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
   if (k > 0) {
     state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
                    (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));

@@ -69,8 +69,7 @@ absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecod
     d->why_not_graph_ = draft_path == DraftDecodePath::kTransformer ? "not asked for"
                                                                     : GraphedDraft::Unsupported(*draft);
     if (d->why_not_graph_.empty()) {
-      ASSIGN_OR_RETURN(d->graphed_, GraphedDraft::Create(backend, draft,
-                                                         draft_path == DraftDecodePath::kGraph));
+      ASSIGN_OR_RETURN(d->graphed_, GraphedDraft::Create(backend, draft, draft_path));
       if (draft_path == DraftDecodePath::kFused) d->why_not_graph_ = "not asked for";
     }
   }
@@ -84,6 +83,7 @@ DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
   if (graphed_ != nullptr) {
     s.path = graphed_->path();
     s.graph_replays = graphed_->graph_replays();
+    s.persistent_launches = graphed_->persistent_launches();
     s.fused_steps = graphed_->eager_steps();
     if (!graphed_->fallback_reason().empty()) s.why_not_graph = graphed_->fallback_reason();
   }

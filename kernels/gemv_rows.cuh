@@ -1,0 +1,140 @@
+// Warp-per-row GEMV building blocks shared by the fused decode kernels (decode_fused.cu) and the
+// persistent decode kernel (persistent_decode.cu): the 16-byte weight loads of a row, the row's dot
+// product in GemvKernel's (gemv.cu) reduction order, the rows of a fused segment set, and RMSNorm over a
+// vector staged in shared memory with RmsNormKernel's (norm.cu) arithmetic. One copy of each is what
+// keeps both paths' GEMVs bit-identical to the Backend ops they replace.
+// Internal to kernels/: included from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/decode_fused.cuh"  // GemvSegment, GemvEpilogue
+#include "kernels/device_util.cuh"
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels::detail {
+
+inline constexpr int kRowChunk = 8;               // weights per 16-byte load
+inline constexpr int kRowWarpK = 32 * kRowChunk;  // weights a warp covers with one load per lane
+
+// kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
+template <int kRows, int kU>
+__device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int kb, int in,
+                                          uint4 (&wv)[kU][kRows]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int k = kb + u * kRowWarpK;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      wv[u][r] = k < in ? LoadWeights16(w[r] + k) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Dot products of kRows weight rows with xs (shared), each in GemvKernel's order: lane l accumulates
+// k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly. `wv` holds
+// the first batch of loads (kb = lane*8), issued by the caller ahead of time; the batches after it
+// (in > 256*kU) are loaded here. How far ahead loads are issued never changes the arithmetic.
+template <ElemType kW, int kRows, int kU>
+__device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const float* xs, int in,
+                                        int lane, uint4 (&wv)[kU][kRows], float (&out)[kRows]) {
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+  for (int kb = lane * kRowChunk; kb < in; kb += kRowWarpK * kU) {
+    if (kb != lane * kRowChunk) LoadBatch<kRows, kU>(w, kb, in, wv);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int k = kb + u * kRowWarpK;
+      if (k >= in) break;
+      const float4 a = *reinterpret_cast<const float4*>(xs + k);
+      const float4 b = *reinterpret_cast<const float4*>(xs + k + 4);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float wf[8];
+        Unpack8<kW>(wv[u][r], wf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = __fmaf_rn(wf[j], xv[j], acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[r] = WarpSum(acc[r]);
+}
+
+// xs[i] = RmsNorm(xs; norm_w, eps)[i] in place for i < in (xs staged in shared memory, then a block
+// barrier by the caller), a barrier at the end. The arithmetic is RmsNormKernel's for one row of `in`
+// elements with its block of T threads: thread t sums i = t, t + T, ... with fmaf, then the per-warp
+// butterfly and the butterfly of the warp sums. Works for any block of at least 256 threads (a multiple
+// of 32): threads past T add nothing. norm_s: the norm weights already as fp32 in shared memory, or
+// nullptr to read them from norm_w. `scratch`: 32 floats of shared memory.
+__device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, ElemType norm_type, float eps,
+                                                int in, float* scratch, const float* norm_s = nullptr) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
+  float ss = 0.f;
+  if (tid < T) {
+    for (int i = tid; i < in; i += T) ss = fmaf(xs[i], xs[i], ss);
+  }
+  ss = WarpSum(ss);
+  if (lane == 0 && warp < 32) scratch[warp] = ss;
+  __syncthreads();
+  float t = lane < (T >> 5) ? scratch[lane] : 0.f;
+  t = WarpSum(t);
+  const float inv = rsqrtf(t / static_cast<float>(in) + eps);
+  for (int i = tid; i < in; i += blockDim.x) {
+    xs[i] = xs[i] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+  }
+  __syncthreads();
+}
+
+// The weight matrices of one fused GEMV (rows concatenated) as kernel parameters.
+struct Segments {
+  GemvSegment s[3];
+  int n;
+  int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
+};
+
+// Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one
+// segment row it falls in) and where its result goes.
+template <GemvEpilogue kEpi>
+struct RowOf {
+  static constexpr int kRows = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
+  const uint16_t* w[kRows];
+  float* y;
+  float* y_base;  // the segment's y; y = y_base + r (r: the row within its segment)
+  int r;
+  __device__ __forceinline__ RowOf(const Segments& segs, int row, int in) {
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      w[0] = static_cast<const uint16_t*>(segs.s[0].w) + static_cast<int64_t>(row) * in;
+      w[1] = static_cast<const uint16_t*>(segs.s[1].w) + static_cast<int64_t>(row) * in;
+      y_base = segs.s[0].y;
+      r = row;
+      y = y_base + row;
+    } else {
+      // Walk the segments with constant indices only (a run-time index would copy the kernel
+      // parameters to local memory).
+      r = row;
+      const void* ws = segs.s[0].w;
+      float* ys = segs.s[0].y;
+      bool walking = true;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        walking = walking && s + 1 < segs.n && r >= segs.s[s].rows;
+        if (walking) {
+          r -= segs.s[s].rows;
+          ws = segs.s[s + 1].w;
+          ys = segs.s[s + 1].y;
+        }
+      }
+      w[0] = static_cast<const uint16_t*>(ws) + static_cast<int64_t>(r) * in;
+      y_base = ys;
+      y = ys + r;
+    }
+  }
+};
+
+}  // namespace specgen::kernels::detail
