@@ -1,6 +1,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/decode_fused.cuh"  // WaitForPrecedingGrid, LetDependentsLaunch, LaunchDecodeKernel
 #include "kernels/device_util.cuh"
+#include "kernels/warp_norm_rope.cuh"
 
 namespace specgen::kernels {
 namespace {
@@ -403,12 +404,15 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int kv_heads) {
 // batches of kBatch (all their K/V loads in flight together), with an online softmax per query head
 // (one rescale per batch); lane l holds dims l * kPer .. + kPer. The warps' partials are merged in warp
 // order, then (len > 256) the chunks' in chunk order by the kv head's last block.
+// With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and the chunk
+// holding slot n_past first writes that slot's K/V rows (so the caches are not __restrict__: this
+// kernel writes rows its warps then read).
 template <ElemType kT, int D>
 __global__ void __launch_bounds__(kDecThreads)
-    DecodeAttentionKernel(const float* __restrict__ q, const void* __restrict__ k_cache,
-                          const void* __restrict__ v_cache, int max_past, int heads, int kv_heads,
-                          float scale, float* __restrict__ ws, unsigned* __restrict__ counters,
-                          int chunks, const int32_t* __restrict__ d_n_past, float* __restrict__ out) {
+    DecodeAttentionKernel(const float* __restrict__ q, const void* k_cache, const void* v_cache, int max_past,
+                          int heads, int kv_heads, float scale, float* __restrict__ ws,
+                          unsigned* __restrict__ counters, int chunks, const int32_t* __restrict__ d_n_past,
+                          float* __restrict__ out, DecodeRopeAppend rope) {
   constexpr int kPer = D / 32;
   constexpr int kBatch = 32 / kPer;  // 16, 8, 4 slots per warp batch for D = 64, 128, 256
   constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
@@ -427,12 +431,48 @@ __global__ void __launch_bounds__(kDecThreads)
   const int n_chunks = (len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
   const int G = heads / kv_heads;
 
+  // The fused prologue: rotated queries into q_rot (after acc_s), the new K/V rows into the caches.
+  float* q_rot = acc_s + kDecWarps * G * D;  // [G][D]
+  __shared__ float k_tmp[D];
+  if (rope.q_raw != nullptr) {
+    if constexpr (kT == ElemType::kF32) {
+      const int pos = len - 1;
+      const float2* rope_row = rope.rope_table + static_cast<int64_t>(pos) * (D / 2);
+      const int64_t row = (static_cast<int64_t>(pos) * kv_heads + kvh) * D;
+      float y[detail::kMaxNormRopePer];
+      if (chunk == n_chunks - 1 && warp == 0) {
+#pragma unroll
+        for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
+          y[e] = e * 32 + lane < D ? __ldcg(rope.k_raw + kvh * D + e * 32 + lane) : 0.f;
+        }
+        detail::WarpNormRopeValues(y, D, rope.k_norm, rope.norm_type, rope.eps, rope_row, rope.style, k_tmp,
+                                   static_cast<float*>(const_cast<void*>(k_cache)) + row);
+      } else if (chunk == n_chunks - 1 && warp == 1) {
+        for (int i = lane; i < D; i += 32) {
+          static_cast<float*>(const_cast<void*>(v_cache))[row + i] = __ldcg(rope.v_raw + kvh * D + i);
+        }
+      }
+      // Warps 2.. (and 0, 1 once done) rotate the G query heads, one each.
+      for (int g = warp; g < G; g += kDecWarps) {
+#pragma unroll
+        for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
+          y[e] = e * 32 + lane < D ? __ldcg(rope.q_raw + (static_cast<int64_t>(kvh) * G + g) * D + e * 32 + lane)
+                                   : 0.f;
+        }
+        detail::WarpNormRopeValues(y, D, rope.q_norm, rope.norm_type, rope.eps, rope_row, rope.style,
+                                   q_rot + g * D, q_rot + g * D);
+      }
+      __syncthreads();  // the new rows and the rotated queries are visible to the whole block
+    }
+  }
+
   float qv[kG][kPer];
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
     if (g < G) {
-      StagedToF32<ElemType::kF32, kPer>(
-          reinterpret_cast<const char*>(q + (static_cast<int64_t>(kvh) * G + g) * D + lane * kPer), qv[g]);
+      const float* src = rope.q_raw != nullptr ? q_rot + g * D
+                                               : q + (static_cast<int64_t>(kvh) * G + g) * D;
+      StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(src + lane * kPer), qv[g]);
     } else {
 #pragma unroll
       for (int e = 0; e < kPer; ++e) qv[g][e] = 0.f;
@@ -560,8 +600,10 @@ __global__ void __launch_bounds__(kDecThreads)
 template <ElemType kT, int D>
 cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, float* out, int max_past,
                               int heads, int kv_heads, float scale, void* workspace,
-                              const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
-  constexpr size_t kMaxSmem = sizeof(float) * kDecWarps * kG * D;  // 64 KB for D = 256, G = 8
+                              const int32_t* d_n_past, cudaStream_t stream, bool programmatic,
+                              const DecodeRopeAppend& rope) {
+  // acc_s, plus q_rot for the fused prologue: 72 KB for D = 256, G = 8.
+  constexpr size_t kMaxSmem = sizeof(float) * (kDecWarps + 1) * kG * D;
   static const cudaError_t ready = [] {
     const cudaError_t e = cudaFuncSetAttribute(DecodeAttentionKernel<kT, D>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -571,14 +613,14 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
     return e;
   }();
   const int G = heads / kv_heads;
-  const size_t smem = sizeof(float) * kDecWarps * G * D;
+  const size_t smem = sizeof(float) * (kDecWarps + (rope.q_raw != nullptr ? 1 : 0)) * G * D;
   if (smem > 48 * 1024 && ready != cudaSuccess) return ready;
   const int chunks = (max_past + kDecodeAttentionChunk) / kDecodeAttentionChunk;  // slots max_past + 1
   auto* counters = static_cast<unsigned*>(workspace);
   float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(kv_heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(kv_heads, chunks), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
-                            chunks, d_n_past, out);
+                            chunks, d_n_past, out, rope);
 }
 }  // namespace
 
@@ -630,16 +672,18 @@ size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int 
          static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
 }
 
-cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
-                                  ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
-                                  int head_dim, float scale, void* workspace, size_t workspace_bytes,
-                                  const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
+namespace {
+
+cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
+                            float* out, int max_past, int heads, int kv_heads, int head_dim, float scale,
+                            void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
+                            cudaStream_t stream, bool programmatic, const DecodeRopeAppend& rope) {
   SPECGEN_KERNEL_REQUIRE(max_past >= 0);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
   SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
   SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
-  SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && workspace);
+  SPECGEN_KERNEL_REQUIRE((q || rope.q_raw) && k_cache && v_cache && out && workspace);
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(v_cache) % 16 == 0 &&
@@ -649,7 +693,7 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
 #define SPECGEN_DEC_CASE(T, D)                                                                       \
   if (kv_type == T && head_dim == D)                                                                 \
     return LaunchDecodeTyped<T, D>(q, k_cache, v_cache, out, max_past, heads, kv_heads, scale,       \
-                                   workspace, d_n_past, stream, programmatic);
+                                   workspace, d_n_past, stream, programmatic, rope);
   SPECGEN_DEC_CASE(ElemType::kF32, 64)
   SPECGEN_DEC_CASE(ElemType::kF32, 128)
   SPECGEN_DEC_CASE(ElemType::kF32, 256)
@@ -658,6 +702,27 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
   SPECGEN_DEC_CASE(ElemType::kBF16, 256)
 #undef SPECGEN_DEC_CASE
   return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
+                                  ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
+                                  int head_dim, float scale, void* workspace, size_t workspace_bytes,
+                                  const int32_t* d_n_past, cudaStream_t stream, bool programmatic) {
+  SPECGEN_KERNEL_REQUIRE(q != nullptr);
+  return DecodeAttention(q, k_cache, v_cache, kv_type, out, max_past, heads, kv_heads, head_dim, scale,
+                         workspace, workspace_bytes, d_n_past, stream, programmatic, DecodeRopeAppend{});
+}
+
+cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, float* v_cache, float* out,
+                                  int max_past, int heads, int kv_heads, int head_dim, float scale,
+                                  void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
+                                  cudaStream_t stream, bool programmatic) {
+  SPECGEN_KERNEL_REQUIRE(rope.q_raw && rope.k_raw && rope.v_raw && rope.rope_table);
+  SPECGEN_KERNEL_REQUIRE((rope.q_norm == nullptr) == (rope.k_norm == nullptr));
+  return DecodeAttention(nullptr, k_cache, v_cache, ElemType::kF32, out, max_past, heads, kv_heads, head_dim,
+                         scale, workspace, workspace_bytes, d_n_past, stream, programmatic, rope);
 }
 
 }  // namespace specgen::kernels

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/kernel_types.h"
+#include "kernels/rope.cuh"
 
 namespace specgen::kernels {
 
@@ -79,5 +80,29 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
                                   ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
                                   int head_dim, float scale, void* workspace, size_t workspace_bytes,
                                   const int32_t* d_n_past, cudaStream_t stream, bool programmatic);
+
+// The q/k-norm + RoPE + KV append of the new position (LaunchQkNormRopeAppend with a RoPE table)
+// fused into LaunchDecodeAttention, so the graphed draft's layer has one kernel fewer: each block
+// normalizes and rotates its kv head's G query heads from q_raw into shared memory, and the block whose
+// chunk holds the new slot (n_past) writes that slot's K (normalized, rotated) and V rows into the caches
+// before any of its warps reads them. The arithmetic is QkNormRopeAppendKernel's (warp_norm_rope.cuh),
+// so the caches receive the same bits and the attention output equals the unfused pair's.
+struct DecodeRopeAppend {
+  const float* q_raw = nullptr;        // [heads * head_dim] fp32: the projection's q
+  const float* k_raw = nullptr;        // [kv_heads * head_dim] fp32
+  const float* v_raw = nullptr;        // [kv_heads * head_dim] fp32
+  const void* q_norm = nullptr;        // [head_dim] of norm_type, or null (then k_norm is null too)
+  const void* k_norm = nullptr;
+  ElemType norm_type = ElemType::kF32;
+  float eps = 0.f;
+  const float2* rope_table = nullptr;  // LaunchRopeTable(table, >= n_past + 1, head_dim, theta)
+  RopeStyle style = RopeStyle::kRotateHalf;
+};
+// As LaunchDecodeAttention with q replaced by the rotated rope.q_raw; the caches must be fp32 and
+// writable (the new slot is written here).
+cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, float* v_cache, float* out,
+                                  int max_past, int heads, int kv_heads, int head_dim, float scale,
+                                  void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
+                                  cudaStream_t stream, bool programmatic);
 
 }  // namespace specgen::kernels

@@ -5,6 +5,7 @@
 #include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv_rows.cuh"
+#include "kernels/warp_norm_rope.cuh"
 
 namespace specgen::kernels {
 namespace {
@@ -328,13 +329,12 @@ __device__ __forceinline__ void GemvPhase(const WeightPhase& ph, const PhaseIo& 
 
 // ---- attention phase ----
 
-constexpr int kMaxPer = kMaxHeadDim / 32;  // head dims per lane at most
-constexpr int kSlotBatch = 4;              // cache slots per warp whose K/V loads are in flight together
+constexpr int kMaxPer = detail::kMaxNormRopePer;  // head dims per lane at most
+constexpr int kSlotBatch = 4;                      // cache slots per warp batch of the online softmax
+static_assert(kMaxHeadDim == detail::kMaxNormRopeDim);
 
-// One warp: dst[0..D) = RoPE(RmsNorm(src; norm_w)) at the row `rope` of the cos/sin table (norm_w null:
-// no norm), src read as activation pairs of the given epoch. The arithmetic of QkNormRopeAppendKernel (its block of T = round32(D) threads has one
-// element per thread: the per-warp sums of 32 elements, then the butterfly of those sums, are what
-// lanes 0..per-1 reproduce here). `tmp`: D floats of shared memory (may be dst when dst is shared).
+// One warp: dst[0..D) = RoPE(RmsNorm(src)) (detail::WarpNormRopeValues), src read as activation pairs of
+// the given epoch (all of the lane's loads in flight before the first check).
 __device__ __noinline__ void WarpNormRope(const uint2* src, unsigned epoch, const void* norm_w, ElemType norm_type,
                                           float eps, int D, const float2* rope, RopeStyle style, float* tmp,
                                           float* dst) {
@@ -343,7 +343,7 @@ __device__ __noinline__ void WarpNormRope(const uint2* src, unsigned epoch, cons
 #pragma unroll
   for (int e = 0; e < kMaxPer; ++e) {
     const int i = e * 32 + lane;
-    if (e < per && i < D) raw[e] = LoadPair(src + i);  // all in flight before the first check
+    if (e < per && i < D) raw[e] = LoadPair(src + i);
   }
   float y[kMaxPer];
 #pragma unroll
@@ -351,40 +351,7 @@ __device__ __noinline__ void WarpNormRope(const uint2* src, unsigned epoch, cons
     const int i = e * 32 + lane;
     y[e] = e < per && i < D ? AwaitPair(src + i, raw[e], epoch) : 0.f;
   }
-  if (norm_w != nullptr) {
-    float t = 0.f;
-#pragma unroll
-    for (int e = 0; e < kMaxPer; ++e) {
-      if (e < per) {
-        const float s = detail::WarpSum(fmaf(y[e], y[e], 0.f));
-        if (lane == e) t = s;
-      }
-    }
-    t = detail::WarpSum(t);
-    const float inv = rsqrtf(t / static_cast<float>(D) + eps);
-#pragma unroll
-    for (int e = 0; e < kMaxPer; ++e) {
-      const int i = e * 32 + lane;
-      if (e < per && i < D) y[e] = y[e] * inv * detail::LoadAsF32(norm_w, norm_type, i);
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < kMaxPer; ++e) {
-    const int i = e * 32 + lane;
-    if (e < per && i < D) tmp[i] = y[e];
-  }
-  __syncwarp();
-  const int half = D / 2;
-  for (int i = lane; i < half; i += 32) {  // each lane reads and writes only its own pair
-    const float2 cs = rope[i];
-    const float cf = cs.x, sf = cs.y;
-    const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
-    const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
-    const float x0 = tmp[i0], x1 = tmp[i1];
-    dst[i0] = x0 * cf - x1 * sf;
-    dst[i1] = x0 * sf + x1 * cf;
-  }
-  __syncwarp();
+  detail::WarpNormRopeValues(y, D, norm_w, norm_type, eps, rope, style, tmp, dst);
 }
 
 // Shared memory of the attention phase, in floats: per warp its rotated query and its partial

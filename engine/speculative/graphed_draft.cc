@@ -290,20 +290,33 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.attn_norm), type(r.attn_norm), eps,
                                                           qkv, 3, wt, D, kernels::GemvEpilogue::kStore,
                                                           max_blocks_, stream, pdl));
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
-        q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
-        rope_table, style, stream, pdl));
     if (decode_attention_) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(q_, kc, vc, ElemType::kF32, attn_, max_past,
-                                                                  H, Hkv, d, scale, attn_ws_, attn_ws_bytes_,
-                                                                  &state->pos, stream, pdl));
-    } else if (attn_ws_ != nullptr) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
-                                                            max_past, H, Hkv, d, scale, attn_ws_,
-                                                            attn_ws_bytes_, stream, &state->pos, pdl));
-    } else {  // not a PDL kernel: launched plainly, it waits for the previous kernel's end
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
-                                                                  H, Hkv, d, scale, stream, &state->pos));
+      // q/k-norm + RoPE + KV append fused into the decode attention: one kernel fewer per layer.
+      kernels::DecodeRopeAppend rope;
+      rope.q_raw = q_;
+      rope.k_raw = k_;
+      rope.v_raw = v_;
+      rope.q_norm = data(r.q_norm);
+      rope.k_norm = data(r.k_norm);
+      rope.norm_type = type(r.q_norm);
+      rope.eps = eps;
+      rope.rope_table = rope_table;
+      rope.style = style;
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, attn_, max_past, H, Hkv, d, scale,
+                                                                  attn_ws_, attn_ws_bytes_, &state->pos, stream,
+                                                                  pdl));
+    } else {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
+          q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
+          rope_table, style, stream, pdl));
+      if (attn_ws_ != nullptr) {
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
+                                                              max_past, H, Hkv, d, scale, attn_ws_,
+                                                              attn_ws_bytes_, stream, &state->pos, pdl));
+      } else {  // not a PDL kernel: launched plainly, it waits for the previous kernel's end
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
+                                                                    H, Hkv, d, scale, stream, &state->pos));
+      }
     }
     const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(attn_, nullptr, ElemType::kF32, eps, o, 1,

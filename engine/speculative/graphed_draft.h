@@ -4,7 +4,8 @@
 //     on through epoch-tagged pairs instead of grid barriers (kernels/persistent_decode.cuh); correct,
 //     but slower than the graph today (bench/RESULTS_H200.md): kept as the base for that work;
 //   kGraph (the speculative loop's default): a fixed sequence of fused kernels
-//     (kernels/decode_fused.cuh), 6 per layer, captured once
+//     (kernels/decode_fused.cuh; for head_dim 64/128/256 the q/k-norm + RoPE + KV append runs inside the
+//     decode attention kernel: 5 per layer), captured once
 //     into a CUDA graph and replayed for every token (the token and position are read from device
 //     memory); on sm_90+ with programmatic dependent launch, so each kernel's weight loads overlap the
 //     previous kernel's tail;

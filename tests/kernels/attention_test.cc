@@ -1,10 +1,12 @@
 // KV-cache attention against a CPU loop: GQA, causal and tree masks, fp32 and bf16 caches, and batch
 // invariance (a query's output is bit-identical alone or in a batch); the single-query decode kernel
-// against the same loop, deterministic and independent of its grid bound.
+// against the same loop, deterministic and independent of its grid bound; and the decode kernel with
+// q/k-norm + RoPE + KV append fused in, bit-identical (output and caches) to the two kernels it joins.
 #include <cmath>
 #include <cstring>
 
 #include "kernels/attention.cuh"
+#include "kernels/decode_fused.cuh"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
@@ -211,6 +213,79 @@ void CheckDecodeAttention(int n_past, int heads, int kv_heads, int d, ElemType k
     ASSERT_EQ(std::memcmp(again.data(), got.data(), sizeof(float) * got.size()), 0)
         << what << ": run " << run << " differs from the first";
   }
+}
+
+// The fused prologue (LaunchDecodeAttention with a DecodeRopeAppend) against LaunchQkNormRopeAppend
+// followed by LaunchDecodeAttention on a copy of the same caches: the same bits in the output and in
+// every cache row (the new slot included), so nothing downstream can tell the paths apart.
+void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_norm, RopeStyle style) {
+  auto rng = testing::FreshRng();
+  const int max_past = n_past + 40, capacity = max_past + 1;
+  const auto q_raw = testing::RandomNormal(rng, size_t(heads) * d);
+  const auto k_raw = testing::RandomNormal(rng, size_t(kv_heads) * d);
+  const auto v_raw = testing::RandomNormal(rng, size_t(kv_heads) * d);
+  const auto cache_k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  const auto cache_v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  auto norm_w = testing::ToBf16(testing::RandomNormal(rng, size_t(d)));
+  std::vector<uint16_t> k_norm_w = testing::ToBf16(testing::RandomNormal(rng, size_t(d)));
+  DeviceBuffer<float> dq(q_raw), dk(k_raw), dv(v_raw), dq_rot(q_raw.size());
+  DeviceBuffer<float> kc_a(cache_k), vc_a(cache_v), kc_b(cache_k), vc_b(cache_v);
+  DeviceBuffer<uint16_t> dqn(norm_w), dkn(k_norm_w);
+  DeviceBuffer<float2> table(size_t(capacity) * d / 2);
+  CUDA_OK(LaunchRopeTable(table.get(), capacity, d, 1e6, nullptr));
+  DeviceBuffer<DecodeState> state(1);
+  CUDA_OK(LaunchSetDecodeState(state.get(), nullptr, 0, n_past, nullptr));
+  DeviceBuffer<int32_t> dpast(std::vector<int32_t>{n_past});
+  const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, d);
+  DeviceBuffer<uint8_t> ws_a(std::vector<uint8_t>(ws_bytes, 0)), ws_b(std::vector<uint8_t>(ws_bytes, 0));
+  DeviceBuffer<float> out_a(q_raw.size()), out_b(q_raw.size());
+  const float scale = 1.f / std::sqrt(float(d));
+  const void* qn = qk_norm ? static_cast<const void*>(dqn.get()) : nullptr;
+  const void* kn = qk_norm ? static_cast<const void*>(dkn.get()) : nullptr;
+  CUDA_OK(LaunchQkNormRopeAppend(dq.get(), dk.get(), dv.get(), dq_rot.get(), qn, kn, ElemType::kBF16, 1e-6f,
+                                 kc_a.get(), vc_a.get(), state.get(), heads, kv_heads, d, table.get(), style,
+                                 nullptr, false));
+  CUDA_OK(LaunchDecodeAttention(dq_rot.get(), kc_a.get(), vc_a.get(), ElemType::kF32, out_a.get(), max_past,
+                                heads, kv_heads, d, scale, ws_a.get(), ws_bytes, dpast.get(), nullptr, false));
+  DecodeRopeAppend rope;
+  rope.q_raw = dq.get();
+  rope.k_raw = dk.get();
+  rope.v_raw = dv.get();
+  rope.q_norm = qn;
+  rope.k_norm = kn;
+  rope.norm_type = ElemType::kBF16;
+  rope.eps = 1e-6f;
+  rope.rope_table = table.get();
+  rope.style = style;
+  CUDA_OK(LaunchDecodeAttention(rope, kc_b.get(), vc_b.get(), out_b.get(), max_past, heads, kv_heads, d, scale,
+                                ws_b.get(), ws_bytes, dpast.get(), nullptr, false));
+  const std::string what = "fused decode attention past=" + std::to_string(n_past) + " heads=" +
+                           std::to_string(heads) + "/" + std::to_string(kv_heads) + " d=" + std::to_string(d) +
+                           (qk_norm ? " qk-norm" : "") + (style == RopeStyle::kRotateHalf ? " half" : " pairs");
+  const auto a = out_a.Download(), b = out_b.Download();
+  for (float x : b) ASSERT_TRUE(std::isfinite(x)) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0) << what << ": outputs differ";
+  for (const auto* pair : {&kc_a, &vc_a}) {
+    const auto& other = pair == &kc_a ? kc_b : vc_b;
+    const auto x = pair->Download(), y = other.Download();
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), sizeof(float) * x.size()), 0)
+        << what << ": " << (pair == &kc_a ? "K" : "V") << " caches differ";
+  }
+  // The new slot was written (not left as the random row it started as).
+  const auto kc = kc_b.Download();
+  EXPECT_NE(std::memcmp(kc.data() + size_t(n_past) * kv_heads * d, cache_k.data() + size_t(n_past) * kv_heads * d,
+                        sizeof(float) * kv_heads * d),
+            0)
+      << what;
+}
+
+TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckFusedRopeAppend(31, 16, 8, 128, true, RopeStyle::kRotateHalf);    // the draft's shape, ctx 32
+  CheckFusedRopeAppend(256, 16, 8, 128, true, RopeStyle::kRotateHalf);   // the new slot opens chunk 2
+  CheckFusedRopeAppend(1900, 16, 8, 128, false, RopeStyle::kRotateHalf); // 8 chunks, no q/k norm
+  CheckFusedRopeAppend(70, 8, 8, 64, true, RopeStyle::kInterleaved);     // MHA, pairwise RoPE
+  CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
 }
 
 TEST(AttentionGpu, DecodeSingleQuery) {

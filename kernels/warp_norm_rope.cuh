@@ -1,0 +1,65 @@
+// One warp's q/k-norm + RoPE of a single head, with the arithmetic of QkNormRopeAppendKernel
+// (decode_fused.cu): that kernel's block of T = round32(head_dim) threads holds one element per thread,
+// sums the squares per warp and then the warp sums with a butterfly; here lane l holds elements
+// l, l + 32, ..., and lanes 0..per-1 carry the per-32 sums into the same butterfly, so the results are
+// the same bits. Shared by the fused decode attention (attention.cu) and the persistent decode kernel
+// (persistent_decode.cu), which append the same K rows to the cache as the unfused path.
+// Internal to kernels/: included from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/device_util.cuh"
+#include "kernels/kernel_types.h"
+#include "kernels/rope.cuh"
+
+namespace specgen::kernels::detail {
+
+inline constexpr int kMaxNormRopeDim = 256;
+inline constexpr int kMaxNormRopePer = kMaxNormRopeDim / 32;  // elements per lane at most
+
+// y[e] holds element e * 32 + lane of the head (zero past D, D even and at most 256). Writes
+// dst[0..D) = RoPE(RmsNorm(y; norm_w, eps)) at `rope` (the position's row of the cos/sin table:
+// D / 2 float2), or RoPE(y) when norm_w is null. `tmp`: D floats of shared memory (may be dst when dst
+// is shared memory: each lane reads and writes only its own pairs). The whole warp calls it.
+__device__ __forceinline__ void WarpNormRopeValues(float (&y)[kMaxNormRopePer], int D, const void* norm_w,
+                                                   ElemType norm_type, float eps, const float2* rope,
+                                                   RopeStyle style, float* tmp, float* dst) {
+  const int lane = threadIdx.x & 31, per = (D + 31) / 32;
+  if (norm_w != nullptr) {
+    float t = 0.f;
+#pragma unroll
+    for (int e = 0; e < kMaxNormRopePer; ++e) {
+      if (e < per) {
+        const float s = WarpSum(fmaf(y[e], y[e], 0.f));
+        if (lane == e) t = s;
+      }
+    }
+    t = WarpSum(t);
+    const float inv = rsqrtf(t / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int e = 0; e < kMaxNormRopePer; ++e) {
+      const int i = e * 32 + lane;
+      if (e < per && i < D) y[e] = y[e] * inv * LoadAsF32(norm_w, norm_type, i);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kMaxNormRopePer; ++e) {
+    const int i = e * 32 + lane;
+    if (e < per && i < D) tmp[i] = y[e];
+  }
+  __syncwarp();
+  const int half = D / 2;
+  for (int i = lane; i < half; i += 32) {
+    const float2 cs = rope[i];
+    const float cf = cs.x, sf = cs.y;
+    const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
+    const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
+    const float x0 = tmp[i0], x1 = tmp[i1];
+    dst[i0] = x0 * cf - x1 * sf;
+    dst[i1] = x0 * sf + x1 * cf;
+  }
+  __syncwarp();
+}
+
+}  // namespace specgen::kernels::detail
