@@ -190,7 +190,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const Spe
     ASSIGN_OR_RETURN(std::unique_ptr<DeviceSpeculativeDecoder> loop,
                      DeviceSpeculativeDecoder::Create(cuda, pair.target.get(),
                                                       pair.proposer ? pair.draft.get() : nullptr, options));
-    return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop), false));
+    return std::unique_ptr<Decoder>(
+        std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop), options.keep_cache));
   }
 #endif
   return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<SpeculativeDecoder>>(

@@ -71,7 +71,7 @@ class Decoder {
                                                         const TokenSink& sink) = 0;
   virtual const SpeculativeStats& stats() const = 0;
   // Whether Generate keeps the target's KV cache for the prompt's common prefix with the previous
-  // call (SpeculativeOptions::keep_cache; the CPU loop does, the GPU loop prefills again).
+  // call (SpeculativeOptions::keep_cache; both the CPU and the GPU loop do).
   virtual bool reuses_cache() const = 0;
 };
 absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options);

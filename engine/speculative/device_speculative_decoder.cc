@@ -121,18 +121,27 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
 }
 
 absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
-  // As SpeculativeDecoder: both models cache all but the last prompt token. Logits stay unread.
+  // As SpeculativeDecoder: both models cache all but the last prompt token, and with keep_cache a
+  // cache that already holds a prefix of them (the previous turn of a chat) is fed only the rest.
+  // Logits stay unread.
   const auto head = prompt.first(prompt.size() - 1);
   std::vector<int32_t> positions;
   for (Transformer* lm : {target_, draft_}) {
     if (lm == nullptr) continue;
-    if (lm->n_past() > 0) RETURN_IF_ERROR(lm->Truncate(0));
-    for (size_t begin = 0; begin < head.size(); begin += kPrefillChunk) {
+    std::vector<int32_t>& cached = lm == target_ ? target_cached_ : draft_cached_;
+    size_t common = 0;
+    if (options_.keep_cache && static_cast<int64_t>(cached.size()) == lm->n_past()) {
+      while (common < cached.size() && common < head.size() && cached[common] == head[common]) ++common;
+    }
+    cached.clear();  // set again once this Generate has finished
+    if (lm->n_past() > static_cast<int64_t>(common)) RETURN_IF_ERROR(lm->Truncate(static_cast<int64_t>(common)));
+    for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
       const auto chunk = head.subspan(begin, std::min(kPrefillChunk, head.size() - begin));
       positions.resize(chunk.size());
       for (size_t i = 0; i < chunk.size(); ++i) positions[i] = static_cast<int32_t>(begin + i);
       RETURN_IF_ERROR(lm->ForwardResident(chunk, positions, {}).status());
     }
+    if (lm == target_) last_prefill_fed_ = static_cast<int64_t>(head.size() - common);
   }
   draft_valid_ = draft_ != nullptr ? static_cast<int64_t>(head.size()) : 0;
   return absl::OkStatus();
@@ -206,6 +215,9 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());
   std::vector<int32_t> generated;
+  // What the target's cache holds: the sequence but its last token, then per pass the accepted drafts
+  // (which an end token may cut from `sequence`).
+  std::vector<int32_t> held(prompt.begin(), prompt.end() - 1);
   std::vector<int32_t> dummy, positions;
   const auto* host = static_cast<const kernels::AcceptanceResult*>(host_result_);
   bool ended = false;
@@ -252,6 +264,8 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     }
     const int64_t keep = len + n_acc;
     if (target_->n_past() > keep) RETURN_IF_ERROR(target_->Truncate(keep));
+    held.assign(sequence.begin(), sequence.end());
+    held.insert(held.end(), host->tokens, host->tokens + n_acc);
     if (draft_ != nullptr && k > 0) {
       draft_valid_ = std::min<int64_t>(draft_valid_, keep);
       if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
@@ -293,6 +307,14 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   }
   stats_.tokens = static_cast<int64_t>(generated.size());
   stats_.total_seconds = SecondsSince(t_start);
+  if (options_.keep_cache) {
+    target_cached_.assign(held.begin(), held.begin() + std::min<int64_t>(target_->n_past(), held.size()));
+    if (draft_ != nullptr) {
+      const int64_t valid = std::min<int64_t>(draft_valid_, static_cast<int64_t>(target_cached_.size()));
+      if (draft_->n_past() > valid) RETURN_IF_ERROR(draft_->Truncate(valid));
+      draft_cached_.assign(target_cached_.begin(), target_cached_.begin() + valid);
+    }
+  }
   return generated;
 }
 

@@ -62,6 +62,9 @@ class DeviceSpeculativeDecoder {
   const StepSyncStats& syncs() const { return syncs_; }
   // Cumulative over this decoder's life.
   DraftDecodeStats draft_decode_stats() const;
+  // Prompt tokens the last Generate's prefill fed to the target (with keep_cache, only those past the
+  // prefix its KV cache already held).
+  int64_t last_prefill_fed() const { return last_prefill_fed_; }
 
  private:
   DeviceSpeculativeDecoder(CudaBackend* backend, Transformer* target, Transformer* draft,
@@ -82,6 +85,10 @@ class DeviceSpeculativeDecoder {
   SpeculativeStats stats_;
   StepSyncStats syncs_;
   int64_t draft_valid_ = 0;  // leading tokens of the sequence the draft's KV cache holds
+  // keep_cache: the tokens each KV cache holds after the last Generate (a later prompt that starts
+  // with them is fed from where they end, as SpeculativeDecoder does).
+  std::vector<int32_t> target_cached_, draft_cached_;
+  int64_t last_prefill_fed_ = 0;
   std::unique_ptr<GraphedDraft> graphed_;  // null: single tokens through the Transformer
   std::string why_not_graph_;
   int64_t transformer_passes_ = 0;

@@ -136,6 +136,53 @@ TEST_F(GpuBundledPair, DraftDecodePaths) {
   }
 }
 
+// keep_cache on the GPU loop (chat turns): the next turn's prompt extends the previous prompt and reply,
+// and only its new tokens are fed; the reply equals a fresh decoder's. A prompt that diverges inside
+// the cached part is fed from the divergence on, with the same output as a fresh decoder.
+TEST_F(GpuBundledPair, KeepCacheFeedsOnlyTheNextTurnsNewTokens) {
+  SpeculativeOptions o;
+  o.draft_max = 4;
+  o.max_new_tokens = kNewTokens;
+  o.sampling = SamplingParams::Greedy();
+  o.keep_cache = true;
+  auto kept = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o);
+  o.keep_cache = false;
+  auto fresh = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o);
+  ASSERT_TRUE(kept.ok() && fresh.ok());
+
+  const std::vector<int32_t> turn1 = prompts_[1];
+  auto reply1 = (*kept)->Generate(turn1);
+  ASSERT_TRUE(reply1.ok()) << reply1.status();
+  EXPECT_EQ((*kept)->last_prefill_fed(), static_cast<int64_t>(turn1.size()) - 1);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), reply1->begin(), reply1->end());
+  const std::vector<int32_t> user = {1, 872, 198, 2};
+  turn2.insert(turn2.end(), user.begin(), user.end());
+
+  auto reply2 = (*kept)->Generate(turn2);
+  ASSERT_TRUE(reply2.ok()) << reply2.status();
+  const int64_t fed_kept = (*kept)->last_prefill_fed();
+  auto expected = (*fresh)->Generate(turn2);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(*reply2, *expected);
+  EXPECT_EQ((*fresh)->last_prefill_fed(), static_cast<int64_t>(turn2.size()) - 1);
+  // At most the new user tokens and the reply's last token (never fed in turn 1).
+  EXPECT_LE(fed_kept, static_cast<int64_t>(user.size()) + 1);
+  EXPECT_GE(fed_kept, static_cast<int64_t>(user.size()));
+
+  // Re-run turn 2 on the kept decoder (its cache holds turn 2 and its reply), then diverge at d.
+  ASSERT_TRUE((*kept)->Generate(turn2).ok());
+  std::vector<int32_t> turn3 = turn2;
+  const size_t d = turn1.size() / 2;
+  turn3[d] = turn3[d] == 7 ? 8 : 7;
+  auto reply3 = (*kept)->Generate(turn3);
+  ASSERT_TRUE(reply3.ok()) << reply3.status();
+  EXPECT_EQ((*kept)->last_prefill_fed(), static_cast<int64_t>(turn3.size() - 1 - d));
+  auto expected3 = (*fresh)->Generate(turn3);
+  ASSERT_TRUE(expected3.ok()) << expected3.status();
+  EXPECT_EQ(*reply3, *expected3);
+}
+
 TEST_F(GpuBundledPair, CoupledEqualsPlainSamplingPerSeed) {
   for (uint64_t seed : {1ull, 2ull, 3ull}) {
     for (SamplingParams params : {SamplingParams::Plain(0.8f, seed), [&] {
