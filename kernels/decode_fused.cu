@@ -52,10 +52,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     t = detail::WarpSum(t);
     const float inv = rsqrtf(t / static_cast<float>(in) + eps);
     for (int i = tid; i < in; i += blockDim.x) {
-      xs[i] = x[i] * inv * detail::LoadAsF32(norm_w, norm_type, i);
+      xs[detail::StagedIndex(i)] = x[i] * inv * detail::LoadAsF32(norm_w, norm_type, i);
     }
   } else {
-    for (int i = tid; i < in; i += blockDim.x) xs[i] = x[i];
+    for (int i = tid; i < in; i += blockDim.x) xs[detail::StagedIndex(i)] = x[i];
   }
   __syncthreads();
 
@@ -101,7 +101,7 @@ cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type
     return true;
   }();
   (void)configured;
-  const size_t smem = static_cast<size_t>(in) * sizeof(float);
+  const size_t smem = static_cast<size_t>(detail::StagedFloats(in)) * sizeof(float);
   if (!programmatic) {
     FusedGemvKernel<kW, kEpi, kU, kStreaming><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type,
                                                                                       eps, segs, in);

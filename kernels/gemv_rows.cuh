@@ -19,6 +19,17 @@ namespace specgen::kernels::detail {
 inline constexpr int kRowChunk = 8;               // weights per 16-byte load
 inline constexpr int kRowWarpK = 32 * kRowChunk;  // weights a warp covers with one load per lane
 
+// The shared-memory layout of a staged activation: lane l multiplies inputs k = l*8 + 256*s + j
+// (j < 8), read as two float4; stored plainly, a warp's first float4 reads would touch 1 KB (8
+// wavefronts, every bank twice). Here the 256 inputs of batch s are stored as [half j/4][lane][j%4],
+// so each warp-wide float4 read is 512 contiguous bytes (4 wavefronts, no conflict). Only where values
+// live changes, never which values are multiplied, so results are the same bits.
+__host__ __device__ constexpr int StagedIndex(int k) {
+  return (k & ~255) | ((k & 4) << 5) | (((k >> 3) & 31) << 2) | (k & 3);
+}
+// Floats a staged activation of `in` inputs occupies (the last batch is laid out whole).
+__host__ __device__ constexpr int StagedFloats(int in) { return (in + kRowWarpK - 1) / kRowWarpK * kRowWarpK; }
+
 // kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
 template <int kRows, int kU>
 __device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int kb, int in,
@@ -33,7 +44,7 @@ __device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int
   }
 }
 
-// Dot products of kRows weight rows with xs (shared), each in GemvKernel's order: lane l accumulates
+// Dot products of kRows weight rows with xs (shared, StagedIndex layout), each in GemvKernel's order: lane l accumulates
 // k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly. `wv` holds
 // the first batch of loads (kb = lane*8), issued by the caller ahead of time; the batches after it
 // (in > 256*kU) are loaded here. How far ahead loads are issued never changes the arithmetic.
@@ -49,8 +60,9 @@ __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const
     for (int u = 0; u < kU; ++u) {
       const int k = kb + u * kRowWarpK;
       if (k >= in) break;
-      const float4 a = *reinterpret_cast<const float4*>(xs + k);
-      const float4 b = *reinterpret_cast<const float4*>(xs + k + 4);
+      const float* batch = xs + (k & ~(kRowWarpK - 1)) + lane * 4;  // StagedIndex(k), StagedIndex(k + 4)
+      const float4 a = *reinterpret_cast<const float4*>(batch);
+      const float4 b = *reinterpret_cast<const float4*>(batch + kRowWarpK / 2);
       const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -65,7 +77,8 @@ __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const
   for (int r = 0; r < kRows; ++r) out[r] = WarpSum(acc[r]);
 }
 
-// xs[i] = RmsNorm(xs; norm_w, eps)[i] in place for i < in (xs staged in shared memory, then a block
+// xs = RmsNorm(xs; norm_w, eps) in place over inputs i < in (xs staged in shared memory in the
+// StagedIndex layout, then a block
 // barrier by the caller), a barrier at the end. The arithmetic is RmsNormKernel's for one row of `in`
 // elements with its block of T threads: thread t sums i = t, t + T, ... with fmaf, then the per-warp
 // butterfly and the butterfly of the warp sums. Works for any block of at least 256 threads (a multiple
@@ -77,7 +90,7 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
   const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
   float ss = 0.f;
   if (tid < T) {
-    for (int i = tid; i < in; i += T) ss = fmaf(xs[i], xs[i], ss);
+    for (int i = tid; i < in; i += T) ss = fmaf(xs[StagedIndex(i)], xs[StagedIndex(i)], ss);
   }
   ss = WarpSum(ss);
   if (lane == 0 && warp < 32) scratch[warp] = ss;
@@ -86,7 +99,8 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
   t = WarpSum(t);
   const float inv = rsqrtf(t / static_cast<float>(in) + eps);
   for (int i = tid; i < in; i += blockDim.x) {
-    xs[i] = xs[i] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+    const int j = StagedIndex(i);
+    xs[j] = xs[j] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
   }
   __syncthreads();
 }

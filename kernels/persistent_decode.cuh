@@ -74,6 +74,7 @@ struct PersistentDecodeParams {
   // default: on the H200 it made the phases slower (its bulk requests queue ahead of the loads on the
   // critical path; BM_PersistentPhases measures both).
   bool l2_prefetch = false;
+  int probe_repeat = 1;  // > 1: the attention's slot loop runs this often (same result; benchmarks)
 };
 
 // Phases per token that hand activations on: the embedding and five per layer (the head is last).

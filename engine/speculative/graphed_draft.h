@@ -72,9 +72,10 @@ class GraphedDraft {
   int persistent_blocks() const { return persistent_blocks_; }
   // Benchmarks only: per-phase timestamps of the persistent kernel into `timeline` (device memory, see
   // kernels::PersistentDecodeParams::timeline; null: none) and its L2 prefetch on or off.
-  void SetPersistentProbe(unsigned long long* timeline, bool l2_prefetch) {
+  void SetPersistentProbe(unsigned long long* timeline, bool l2_prefetch, int repeat = 1) {
     probe_timeline_ = timeline;
     l2_prefetch_ = l2_prefetch;
+    probe_repeat_ = repeat;
   }
   const std::string& fallback_reason() const { return fallback_; }
 
@@ -119,6 +120,7 @@ class GraphedDraft {
   size_t persistent_ws_bytes_ = 0;
   unsigned long long* probe_timeline_ = nullptr;
   bool l2_prefetch_ = false;
+  int probe_repeat_ = 1;
 };
 
 }  // namespace specgen

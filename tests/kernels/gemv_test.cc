@@ -1,8 +1,16 @@
-// Small-batch GEMV against a CPU loop, and its batch invariance (bit-exact rows for n = 1..16).
+// Small-batch GEMV against a CPU loop, and its batch invariance (bit-exact rows for n = 1..16); the
+// fused decode GEMV (RMSNorm prologue, several matrices, SwiGLU / residual epilogues) bit-identical to
+// the separate kernels it replaces.
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "kernels/decode_fused.cuh"
+#include "kernels/elementwise.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/norm.cuh"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
@@ -77,6 +85,68 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
         }
     }
   }
+}
+
+// LaunchFusedGemv against LaunchRmsNorm + LaunchGemv (+ LaunchSwiGlu / LaunchAdd) for one token: the
+// same bits, whatever the grid bound (rows are walked grid-stride). `in` not a multiple of 256 covers a
+// partial last batch of the staged activation.
+void CheckFusedGemv(int in, std::vector<int> rows, GemvEpilogue epi, bool norm, int max_blocks) {
+  auto rng = testing::FreshRng();
+  const auto x = testing::RandomNormal(rng, size_t(in));
+  const auto norm_w = testing::ToBf16(testing::RandomNormal(rng, size_t(in)));
+  DeviceBuffer<float> dx(x), dxn(static_cast<size_t>(in));
+  DeviceBuffer<uint16_t> dnorm(norm_w);
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> w;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> y_ref, y_fused;
+  std::vector<std::vector<float>> start;  // kAddTo: the residual both start from
+  for (int r : rows) {
+    w.push_back(std::make_unique<DeviceBuffer<uint16_t>>(
+        testing::ToBf16(testing::RandomNormal(rng, size_t(r) * in, 0.05f))));
+    start.push_back(testing::RandomNormal(rng, size_t(r)));
+    y_ref.push_back(std::make_unique<DeviceBuffer<float>>(start.back()));
+    y_fused.push_back(std::make_unique<DeviceBuffer<float>>(start.back()));
+  }
+  const float eps = 1e-6f;
+  const float* xin = dx.get();
+  if (norm) {
+    CUDA_OK(LaunchRmsNorm(dx.get(), dnorm.get(), ElemType::kBF16, dxn.get(), 1, in, eps, nullptr));
+    xin = dxn.get();
+  }
+  std::vector<GemvSegment> segs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    DeviceBuffer<float> tmp(static_cast<size_t>(rows[i]));
+    CUDA_OK(LaunchGemv(w[i]->get(), ElemType::kBF16, xin, tmp.get(), 1, rows[i], in, nullptr));
+    if (epi == GemvEpilogue::kAddTo) {
+      CUDA_OK(LaunchAdd(y_ref[i]->get(), tmp.get(), y_ref[i]->get(), rows[i], nullptr));
+    } else {
+      CUDA_OK(cudaMemcpy(y_ref[i]->get(), tmp.get(), sizeof(float) * rows[i], cudaMemcpyDeviceToDevice));
+    }
+    segs.push_back({w[i]->get(), y_fused[i]->get(), rows[i]});
+  }
+  if (epi == GemvEpilogue::kSwiGlu) {
+    CUDA_OK(LaunchSwiGlu(y_ref[0]->get(), y_ref[1]->get(), y_ref[0]->get(), rows[0], nullptr));
+    segs[1].y = y_fused[0]->get();  // the product lands in the gate's output
+  }
+  CUDA_OK(LaunchFusedGemv(dx.get(), norm ? dnorm.get() : nullptr, ElemType::kBF16, eps, segs.data(),
+                          static_cast<int>(segs.size()), ElemType::kBF16, in, epi, max_blocks, nullptr));
+  const std::string what = "fused gemv in=" + std::to_string(in) + " epi=" + std::to_string(int(epi)) +
+                           (norm ? " norm" : "") + " max_blocks=" + std::to_string(max_blocks);
+  const size_t outputs = epi == GemvEpilogue::kSwiGlu ? 1 : rows.size();
+  for (size_t i = 0; i < outputs; ++i) {
+    const auto a = y_ref[i]->Download(), b = y_fused[i]->Download();
+    for (float v : b) ASSERT_TRUE(std::isfinite(v)) << what;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0) << what << " segment " << i;
+  }
+}
+
+TEST(GemvGpu, FusedDecodeGemvEqualsSeparateKernels) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 1056);  // qwen3-0.6b QKV
+  CheckFusedGemv(2048, {1024}, GemvEpilogue::kAddTo, false, 1056);             // O + residual
+  CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 1056);       // gate/up + SwiGLU
+  CheckFusedGemv(3072, {1024}, GemvEpilogue::kAddTo, false, 7);                // down, few blocks
+  CheckFusedGemv(1000, {333, 77}, GemvEpilogue::kStore, true, 3);              // partial last batch
+  CheckFusedGemv(4104, {100}, GemvEpilogue::kStore, false, 50);                // past 12 loads a row
 }
 
 TEST(GemvGpu, RejectsBadShapes) {
