@@ -463,15 +463,6 @@ __device__ __noinline__ void AttentionPhase(const PersistentDecodeParams& p, con
         acc[e] = 0.f;
       }
       float m = -INFINITY, l = 0.f;
-      // probe_repeat > 1 (benchmarks): the same loop again from scratch, to tell a cold first pass
-      // (instruction fetch) from the loop's steady cost; the result is the same.
-      for (int rep = 0; rep < p.probe_repeat; ++rep) {
-      if (rep > 0) {
-        if (probe != nullptr && blockIdx.x == 0 && threadIdx.x == 0) probe[5] = GlobalTimer();
-        m = -INFINITY, l = 0.f;
-#pragma unroll
-        for (int e = 0; e < kMaxPer; ++e) acc[e] = 0.f;
-      }
       for (int j0 = c0 + sub; j0 < end; j0 += wph * kSlotBatch) {
         float sg[kSlotBatch];
 #pragma unroll
@@ -507,7 +498,6 @@ __device__ __noinline__ void AttentionPhase(const PersistentDecodeParams& p, con
           }
         }
         m = mb;
-      }
       }
       if (lane == 0) {
         m_s[warp] = m;

@@ -74,13 +74,12 @@ struct PersistentDecodeParams {
   // default: on the H200 it made the phases slower (its bulk requests queue ahead of the loads on the
   // critical path; BM_PersistentPhases measures both).
   bool l2_prefetch = false;
-  int probe_repeat = 1;  // > 1: the attention's slot loop runs this often (same result; benchmarks)
 };
 
 // Phases per token that hand activations on: the embedding and five per layer (the head is last).
 constexpr int PersistentDecodePhases(int n_layers) { return 1 + 5 * n_layers; }
 // Stamps inside each layer's attention phase, block 0 only, after the timeline's rows: [l * 8 + s] =
-// entry, K/V appended, q rotated (warp 0), slots done, item done.
+// s 0 entry, 1 new K/V row appended, 2 queries rotated and cache rows staged, 3 slot loop done, 4 merged.
 inline constexpr int kPersistentProbeSlots = 8;
 inline size_t PersistentDecodeTimelineEntries(int n_layers, int blocks) {
   return static_cast<size_t>(PersistentDecodePhases(n_layers) + 1) * (blocks + 1) +

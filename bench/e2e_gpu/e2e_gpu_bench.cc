@@ -10,6 +10,8 @@
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
 //    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
+//  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
+//    written by the kernel itself), with its L2 prefetch off and on.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
 //    same loop), acceptance rate, τ, host syncs per step (result copies + other waits; should be 1)
@@ -295,8 +297,8 @@ BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
 // Where a persistent-kernel token's time goes: per-phase timestamps of one token (after 16 warm-up
 // tokens) at context 32, averaged over the layers. A phase's time = the last block's end of it minus
 // the last block's end of the phase before (its critical-path share; blocks overlap phases).
-// Args: L2 prefetch of the weights ahead on (1) or off (0); how often the attention's slot loop runs
-// (2: a3_first_pass_w0 = warp 0's first pass, to tell a cold first pass from the loop's own cost).
+// Arg: L2 prefetch of the weights ahead on (1) or off (0). The a* counters split block 0's attention
+// (entry after its own QKV rows, K/V appended, q rotated + cache rows staged, the slot loop, the merge).
 void BM_PersistentPhases(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   auto spec = SynthSpec("qwen3-0.6b");
@@ -322,20 +324,19 @@ void BM_PersistentPhases(benchmark::State& state) {
   if (!dev.ok()) return state.SkipWithError(std::string(dev.status().message()).c_str());
   auto* timeline = static_cast<unsigned long long*>(*dev);
   const bool prefetch = state.range(0) != 0;
-  const int repeat = static_cast<int>(state.range(1));
   std::vector<unsigned long long> t(entries);
   constexpr int kContext = 32;
   std::vector<int32_t> prompt(kContext), pos(kContext);
   for (int i = 0; i < kContext; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size), pos[i] = i;
   // phase kinds: 0 embedding, 1 qkv, 2 attention, 3 o, 4 gate/up, 5 down
-  double compute[6] = {}, head = 0, total = 0, attn_inside[5] = {}, first_pass = 0;
+  double compute[6] = {}, head = 0, total = 0, attn_inside[5] = {};
   int64_t rounds = 0;
   for (auto _ : state) {
     (void)(*lm)->Truncate(0);
     (void)(*lm)->ForwardResident(prompt, pos, {});
     (*g)->SetPersistentProbe(nullptr, prefetch);
     for (int i = 0; i < 16; ++i) (void)(*g)->Decode(nullptr, 100 + i);
-    (*g)->SetPersistentProbe(timeline, prefetch, repeat);
+    (*g)->SetPersistentProbe(timeline, prefetch);
     (void)(*g)->Decode(nullptr, 7);
     (void)(*be)->Synchronize(SyncKind::kOther);
     cudaMemcpy(t.data(), timeline, entries * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
@@ -363,7 +364,6 @@ void BM_PersistentPhases(benchmark::State& state) {
       const double qkv_end = static_cast<double>(t[static_cast<size_t>(1 + 5 * l) * (nb + 1)]);
       attn_inside[0] += (at(0) - qkv_end) * 1e-3;
       for (int s2 = 1; s2 <= 4; ++s2) attn_inside[s2] += (at(s2) - at(s2 - 1)) * 1e-3;
-      if (repeat > 1) first_pass += (at(5) - at(2)) * 1e-3;
     }
     total += (last(phases) - first(0)) * 1e-3;
     ++rounds;
@@ -373,15 +373,11 @@ void BM_PersistentPhases(benchmark::State& state) {
   state.counters["us_head"] = head / rounds;
   const char* inside[5] = {"a0_entry", "a1_kv_append", "a2_q_rope", "a3_slots", "a4_merge"};
   for (int i = 0; i < 5; ++i) state.counters[inside[i]] = attn_inside[i] / rounds / layers;
-  if (repeat > 1) state.counters["a3_first_pass_w0"] = first_pass / rounds / layers;
   state.counters["us_token"] = total / rounds;
   state.counters["blocks"] = nb;
   (*be)->arena().Free(*dev);
 }
-BENCHMARK(BM_PersistentPhases)
-    ->ArgNames({"prefetch", "slot_loop_runs"})
-    ->Args({0, 1})->Args({1, 1})->Args({0, 2})
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_PersistentPhases)->ArgNames({"prefetch"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");

@@ -186,7 +186,6 @@ absl::Status GraphedDraft::LaunchPersistent(const int32_t* device_token, int32_t
   p.workspace_bytes = persistent_ws_bytes_;
   p.timeline = probe_timeline_;
   p.l2_prefetch = l2_prefetch_;
-  p.probe_repeat = probe_repeat_;
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchPersistentDecode(p, device_token, host_token, pos,
                                                                static_cast<uint64_t>(persistent_launches_),
                                                                persistent_blocks_, backend_->stream()));

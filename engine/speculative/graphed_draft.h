@@ -14,7 +14,7 @@
 // fails (fallback_reason() says why).
 // Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
 // GEMV/norm/RoPE code repeats the Backend ops' arithmetic, but the attention (the graph's single-query
-// decode kernel for head_dim 64/128/256, the persistent kernel's own for any head_dim) sums in its own
+// decode kernel for head_dim 64/128/256, the persistent kernel's own) sums in its own
 // order. The graph and the eager launches of the same kernels agree bit for bit; the persistent kernel
 // is deterministic (same inputs, same bits).
 #pragma once
@@ -72,10 +72,9 @@ class GraphedDraft {
   int persistent_blocks() const { return persistent_blocks_; }
   // Benchmarks only: per-phase timestamps of the persistent kernel into `timeline` (device memory, see
   // kernels::PersistentDecodeParams::timeline; null: none) and its L2 prefetch on or off.
-  void SetPersistentProbe(unsigned long long* timeline, bool l2_prefetch, int repeat = 1) {
+  void SetPersistentProbe(unsigned long long* timeline, bool l2_prefetch) {
     probe_timeline_ = timeline;
     l2_prefetch_ = l2_prefetch;
-    probe_repeat_ = repeat;
   }
   const std::string& fallback_reason() const { return fallback_; }
 
@@ -120,7 +119,6 @@ class GraphedDraft {
   size_t persistent_ws_bytes_ = 0;
   unsigned long long* probe_timeline_ = nullptr;
   bool l2_prefetch_ = false;
-  int probe_repeat_ = 1;
 };
 
 }  // namespace specgen
