@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
@@ -51,21 +52,34 @@ std::filesystem::path SourceDir() {
   return SPECGEN_SOURCE_DIR;
 }
 
-void BM_DraftDecode(benchmark::State& state) {
-  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto spec = SynthSpec("qwen3-0.6b");
-  if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
-  auto weights = SynthWeights(*spec, DType::kBF16, 1);
-  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
-  std::shared_ptr<const LoadedModel> model = std::move(weights).value();
+// synth:qwen3-0.6b in bf16, resident on a fresh CudaBackend (4 GiB arena) with a 2048-slot cache:
+// the model every draft-decode benchmark here measures.
+struct QwenDraft {
+  ModelSpec spec;
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<Transformer> lm;
+};
+absl::StatusOr<QwenDraft> MakeQwenDraft() {
+  QwenDraft d;
+  ASSIGN_OR_RETURN(d.spec, SynthSpec("qwen3-0.6b"));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(d.spec, DType::kBF16, 1));
   CudaBackendOptions o;
   o.arena_bytes = size_t{4} << 30;
-  auto be = CudaBackend::Create(o);
-  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  ASSIGN_OR_RETURN(d.backend, CudaBackend::Create(o));
   TransformerOptions topt;
   topt.max_context = 2048;
-  auto lm = Transformer::Create(model, be->get(), topt);
-  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  ASSIGN_OR_RETURN(d.lm, Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights)),
+                                             d.backend.get(), topt));
+  return d;
+}
+
+void BM_DraftDecode(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  auto draft = MakeQwenDraft();
+  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  const ModelSpec* spec = &draft->spec;
+  std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
+  std::unique_ptr<Transformer>* lm = &draft->lm;
   auto bytes = SynthBytes(*spec, DType::kBF16);
   const double table = double(spec->vocab_size) * spec->hidden * 2;
   const double read_bytes = double(*bytes) - (spec->tied_embeddings ? 0.0 : table - spec->hidden * 2);
@@ -140,18 +154,10 @@ enum LayerKernel : int {
 void BM_DraftLayerKernels(benchmark::State& state) {
   namespace kn = kernels;
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto spec = SynthSpec("qwen3-0.6b");
-  if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
-  auto weights = SynthWeights(*spec, DType::kBF16, 1);
-  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
-  CudaBackendOptions o;
-  o.arena_bytes = size_t{4} << 30;
-  auto be = CudaBackend::Create(o);
-  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
-  TransformerOptions topt;
-  topt.max_context = 2048;
-  auto lm = Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights).value()), be->get(), topt);
-  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  auto draft = MakeQwenDraft();
+  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
+  std::unique_ptr<Transformer>* lm = &draft->lm;
   const ModelSpec& s = (*lm)->spec();
   int ctx = 32, which = 0;  // set per measurement below
   const int D = static_cast<int>(s.hidden), H = static_cast<int>(s.n_heads),
@@ -301,19 +307,11 @@ BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
 // (entry after its own QKV rows, K/V appended, q rotated + cache rows staged, the slot loop, the merge).
 void BM_PersistentPhases(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto spec = SynthSpec("qwen3-0.6b");
-  if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
-  auto weights = SynthWeights(*spec, DType::kBF16, 1);
-  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
-  std::shared_ptr<const LoadedModel> model = std::move(weights).value();
-  CudaBackendOptions o;
-  o.arena_bytes = size_t{4} << 30;
-  auto be = CudaBackend::Create(o);
-  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
-  TransformerOptions topt;
-  topt.max_context = 2048;
-  auto lm = Transformer::Create(model, be->get(), topt);
-  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  auto draft = MakeQwenDraft();
+  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  const ModelSpec* spec = &draft->spec;
+  std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
+  std::unique_ptr<Transformer>* lm = &draft->lm;
   auto g = GraphedDraft::Create(be->get(), lm->get(), DraftDecodePath::kPersistent);
   if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
   if ((*g)->path() != DraftDecodePath::kPersistent) return state.SkipWithError((*g)->fallback_reason().c_str());
