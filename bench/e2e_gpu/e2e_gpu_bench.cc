@@ -59,24 +59,36 @@ struct QwenDraft {
   std::unique_ptr<CudaBackend> backend;
   std::unique_ptr<Transformer> lm;
 };
-absl::StatusOr<QwenDraft> MakeQwenDraft() {
-  QwenDraft d;
-  ASSIGN_OR_RETURN(d.spec, SynthSpec("qwen3-0.6b"));
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(d.spec, DType::kBF16, 1));
+absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft() {
+  auto d = std::make_unique<QwenDraft>();
+  ASSIGN_OR_RETURN(d->spec, SynthSpec("qwen3-0.6b"));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(d->spec, DType::kBF16, 1));
   CudaBackendOptions o;
   o.arena_bytes = size_t{4} << 30;
-  ASSIGN_OR_RETURN(d.backend, CudaBackend::Create(o));
+  ASSIGN_OR_RETURN(d->backend, CudaBackend::Create(o));
   TransformerOptions topt;
   topt.max_context = 2048;
-  ASSIGN_OR_RETURN(d.lm, Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights)),
-                                             d.backend.get(), topt));
+  ASSIGN_OR_RETURN(d->lm, Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights)),
+                                              d->backend.get(), topt));
   return d;
+}
+// The same, or null with the benchmark marked skipped (no device, or a failure).
+std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) {
+    state.SkipWithError("no CUDA device");
+    return nullptr;
+  }
+  auto d = MakeQwenDraft();
+  if (!d.ok()) {
+    state.SkipWithError(std::string(d.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(d).value();
 }
 
 void BM_DraftDecode(benchmark::State& state) {
-  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto draft = MakeQwenDraft();
-  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  auto draft = QwenDraftOrSkip(state);
+  if (draft == nullptr) return;
   const ModelSpec* spec = &draft->spec;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
   std::unique_ptr<Transformer>* lm = &draft->lm;
@@ -153,9 +165,8 @@ enum LayerKernel : int {
 };
 void BM_DraftLayerKernels(benchmark::State& state) {
   namespace kn = kernels;
-  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto draft = MakeQwenDraft();
-  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  auto draft = QwenDraftOrSkip(state);
+  if (draft == nullptr) return;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
   std::unique_ptr<Transformer>* lm = &draft->lm;
   const ModelSpec& s = (*lm)->spec();
@@ -306,9 +317,8 @@ BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
 // Arg: L2 prefetch of the weights ahead on (1) or off (0). The a* counters split block 0's attention
 // (entry after its own QKV rows, K/V appended, q rotated + cache rows staged, the slot loop, the merge).
 void BM_PersistentPhases(benchmark::State& state) {
-  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
-  auto draft = MakeQwenDraft();
-  if (!draft.ok()) return state.SkipWithError(std::string(draft.status().message()).c_str());
+  auto draft = QwenDraftOrSkip(state);
+  if (draft == nullptr) return;
   const ModelSpec* spec = &draft->spec;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
   std::unique_ptr<Transformer>* lm = &draft->lm;
