@@ -1,9 +1,10 @@
 // The whole single-token decode of a dense model (the resident draft) as ONE persistent cooperative
 // kernel: one block per multiprocessor walks every layer's phases (QKV projection, q/k-norm + RoPE + KV
-// append + attention, O projection, gate/up + SwiGLU, down projection) and the output head. Why: at one
-// token a layer's matrices are 4-13 MB, a few microseconds of HBM time each, so the separate kernels of
-// decode_fused.cuh spend most of a layer starting, ramping up and draining (28.5 us per qwen3-0.6b
-// layer against 7.5 us of weight reads).
+// append + attention, O projection, gate/up + SwiGLU, down projection) and the output head. The aim: at
+// one token a layer's matrices are 4-13 MB, a few microseconds of HBM time each, and the separate
+// kernels of decode_fused.cuh spend most of a layer starting, waiting and draining (~26 us per
+// qwen3-0.6b layer in the graph against 7.5 us of weight reads). Today this kernel is slower than that
+// graph (bench/RESULTS_H200.md measures its phases and says why); it is the opt-in path kPersistent.
 // There is no grid barrier: the activations one phase hands to the next carry the epoch of the phase
 // that wrote them (8-byte {value, epoch} pairs, single-copy atomic), and a block polls exactly the
 // elements it needs until they carry the epoch it expects, so a phase starts as soon as its inputs
