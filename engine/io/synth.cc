@@ -53,6 +53,16 @@ ModelSpec Qwen3Dense(std::string name, int64_t layers, int64_t D, int64_t H, int
   return s;
 }
 
+// The small test presets: head_dim 16, a 300-token vocabulary, 512 positions, bos 1 / eos 2.
+ModelSpec ForTests(ModelSpec s) {
+  s.head_dim = 16;
+  s.vocab_size = 300;
+  s.context_length = 512;
+  s.bos_token_id = 1;
+  s.eos_token_id = 2;
+  return s;
+}
+
 struct Preset {
   const char* name;
   const char* description;
@@ -98,25 +108,9 @@ const Preset kPresets[] = {
     {"qwen3-1.7b", "Qwen3-1.7B: dense, 28 layers, tied embeddings (a draft for Qwen3 targets)",
      [] { return Qwen3Dense("qwen3-1.7b", 28, 2048, 16, 8, 6144); }},
     {"tiny-moe", "tests: qwen3moe, 3 layers, D=64, 8 experts top-2, vocab 300",
-     [] {
-       ModelSpec s = Qwen3Moe("tiny-moe", 3, 64, 4, 2, 8, 2, 32, 96);
-       s.head_dim = 16;
-       s.vocab_size = 300;
-       s.context_length = 512;
-       s.bos_token_id = 1;
-       s.eos_token_id = 2;
-       return s;
-     }},
+     [] { return ForTests(Qwen3Moe("tiny-moe", 3, 64, 4, 2, 8, 2, 32, 96)); }},
     {"tiny-dense", "tests: qwen3, 2 layers, D=64, tied embeddings, vocab 300",
-     [] {
-       ModelSpec s = Qwen3Dense("tiny-dense", 2, 64, 4, 2, 128);
-       s.head_dim = 16;
-       s.vocab_size = 300;
-       s.context_length = 512;
-       s.bos_token_id = 1;
-       s.eos_token_id = 2;
-       return s;
-     }},
+     [] { return ForTests(Qwen3Dense("tiny-dense", 2, 64, 4, 2, 128)); }},
 };
 
 uint64_t Mix64(uint64_t z) {  // splitmix64's finalizer
@@ -145,15 +139,12 @@ void FillUniform(uint64_t key, uint64_t first, int64_t n, float scale, float off
 // routing is decisive rather than uniform.
 void ScaleFor(Role role, int64_t fan_in, float* scale, float* offset) {
   *offset = 0.0f;
+  if (IsNormRole(role)) {
+    *offset = 1.0f;
+    *scale = 0.05f;
+    return;
+  }
   switch (role) {
-    case Role::kOutputNorm:
-    case Role::kAttnNorm:
-    case Role::kAttnQNorm:
-    case Role::kAttnKNorm:
-    case Role::kFfnNorm:
-      *offset = 1.0f;
-      *scale = 0.05f;
-      return;
     case Role::kTokenEmbd:
       *scale = 1.0f;
       return;

@@ -4,6 +4,11 @@
 
 namespace specgen {
 
+bool IsNormRole(Role r) {
+  return r == Role::kOutputNorm || r == Role::kAttnNorm || r == Role::kAttnQNorm || r == Role::kAttnKNorm ||
+         r == Role::kFfnNorm;
+}
+
 std::string_view RoleName(Role r) {
   switch (r) {
     case Role::kTokenEmbd: return "token_embd";

@@ -42,6 +42,8 @@ enum class Role {
   kExpertDown,   // [D, F]   per expert
 };
 std::string_view RoleName(Role r);
+// The RMSNorm gain vectors (output, attention, q/k, FFN norms).
+bool IsNormRole(Role r);
 
 struct WeightKey {
   Role role;

@@ -38,16 +38,20 @@ int ValidSequenceLength(std::string_view s, size_t pos, uint32_t* cp) {
   return len;
 }
 
+namespace {
+absl::Status InvalidUtf8At(std::string_view s, size_t i) {
+  return InvalidArgument("text: invalid UTF-8 at byte offset ", i, " (byte 0x",
+                         absl::Hex(static_cast<uint8_t>(s[i]), absl::kZeroPad2), ")");
+}
+}  // namespace
+
 absl::StatusOr<std::vector<uint32_t>> DecodeUtf8(std::string_view s) {
   std::vector<uint32_t> out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     uint32_t cp;
     const int len = ValidSequenceLength(s, i, &cp);
-    if (len == 0) {
-      return InvalidArgument("text: invalid UTF-8 at byte offset ", i, " (byte 0x",
-                             absl::Hex(static_cast<uint8_t>(s[i]), absl::kZeroPad2), ")");
-    }
+    if (len == 0) return InvalidUtf8At(s, i);
     out.push_back(cp);
     i += len;
   }
@@ -58,10 +62,7 @@ absl::Status ValidateUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     uint32_t cp;
     const int len = ValidSequenceLength(s, i, &cp);
-    if (len == 0) {
-      return InvalidArgument("text: invalid UTF-8 at byte offset ", i, " (byte 0x",
-                             absl::Hex(static_cast<uint8_t>(s[i]), absl::kZeroPad2), ")");
-    }
+    if (len == 0) return InvalidUtf8At(s, i);
     i += len;
   }
   return absl::OkStatus();

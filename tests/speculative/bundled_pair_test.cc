@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/cpu_lm.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen {
 namespace {
@@ -39,12 +40,7 @@ class BundledPairTest : public ::testing::Test {
 
   std::vector<int32_t> Run(int k, bool adaptive, SamplingParams sampling, AcceptMode mode,
                            const std::vector<int32_t>& prompt, SpeculativeStats* stats = nullptr) {
-    SpeculativeOptions o;
-    o.draft_max = k;
-    o.adaptive = adaptive;
-    o.sampling = sampling;
-    o.accept = mode;
-    o.max_new_tokens = kNewTokens;
+    const SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, k, adaptive, mode, kNewTokens);
     ModelProposer proposer(draft_.get(), target_->vocab_size(), sampling, mode);
     SpeculativeDecoder decoder(target_.get(), k > 0 ? &proposer : nullptr, o);
     auto out = decoder.Generate(prompt);

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/common/chi_square.h"
 #include "tests/speculative/fake_lm.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen {
 namespace {
@@ -49,14 +50,8 @@ RunResult Generate(const std::vector<int32_t>& prompt, SpeculativeOptions option
 }
 
 SpeculativeOptions Options(SamplingParams sampling, int draft_max, bool adaptive = false,
-                      AcceptMode mode = AcceptMode::kRejection, int64_t n = 40) {
-  SpeculativeOptions o;
-  o.sampling = sampling;
-  o.draft_max = draft_max;
-  o.adaptive = adaptive;
-  o.accept = mode;
-  o.max_new_tokens = n;
-  return o;
+                           AcceptMode mode = AcceptMode::kRejection, int64_t n = 40) {
+  return testing::MakeSpeculativeOptions(sampling, draft_max, adaptive, mode, n);
 }
 
 TEST(SpeculativeDecoder, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {

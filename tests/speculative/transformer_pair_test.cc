@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/common/cpu_lm.h"
 #include "tests/common/chi_square.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen {
 namespace {
@@ -80,13 +81,7 @@ class TransformerPairTest : public ::testing::Test {
 
 SpeculativeOptions Options(SamplingParams sampling, int k, bool adaptive = false,
                            AcceptMode mode = AcceptMode::kRejection) {
-  SpeculativeOptions o;
-  o.sampling = sampling;
-  o.draft_max = k;
-  o.adaptive = adaptive;
-  o.accept = mode;
-  o.max_new_tokens = 24;
-  return o;
+  return testing::MakeSpeculativeOptions(sampling, k, adaptive, mode, 24);
 }
 
 const std::vector<std::vector<int32_t>> kPrompts = {

@@ -14,6 +14,7 @@
 #include "engine/speculative/speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "tests/common/cpu_lm.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen::testing {
 
@@ -29,12 +30,8 @@ struct RunSpec {
 inline std::vector<int32_t> RunPair(CausalLm* target, CausalLm* draft, const RunSpec& spec,
                                     const std::vector<int32_t>& prompt,
                                     SpeculativeStats* stats_out = nullptr) {
-  SpeculativeOptions o;
-  o.draft_max = spec.k;
-  o.adaptive = spec.adaptive;
-  o.accept = spec.mode;
-  o.sampling = spec.sampling;
-  o.max_new_tokens = spec.new_tokens;
+  SpeculativeOptions o =
+      testing::MakeSpeculativeOptions(spec.sampling, spec.k, spec.adaptive, spec.mode, spec.new_tokens);
   int64_t emitted = 0, accepted = 0, drafted = 0, passes = 0;
   o.on_pass = [&](int k, const AcceptResult& r) {
     EXPECT_LE(k, spec.k);
