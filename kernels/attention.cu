@@ -344,15 +344,6 @@ __global__ void AttentionMergeKernel(const float* __restrict__ ws_ml, const floa
       [&](int c) { return ws_acc[(qh * stride + c) * D + d]; });
 }
 
-// The decode kernels all prefer the largest shared-memory carveout (see decode_fused.cu).
-template <typename Kernel>
-void PreferSharedCarveout(Kernel kernel) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
-    (void)cudaGetLastError();  // a hint only: our own failure, nothing to report
-  }
-}
-
 template <ElemType kT, int D>
 cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint8_t* mask,
                         float* out, int n, int n_past, int heads, int kv_heads, float scale,
@@ -368,9 +359,9 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                S::kBlockBytes);
     if (e != cudaSuccess) (void)cudaGetLastError();  // our own failure only: fall back, report nothing
-    PreferSharedCarveout(AttentionChunkKernel<kT, D, true>);
-    PreferSharedCarveout(AttentionChunkKernel<kT, D, false>);
-    PreferSharedCarveout(AttentionMergeKernel);
+    detail::PreferSharedCarveout(AttentionChunkKernel<kT, D, true>);
+    detail::PreferSharedCarveout(AttentionChunkKernel<kT, D, false>);
+    detail::PreferSharedCarveout(AttentionMergeKernel);
     return e;
   }();
   const bool aligned =
@@ -609,7 +600,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(kMaxSmem));
     if (e != cudaSuccess) (void)cudaGetLastError();  // our own failure: only G * D > 48 KB is affected
-    PreferSharedCarveout(DecodeAttentionKernel<kT, D>);
+    detail::PreferSharedCarveout(DecodeAttentionKernel<kT, D>);
     return e;
   }();
   const int G = heads / kv_heads;

@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kRows = RowOf<kEpi>::kRows;
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
+  float* norm_s = norm_w != nullptr ? xs + detail::StagedFloats(in) : nullptr;  // [in] when norm_w is set
   __shared__ float scratch[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = gridDim.x * kWarps;
@@ -34,58 +35,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   // staged, so the HBM latency overlaps the prologue's reductions and barriers.
   uint4 wv[kU][kRows];
   if (row < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, row, in).w, lane * kChunk, in, wv);
-  // Under PDL these loads overlap the previous kernel too; x, y and the norm come after its end.
+  if (norm_s != nullptr) detail::StageNormWeights(norm_w, norm_type, in, norm_s);
+  // Under PDL these loads overlap the previous kernel too; x and y come after its end.
   LetDependentsLaunch();
   WaitForPrecedingGrid();
-  if (norm_w != nullptr) {
-    // RmsNormKernel's arithmetic for one row of `in` elements with its block of T threads: thread t
-    // sums i = t, t + T, ... with fmaf, then the per-warp butterfly and the butterfly of the warp sums.
-    const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
-    float ss = 0.f;
-    if (tid < T) {
-      for (int i = tid; i < in; i += T) ss = fmaf(x[i], x[i], ss);
-    }
-    ss = detail::WarpSum(ss);
-    if (lane == 0) scratch[warp] = ss;
-    __syncthreads();
-    float t = lane < (T >> 5) ? scratch[lane] : 0.f;
-    t = detail::WarpSum(t);
-    const float inv = rsqrtf(t / static_cast<float>(in) + eps);
-    for (int i = tid; i < in; i += blockDim.x) {
-      xs[detail::StagedIndex(i)] = x[i] * inv * detail::LoadAsF32(norm_w, norm_type, i);
-    }
-  } else {
-    for (int i = tid; i < in; i += blockDim.x) xs[detail::StagedIndex(i)] = x[i];
-  }
-  __syncthreads();
+  detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
 
   for (bool first = true; row < segs.total_rows; row += n_warps, first = false) {
     const RowOf<kEpi> ro(segs, row, in);
     if (!first) LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wv);
     float d[kRows];
     RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv, d);
-    if (lane == 0) {
-      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-        const float g = d[0];
-        *ro.y = g / (1.f + expf(-g)) * d[1];
-      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-        *ro.y = *ro.y + d[0];
-      } else {
-        *ro.y = d[0];
-      }
-    }
-  }
-}
-
-// The decode kernels (here and in attention.cu, whose staged kernel needs 68-143 KB of shared memory)
-// all ask for the largest shared-memory carveout, so consecutive kernels never need a different L1 /
-// shared split (a switch waits for the multiprocessor to drain, and blocks of kernels with different
-// splits cannot share one under PDL). The GEMV's weights bypass L1, so the smaller L1 costs it nothing.
-template <typename Kernel>
-void PreferSharedCarveout(Kernel kernel) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
-    (void)cudaGetLastError();  // a hint only: our own failure, nothing to report
+    if (lane == 0) ro.Store(d);
   }
 }
 
@@ -96,12 +57,15 @@ template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming>
 cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type, float eps,
                           const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
                           bool programmatic) {
-  static const bool configured = [] {
-    if (!kStreaming) PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU, kStreaming>);
-    return true;
+  static const cudaError_t configured = [] {
+    if (!kStreaming) detail::PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU, kStreaming>);
+    // The staged activation and the norm weights: at most 2 x 32 KB.
+    return cudaFuncSetAttribute(FusedGemvKernel<kW, kEpi, kU, kStreaming>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(2 * sizeof(float) * kFusedGemvMaxIn));
   }();
-  (void)configured;
-  const size_t smem = static_cast<size_t>(detail::StagedFloats(in)) * sizeof(float);
+  if (configured != cudaSuccess) return configured;
+  const size_t smem = (static_cast<size_t>(detail::StagedFloats(in)) + (norm_w != nullptr ? in : 0)) * sizeof(float);
   if (!programmatic) {
     FusedGemvKernel<kW, kEpi, kU, kStreaming><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type,
                                                                                       eps, segs, in);
@@ -259,23 +223,9 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic) {
-  SPECGEN_KERNEL_REQUIRE(x != nullptr && segments != nullptr && n_segments >= 1 && n_segments <= 3);
-  SPECGEN_KERNEL_REQUIRE(in > 0 && in % kChunk == 0 && in <= kFusedGemvMaxIn && max_blocks > 0);
-  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
-  Segments segs{};
-  segs.n = n_segments;
-  segs.total_rows = 0;
-  for (int i = 0; i < n_segments; ++i) {
-    const GemvSegment& s = segments[i];
-    SPECGEN_KERNEL_REQUIRE(s.w != nullptr && s.y != nullptr && s.rows > 0);
-    SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(s.w) % 16 == 0);
-    segs.s[i] = s;
-    segs.total_rows += s.rows;
-  }
-  if (epilogue == GemvEpilogue::kSwiGlu) {
-    SPECGEN_KERNEL_REQUIRE(n_segments == 2 && segments[0].rows == segments[1].rows);
-    segs.total_rows = segments[0].rows;
-  }
+  Segments segs;
+  const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
+  if (checked != cudaSuccess) return checked;
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
@@ -300,7 +250,7 @@ cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, flo
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
                          head_dim <= 256 && (theta > 0 || rope_table != nullptr));
   static const bool configured = [] {
-    PreferSharedCarveout(QkNormRopeAppendKernel);
+    detail::PreferSharedCarveout(QkNormRopeAppendKernel);
     return true;
   }();
   (void)configured;

@@ -87,7 +87,7 @@ enum class GemvEpilogue : uint8_t {
 //   norm_w    [in] of norm_type, device, or nullptr
 //   in        multiple of 8, at most kFusedGemvMaxIn
 //   max_blocks  grid cap (rows are walked grid-stride by warps; results do not depend on it)
-inline constexpr int kFusedGemvMaxIn = 8192;  // x is staged in 32 KB of shared memory
+inline constexpr int kFusedGemvMaxIn = 8192;  // x (and the norm weights) staged in 32 KB of shared memory each
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);

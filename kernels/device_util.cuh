@@ -117,4 +117,17 @@ __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
   }
 }
 
+// The decode kernels (decode_fused.cu's and attention.cu's, whose staged kernels
+// need 68-143 KB of shared memory) all ask for the largest shared-memory carveout, so consecutive kernels
+// never need a different L1 / shared split (a switch waits for the multiprocessor to drain, and blocks of
+// kernels with different splits cannot share one under PDL). The GEMVs' weights bypass L1, so the
+// smaller L1 costs them nothing.
+template <typename Kernel>
+void PreferSharedCarveout(Kernel kernel) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+    (void)cudaGetLastError();  // a hint only: our own failure, nothing to report
+  }
+}
+
 }  // namespace specgen::kernels::detail

@@ -105,6 +105,44 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
   __syncthreads();
 }
 
+// xs (shared, StagedIndex layout) = RmsNorm(x; norm_w, eps) when norm_w is set (LaunchRmsNorm's
+// arithmetic for one row of `in` elements with its block of T threads: thread t sums i = t, t + T, ...
+// with fmaf, then the per-warp butterfly and the butterfly of the warp sums), else x. Any block of at
+// least 256 threads; ends with a barrier. `scratch`: 32 floats of shared memory. norm_s: the norm
+// weights already as fp32 in shared memory (StageNormWeights, by the same threads), or nullptr to read
+// them from norm_w.
+__device__ __forceinline__ void StageInput(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                                           int in, float* xs, float* scratch, const float* norm_s = nullptr) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (norm_w != nullptr) {
+    const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
+    float ss = 0.f;
+    if (tid < T) {
+      for (int i = tid; i < in; i += T) ss = fmaf(x[i], x[i], ss);
+    }
+    ss = WarpSum(ss);
+    if (lane == 0) scratch[warp] = ss;
+    __syncthreads();
+    float t = lane < (T >> 5) ? scratch[lane] : 0.f;
+    t = WarpSum(t);
+    const float inv = rsqrtf(t / static_cast<float>(in) + eps);
+    for (int i = tid; i < in; i += blockDim.x) {
+      xs[StagedIndex(i)] = x[i] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+    }
+  } else {
+    for (int i = tid; i < in; i += blockDim.x) xs[StagedIndex(i)] = x[i];
+  }
+  __syncthreads();
+}
+
+// norm_s[i] = norm_w[i] as fp32 for i < in, thread t writing i = t, t + blockDim.x, ... (the elements
+// StageInput reads with the same thread, so no barrier is needed between them). The norm weights are
+// constant: a decode kernel loads them before waiting for its predecessor (PDL), which takes a
+// dependent memory round trip off the path after the wait.
+__device__ __forceinline__ void StageNormWeights(const void* norm_w, ElemType norm_type, int in, float* norm_s) {
+  for (int i = threadIdx.x; i < in; i += blockDim.x) norm_s[i] = LoadAsF32(norm_w, norm_type, i);
+}
+
 // The weight matrices of one fused GEMV (rows concatenated) as kernel parameters.
 struct Segments {
   GemvSegment s[3];
@@ -149,6 +187,39 @@ struct RowOf {
       y = ys + r;
     }
   }
+  // The epilogue of LaunchFusedGemv on this row's dot products (one lane stores).
+  __device__ __forceinline__ void Store(const float (&d)[kRows]) const {
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      const float g = d[0];
+      *y = g / (1.f + expf(-g)) * d[1];
+    } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+      *y = *y + d[0];
+    } else {
+      *y = d[0];
+    }
+  }
 };
+
+// Checks a fused GEMV's segments (LaunchFusedGemv's contract) and gathers them as kernel parameters.
+inline cudaError_t MakeSegments(const float* x, const GemvSegment* segments, int n_segments, int in,
+                                GemvEpilogue epilogue, int max_blocks, Segments* segs) {
+  SPECGEN_KERNEL_REQUIRE(x != nullptr && segments != nullptr && n_segments >= 1 && n_segments <= 3);
+  SPECGEN_KERNEL_REQUIRE(in > 0 && in % kRowChunk == 0 && in <= kFusedGemvMaxIn && max_blocks > 0);
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  *segs = Segments{};
+  segs->n = n_segments;
+  for (int i = 0; i < n_segments; ++i) {
+    const GemvSegment& s = segments[i];
+    SPECGEN_KERNEL_REQUIRE(s.w != nullptr && s.y != nullptr && s.rows > 0);
+    SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(s.w) % 16 == 0);
+    segs->s[i] = s;
+    segs->total_rows += s.rows;
+  }
+  if (epilogue == GemvEpilogue::kSwiGlu) {
+    SPECGEN_KERNEL_REQUIRE(n_segments == 2 && segments[0].rows == segments[1].rows);
+    segs->total_rows = segments[0].rows;
+  }
+  return cudaSuccess;
+}
 
 }  // namespace specgen::kernels::detail

@@ -5,7 +5,9 @@
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default), 3 the
 //    persistent kernel (one cooperative launch per token); the label names the path that actually
-//    ran (a fallback says why).
+//    ran (a fallback says why). narrow: the same chain of kernels on shrunk matrices (see
+//    MakeQwenDraft): the floor the chain sets by itself.
+//    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth).
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
@@ -53,15 +55,23 @@ std::filesystem::path SourceDir() {
 }
 
 // synth:qwen3-0.6b in bf16, resident on a fresh CudaBackend (4 GiB arena) with a 2048-slot cache:
-// the model every draft-decode benchmark here measures.
+// the model every draft-decode benchmark here measures. `narrow`: the same 28 layers and kernels with
+// every matrix shrunk (2 query heads, 1 kv head, FFN 256, vocabulary 4096; 0.9 MB a layer), so that a
+// token's time is what the chain of kernels costs by itself, whatever the weight bytes.
 struct QwenDraft {
   ModelSpec spec;
   std::unique_ptr<CudaBackend> backend;
   std::unique_ptr<Transformer> lm;
 };
-absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft() {
+absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft(bool narrow) {
   auto d = std::make_unique<QwenDraft>();
   ASSIGN_OR_RETURN(d->spec, SynthSpec("qwen3-0.6b"));
+  if (narrow) {
+    d->spec.n_heads = 2;
+    d->spec.n_kv_heads = 1;
+    d->spec.ffn_dim = 256;
+    d->spec.vocab_size = 4096;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(d->spec, DType::kBF16, 1));
   CudaBackendOptions o;
   o.arena_bytes = size_t{4} << 30;
@@ -73,12 +83,12 @@ absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft() {
   return d;
 }
 // The same, or null with the benchmark marked skipped (no device, or a failure).
-std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state) {
+std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state, bool narrow = false) {
   if (!CudaBackend::DeviceAvailable()) {
     state.SkipWithError("no CUDA device");
     return nullptr;
   }
-  auto d = MakeQwenDraft();
+  auto d = MakeQwenDraft(narrow);
   if (!d.ok()) {
     state.SkipWithError(std::string(d.status().message()).c_str());
     return nullptr;
@@ -87,7 +97,7 @@ std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state) {
 }
 
 void BM_DraftDecode(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state);
+  auto draft = QwenDraftOrSkip(state, state.range(2) != 0);
   if (draft == nullptr) return;
   const ModelSpec* spec = &draft->spec;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
@@ -102,6 +112,7 @@ void BM_DraftDecode(benchmark::State& state) {
     auto g = GraphedDraft::Create(be->get(), lm->get(), path);
     if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
     graphed = std::move(g).value();
+    if (state.range(3) == 0) graphed->DisableProgrammaticLaunch();
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
@@ -147,15 +158,19 @@ void BM_DraftDecode(benchmark::State& state) {
   state.counters["tokens_per_s"] = 1e6 / us_per_token;
   state.counters["graph_replays"] = graphed ? static_cast<double>(graphed->graph_replays()) : 0.0;
   std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
+  if (graphed && graphed->path() != DraftDecodePath::kPersistent) {
+    label += graphed->programmatic() ? ", PDL" : ", no PDL";
+  }
   if (graphed && !graphed->fallback_reason().empty()) label += " (fallback: " + graphed->fallback_reason() + ")";
   state.SetLabel(label);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }
 BENCHMARK(BM_DraftDecode)
-    ->ArgNames({"ctx", "path"})
-    ->Args({32, 0})->Args({32, 1})->Args({32, 2})->Args({512, 2})->Args({1900, 2})
-    ->Args({32, 3})->Args({512, 3})->Args({1900, 3})
+    ->ArgNames({"ctx", "path", "narrow", "pdl"})
+    ->Args({32, 0, 0, 1})->Args({32, 1, 0, 1})->Args({32, 2, 0, 1})->Args({512, 2, 0, 1})->Args({1900, 2, 0, 1})
+    ->Args({32, 3, 0, 1})->Args({512, 3, 0, 1})->Args({1900, 3, 0, 1})
+    ->Args({32, 2, 1, 1})->Args({32, 3, 1, 1})->Args({32, 2, 0, 0})->Args({32, 2, 1, 0})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // kernel ids of BM_DraftLayerKernels
@@ -205,6 +220,11 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   const float eps = s.rms_eps, scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto data = [](const Weight* w) { return CudaBackend::Data(*w); };
   const auto type = [](const Weight* w) { return CudaBackend::Type(*w); };
+  const auto layer_gemv = [&](const float* x, const void* norm_w, kn::ElemType norm_type,
+                              const kn::GemvSegment* seg, int n, kn::ElemType w_type, int in,
+                              kn::GemvEpilogue epi) {
+    return kn::LaunchFusedGemv(x, norm_w, norm_type, eps, seg, n, w_type, in, epi, max_blocks, stream);
+  };
   double bytes = 0;  // what one launch must read (weights; K/V rows for attention)
   const auto launch = [&](int l) -> cudaError_t {
     const Transformer::LayerRefs r = (*lm)->layer_refs(l);
@@ -214,8 +234,7 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kNormQkv: {
         const kn::GemvSegment seg[3] = {{data(r.q), q, H * d}, {data(r.k), k, Hkv * d}, {data(r.v), v, Hkv * d}};
         bytes = 2.0 * D * (H * d + 2 * Hkv * d);
-        return kn::LaunchFusedGemv(h, data(r.attn_norm), type(r.attn_norm), eps, seg, 3, type(r.q), D,
-                                   kn::GemvEpilogue::kStore, max_blocks, stream);
+        return layer_gemv(h, data(r.attn_norm), type(r.attn_norm), seg, 3, type(r.q), D, kn::GemvEpilogue::kStore);
       }
       case kQkNormRope:
         bytes = 4.0 * (H * d + 4 * Hkv * d);
@@ -235,20 +254,18 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kOProj: {
         const kn::GemvSegment seg[1] = {{data(r.o), h, D}};
         bytes = 2.0 * D * H * d;
-        return kn::LaunchFusedGemv(attn, nullptr, kn::ElemType::kF32, eps, seg, 1, type(r.o), H * d,
-                                   kn::GemvEpilogue::kAddTo, max_blocks, stream);
+        return layer_gemv(attn, nullptr, kn::ElemType::kF32, seg, 1, type(r.o), H * d, kn::GemvEpilogue::kAddTo);
       }
       case kNormGateUp: {
         const kn::GemvSegment seg[2] = {{data(r.gate), act, F}, {data(r.up), act, F}};
         bytes = 2.0 * 2 * D * F;
-        return kn::LaunchFusedGemv(h, data(r.ffn_norm), type(r.ffn_norm), eps, seg, 2, type(r.gate), D,
-                                   kn::GemvEpilogue::kSwiGlu, max_blocks, stream);
+        return layer_gemv(h, data(r.ffn_norm), type(r.ffn_norm), seg, 2, type(r.gate), D,
+                          kn::GemvEpilogue::kSwiGlu);
       }
       case kDown: {
         const kn::GemvSegment seg[1] = {{data(r.down), h, D}};
         bytes = 2.0 * D * F;
-        return kn::LaunchFusedGemv(act, nullptr, kn::ElemType::kF32, eps, seg, 1, type(r.down), F,
-                                   kn::GemvEpilogue::kAddTo, max_blocks, stream);
+        return layer_gemv(act, nullptr, kn::ElemType::kF32, seg, 1, type(r.down), F, kn::GemvEpilogue::kAddTo);
       }
       default: {
         const Weight& head = (*lm)->output_head();

@@ -275,6 +275,11 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
                                        : kernels::RopeStyle::kInterleaved;
   const auto data = [](const Weight* w) { return w ? CudaBackend::Data(*w) : nullptr; };
   const auto type = [](const Weight* w) { return w ? CudaBackend::Type(*w) : ElemType::kF32; };
+  const auto layer_gemv = [&](const float* x, const void* norm_w, ElemType norm_type,
+                              const kernels::GemvSegment* segs, int n, ElemType w_type, int in,
+                              kernels::GemvEpilogue epi) {
+    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream, pdl);
+  };
   const Weight& table = lm_->token_embedding();
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
                                                         table.rows(), D, &state->token, 1, h_, stream));
@@ -287,9 +292,8 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
     float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
     const kernels::GemvSegment qkv[3] = {{data(r.q), q_, H * d}, {data(r.k), k_, Hkv * d},
                                          {data(r.v), v_, Hkv * d}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.attn_norm), type(r.attn_norm), eps,
-                                                          qkv, 3, wt, D, kernels::GemvEpilogue::kStore,
-                                                          max_blocks_, stream, pdl));
+    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.attn_norm), type(r.attn_norm), qkv, 3, wt, D,
+                                            kernels::GemvEpilogue::kStore));
     if (decode_attention_) {
       // q/k-norm + RoPE + KV append fused into the decode attention: one kernel fewer per layer.
       kernels::DecodeRopeAppend rope;
@@ -319,21 +323,15 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
       }
     }
     const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(attn_, nullptr, ElemType::kF32, eps, o, 1,
-                                                          type(r.o), H * d,
-                                                          kernels::GemvEpilogue::kAddTo, max_blocks_,
-                                                          stream, pdl));
+    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(attn_, nullptr, ElemType::kF32, o, 1, type(r.o), H * d,
+                                            kernels::GemvEpilogue::kAddTo));
     // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
     const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(h_, data(r.ffn_norm), type(r.ffn_norm), eps,
-                                                          gate_up, 2, type(r.gate), D,
-                                                          kernels::GemvEpilogue::kSwiGlu, max_blocks_,
-                                                          stream, pdl));
+    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.ffn_norm), type(r.ffn_norm), gate_up, 2,
+                                            type(r.gate), D, kernels::GemvEpilogue::kSwiGlu));
     const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchFusedGemv(act_, nullptr, ElemType::kF32, eps, down, 1,
-                                                          type(r.down), F,
-                                                          kernels::GemvEpilogue::kAddTo, max_blocks_,
-                                                          stream, pdl));
+    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(act_, nullptr, ElemType::kF32, down, 1, type(r.down), F,
+                                            kernels::GemvEpilogue::kAddTo));
   }
   const Weight& head = lm_->output_head();
   const kernels::GemvSegment logits[1] = {{CudaBackend::Data(head), logits_, static_cast<int>(head.rows())}};
@@ -384,7 +382,10 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   if (use_graph_ && exec_ == nullptr) {
     absl::Status captured = Capture(programmatic_);
     // A graph without programmatic edges still beats eager launches: try it before giving up.
-    if (!captured.ok() && programmatic_) captured = Capture(false);
+    if (!captured.ok() && programmatic_) {
+      programmatic_ = false;
+      captured = Capture(false);
+    }
     if (!captured.ok()) {
       use_graph_ = false;  // the same kernels, launched one by one
       fallback_ = std::string(captured.message());

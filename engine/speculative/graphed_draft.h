@@ -77,6 +77,10 @@ class GraphedDraft {
     l2_prefetch_ = l2_prefetch;
   }
   const std::string& fallback_reason() const { return fallback_; }
+  // Whether the kernels are launched (and captured) with programmatic dependent launch: sm_90+, unless
+  // the capture with it failed or a benchmark turned it off (before the first Decode) to measure it.
+  bool programmatic() const { return programmatic_; }
+  void DisableProgrammaticLaunch() { programmatic_ = false; }
 
  private:
   GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)

@@ -147,6 +147,8 @@ TEST(GemvGpu, FusedDecodeGemvEqualsSeparateKernels) {
   CheckFusedGemv(3072, {1024}, GemvEpilogue::kAddTo, false, 7);                // down, few blocks
   CheckFusedGemv(1000, {333, 77}, GemvEpilogue::kStore, true, 3);              // partial last batch
   CheckFusedGemv(4104, {100}, GemvEpilogue::kStore, false, 50);                // past 12 loads a row
+  CheckFusedGemv(8192, {40, 40}, GemvEpilogue::kSwiGlu, true, 3);               // x + norm: 64 KB of smem
+  CheckFusedGemv(1024, {3000}, GemvEpilogue::kAddTo, true, 5);                 // many rows a warp, norm
 }
 
 TEST(GemvGpu, RejectsBadShapes) {
