@@ -9,6 +9,7 @@ namespace specgen::kernels {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
+unsigned long long* g_gemv_probe = nullptr;  // SetDecodeGemvProbe
 constexpr int kChunk = detail::kRowChunk;
 constexpr int kWarpK = detail::kRowWarpK;
 using detail::LoadBatch;
@@ -18,8 +19,9 @@ using detail::Segments;
 
 // kStreaming: the same kernel for a matrix far larger than L2 (the output head, read once per token at
 // HBM speed); a separate instantiation only so that it keeps the driver's default shared-memory
-// carveout (see LaunchWithEpi).
-template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming>
+// carveout (see LaunchWithEpi). kDepth: rows per warp whose loads are issued before the wait (a warp
+// walks rows grid-stride; rows past its first kDepth are loaded as it reaches them).
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
 __global__ void __launch_bounds__(kWarps * 32)
     FusedGemvKernel(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
                     float eps, Segments segs, int in) {
@@ -31,48 +33,96 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = gridDim.x * kWarps;
   int row = blockIdx.x * kWarps + warp;
-  // The first row's weights do not depend on x: their loads are in flight while x is normalized and
+  // SetDecodeGemvProbe: block 0 stamps its start, the wait's return, the staged input and its end.
+  struct Probe {
+    unsigned long long* at = nullptr;
+    __device__ void Stamp(int i) const {
+      if (at != nullptr) at[i] = detail::GlobalTimer();
+    }
+    __device__ ~Probe() { Stamp(3); }
+  } probe;
+  if (segs.probe != nullptr && blockIdx.x == 0 && tid == 0) {
+    probe.at = segs.probe + 1 + 4 * atomicAdd(segs.probe, 1ull);
+    probe.Stamp(0);
+  }
+  // The first rows' weights do not depend on x: their loads are in flight while x is normalized and
   // staged, so the HBM latency overlaps the prologue's reductions and barriers.
-  uint4 wv[kU][kRows];
-  if (row < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, row, in).w, lane * kChunk, in, wv);
+  uint4 wv[kDepth][kU][kRows];
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) {
+    const int r = row + d * n_warps;
+    if (r < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, r, in).w, lane * kChunk, in, wv[d]);
+  }
   if (norm_s != nullptr) detail::StageNormWeights(norm_w, norm_type, in, norm_s);
   // Under PDL these loads overlap the previous kernel too; x and y come after its end.
   LetDependentsLaunch();
   WaitForPrecedingGrid();
+  probe.Stamp(1);
   detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
+  probe.Stamp(2);
 
-  for (bool first = true; row < segs.total_rows; row += n_warps, first = false) {
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d, row += n_warps) {
+    if (row >= segs.total_rows) return;
     const RowOf<kEpi> ro(segs, row, in);
-    if (!first) LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wv);
-    float d[kRows];
-    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv, d);
-    if (lane == 0) ro.Store(d);
+    float dot[kRows];
+    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv[d], dot);
+    if (lane == 0) ro.Store(dot);
+  }
+  for (; row < segs.total_rows; row += n_warps) {
+    const RowOf<kEpi> ro(segs, row, in);
+    LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wv[0]);
+    float dot[kRows];
+    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv[0], dot);
+    if (lane == 0) ro.Store(dot);
   }
 }
 
 // The streaming (output head) instantiation keeps the default carveout: it read 98.6 us with it and
 // 111 us with the max shared carveout (whose 28 KB of L1 may limit the loads in flight); one carveout
 // switch per token before and after it is small against its ~100 us.
-template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming>
-cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type, float eps,
-                          const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
-                          bool programmatic) {
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
+cudaError_t LaunchWithDepth(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                            const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
+                            bool programmatic) {
   static const cudaError_t configured = [] {
-    if (!kStreaming) detail::PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU, kStreaming>);
+    if (!kStreaming) detail::PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>);
     // The staged activation and the norm weights: at most 2 x 32 KB.
-    return cudaFuncSetAttribute(FusedGemvKernel<kW, kEpi, kU, kStreaming>,
+    return cudaFuncSetAttribute(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(2 * sizeof(float) * kFusedGemvMaxIn));
   }();
   if (configured != cudaSuccess) return configured;
   const size_t smem = (static_cast<size_t>(detail::StagedFloats(in)) + (norm_w != nullptr ? in : 0)) * sizeof(float);
   if (!programmatic) {
-    FusedGemvKernel<kW, kEpi, kU, kStreaming><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type,
+    FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type,
                                                                                       eps, segs, in);
     return cudaGetLastError();
   }
-  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU, kStreaming>, dim3(blocks), dim3(kWarps * 32), smem,
+  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>, dim3(blocks), dim3(kWarps * 32), smem,
                             stream, true, x, norm_w, norm_type, eps, segs, in);
+}
+
+// kDepth 2 or 4 when each warp has that many rows (a grid bound below a row per warp) and a row takes at
+// most 4 loads a lane (so 2 x 4 x kRows or 4 x 4 loads stay in registers), else 1.
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming>
+cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                          const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
+                          bool programmatic) {
+  const int64_t warps = static_cast<int64_t>(blocks) * kWarps;
+  const int64_t per_warp = (segs.total_rows + warps - 1) / warps;
+  if constexpr (kU == 4 && !kStreaming) {
+    if (per_warp == 2 || (per_warp > 2 && RowOf<kEpi>::kRows == 2)) {
+      return LaunchWithDepth<kW, kEpi, kU, kStreaming, 2>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
+                                                           programmatic);
+    }
+    if (per_warp > 2 && RowOf<kEpi>::kRows == 1) {
+      return LaunchWithDepth<kW, kEpi, kU, kStreaming, 4>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
+                                                           programmatic);
+    }
+  }
+  return LaunchWithDepth<kW, kEpi, kU, kStreaming, 1>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
+                                                       programmatic);
 }
 
 // Output rows from which a kStore GEMV counts as streaming (the head: vocabulary-sized).
@@ -205,6 +255,8 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
 
 }  // namespace
 
+void SetDecodeGemvProbe(unsigned long long* stamps) { g_gemv_probe = stamps; }
+
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(state != nullptr && pos >= 0);
@@ -226,6 +278,7 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
+  segs.probe = g_gemv_probe;
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,

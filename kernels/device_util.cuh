@@ -117,6 +117,13 @@ __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
   }
 }
 
+// The GPU's global nanosecond timer (the same clock on every multiprocessor).
+__device__ __forceinline__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // The decode kernels (decode_fused.cu's and attention.cu's, whose staged kernels
 // need 68-143 KB of shared memory) all ask for the largest shared-memory carveout, so consecutive kernels
 // never need a different L1 / shared split (a switch waits for the multiprocessor to drain, and blocks of

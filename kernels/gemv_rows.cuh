@@ -105,34 +105,58 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
   __syncthreads();
 }
 
-// xs (shared, StagedIndex layout) = RmsNorm(x; norm_w, eps) when norm_w is set (LaunchRmsNorm's
-// arithmetic for one row of `in` elements with its block of T threads: thread t sums i = t, t + T, ...
-// with fmaf, then the per-warp butterfly and the butterfly of the warp sums), else x. Any block of at
-// least 256 threads; ends with a barrier. `scratch`: 32 floats of shared memory. norm_s: the norm
-// weights already as fp32 in shared memory (StageNormWeights, by the same threads), or nullptr to read
-// them from norm_w.
+// xs (shared, StagedIndex layout) = RmsNorm(x; norm_w, eps) when norm_w is set (the arithmetic of
+// LaunchRmsNorm), else x, with every load of a thread issued at once: read one element at a time, a
+// thread's loads went out one after another, a chain of L2 round trips on every decode kernel's path
+// (the staging took 1-2.6 us of a 2-4 us kernel in the decode graph). With a norm and a block of 256
+// threads (up to 2048 inputs) each thread keeps its elements in registers; otherwise x is read as
+// float4s (x 16-byte aligned, `in` a multiple of 4; four consecutive inputs are four consecutive staged
+// floats, StagedIndex keeps k & 3) and normalized in place by NormalizeStaged. Any block of at least
+// 256 threads; ends with a barrier. `scratch`: 32 floats of shared memory; norm_s: as NormalizeStaged.
 __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, ElemType norm_type, float eps,
                                            int in, float* xs, float* scratch, const float* norm_s = nullptr) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (norm_w != nullptr) {
-    const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
+  constexpr int kPerThread = 8;
+  if (norm_w != nullptr && blockDim.x == 256 && in >= 256 && in <= 256 * kPerThread) {
+    // RmsNormKernel's block of T = 256 threads, its elements loaded all at once and kept in registers:
+    // one round trip to L2 and one barrier before the normalized values are staged.
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float v[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) v[j] = tid + 256 * j < in ? x[tid + 256 * j] : 0.f;
     float ss = 0.f;
-    if (tid < T) {
-      for (int i = tid; i < in; i += T) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (tid + 256 * j < in) ss = fmaf(v[j], v[j], ss);
     }
     ss = WarpSum(ss);
     if (lane == 0) scratch[warp] = ss;
     __syncthreads();
-    float t = lane < (T >> 5) ? scratch[lane] : 0.f;
+    float t = lane < 8 ? scratch[lane] : 0.f;
     t = WarpSum(t);
     const float inv = rsqrtf(t / static_cast<float>(in) + eps);
-    for (int i = tid; i < in; i += blockDim.x) {
-      xs[StagedIndex(i)] = x[i] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = tid + 256 * j;
+      if (i < in) xs[StagedIndex(i)] = v[j] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
     }
-  } else {
-    for (int i = tid; i < in; i += blockDim.x) xs[StagedIndex(i)] = x[i];
+    __syncthreads();
+    return;
+  }
+  constexpr int kInFlight = 4;
+  const int step = static_cast<int>(blockDim.x) * 4;
+  for (int base = threadIdx.x * 4; base < in; base += kInFlight * step) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      if (base + j * step < in) v[j] = *reinterpret_cast<const float4*>(x + base + j * step);
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      if (base + j * step < in) *reinterpret_cast<float4*>(xs + StagedIndex(base + j * step)) = v[j];
+    }
   }
   __syncthreads();
+  if (norm_w != nullptr) NormalizeStaged(xs, norm_w, norm_type, eps, in, scratch, norm_s);
 }
 
 // norm_s[i] = norm_w[i] as fp32 for i < in, thread t writing i = t, t + blockDim.x, ... (the elements
@@ -148,6 +172,7 @@ struct Segments {
   GemvSegment s[3];
   int n;
   int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
+  unsigned long long* probe;  // SetDecodeGemvProbe's buffer, or null
 };
 
 // Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one

@@ -79,12 +79,6 @@ __device__ __forceinline__ void AwaitStage(const uint2* x, unsigned epoch, int i
   }
 }
 
-__device__ __forceinline__ unsigned long long GlobalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Phase k of launch n writes its outputs with epoch n * PersistentDecodePhases + k + 1 (32 bits:
 // equal epochs are 2^32 phases apart, while every buffer is rewritten every layer). Phases: 0 the
 // embedding; per layer l: 1 + 5l QKV, 2 + 5l attention, 3 + 5l O, 4 + 5l gate/up, 5 + 5l down.
@@ -98,7 +92,7 @@ struct Epochs {
 __device__ __forceinline__ void Stamp(unsigned long long* timeline, int k) {
   if (timeline != nullptr) {
     __syncthreads();
-    if (threadIdx.x == 0) timeline[static_cast<size_t>(k) * (gridDim.x + 1) + blockIdx.x] = GlobalTimer();
+    if (threadIdx.x == 0) timeline[static_cast<size_t>(k) * (gridDim.x + 1) + blockIdx.x] = detail::GlobalTimer();
   }
 }
 
@@ -107,7 +101,7 @@ __device__ __forceinline__ void Stamp(unsigned long long* timeline, int k) {
 __device__ __forceinline__ void Probe(unsigned long long* probe, int slot) {
   if (probe != nullptr && blockIdx.x == 0) {
     __syncthreads();
-    if (threadIdx.x == 0) probe[slot] = GlobalTimer();
+    if (threadIdx.x == 0) probe[slot] = detail::GlobalTimer();
   }
 }
 

@@ -6,12 +6,17 @@
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default), 3 the
 //    persistent kernel (one cooperative launch per token); the label names the path that actually
 //    ran (a fallback says why). narrow: the same chain of kernels on shrunk matrices (see
-//    MakeQwenDraft): the floor the chain sets by itself.
+//    MakeQwenDraft): the floor the chain sets by itself. grid: the fused GEMVs' blocks per multiprocessor.
 //    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth).
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
 //    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
+//  - BM_DecodeTimeline: one graph-replayed token from the fused GEMVs' own global-timer stamps
+//    (kernels::SetDecodeGemvProbe): per GEMV kind, the window before its input existed, the kernel
+//    boundary before it (for O: the attention kernel), the input staging and the rest.
+//  - BM_KernelChainFloor: a graph of 140 dependent kernels doing nothing or a GEMV prologue's read +
+//    reduction, with and without PDL: what a kernel boundary costs before any weight is read.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
@@ -31,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/e2e_gpu/kernel_chain.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -113,6 +119,7 @@ void BM_DraftDecode(benchmark::State& state) {
     if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
     graphed = std::move(g).value();
     if (state.range(3) == 0) graphed->DisableProgrammaticLaunch();
+    if (state.range(4) != 8) graphed->SetGemvBlocksPerSm(static_cast<int>(state.range(4)));
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
@@ -160,6 +167,7 @@ void BM_DraftDecode(benchmark::State& state) {
   std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
   if (graphed && graphed->path() != DraftDecodePath::kPersistent) {
     label += graphed->programmatic() ? ", PDL" : ", no PDL";
+    label += ", GEMV grid " + std::to_string(state.range(4)) + "/SM";
   }
   if (graphed && !graphed->fallback_reason().empty()) label += " (fallback: " + graphed->fallback_reason() + ")";
   state.SetLabel(label);
@@ -167,10 +175,124 @@ void BM_DraftDecode(benchmark::State& state) {
   cudaEventDestroy(stop);
 }
 BENCHMARK(BM_DraftDecode)
-    ->ArgNames({"ctx", "path", "narrow", "pdl"})
-    ->Args({32, 0, 0, 1})->Args({32, 1, 0, 1})->Args({32, 2, 0, 1})->Args({512, 2, 0, 1})->Args({1900, 2, 0, 1})
-    ->Args({32, 3, 0, 1})->Args({512, 3, 0, 1})->Args({1900, 3, 0, 1})
-    ->Args({32, 2, 1, 1})->Args({32, 3, 1, 1})->Args({32, 2, 0, 0})->Args({32, 2, 1, 0})
+    ->ArgNames({"ctx", "path", "narrow", "pdl", "grid"})
+    ->Args({32, 0, 0, 1, 8})->Args({32, 1, 0, 1, 8})->Args({32, 2, 0, 1, 8})->Args({512, 2, 0, 1, 8})
+    ->Args({1900, 2, 0, 1, 8})->Args({32, 3, 0, 1, 8})->Args({512, 3, 0, 1, 8})->Args({1900, 3, 0, 1, 8})
+    ->Args({32, 2, 1, 1, 8})->Args({32, 3, 1, 1, 8})->Args({32, 2, 0, 0, 8})->Args({32, 2, 1, 0, 8})
+    ->Args({32, 2, 0, 1, 1})->Args({32, 2, 0, 1, 2})->Args({32, 2, 0, 1, 4})
+    ->Args({32, 2, 1, 1, 1})->Args({32, 2, 1, 1, 2})->Args({32, 2, 1, 1, 4})
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Where a graph-replayed token's time goes, from the fused GEMVs' own stamps (SetDecodeGemvProbe, block
+// 0 of each launch): per GEMV kind (QKV, O, gate/up, down: averages over the 28 layers; the head once),
+// pre = start -> return from the wait (the window its weight loads had before its input existed), gap =
+// the previous GEMV's end -> this one's wait return (the kernel boundary; for O it holds the attention
+// kernel), stage = the input read and normalized, rest = the dot products and stores to its end.
+void BM_DecodeTimeline(benchmark::State& state) {
+  auto draft = QwenDraftOrSkip(state, state.range(0) != 0);
+  if (draft == nullptr) return;
+  const int layers = static_cast<int>(draft->spec.n_layers);
+  const int launches = 4 * layers + 1;
+  unsigned long long* stamps = nullptr;
+  const size_t bytes = sizeof(unsigned long long) * (1 + 4 * static_cast<size_t>(launches));
+  if (cudaMalloc(&stamps, bytes) != cudaSuccess) return state.SkipWithError("cudaMalloc");
+  auto g = GraphedDraft::Create(draft->backend.get(), draft->lm.get(), DraftDecodePath::kGraph);
+  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+  std::vector<int32_t> prompt(32), pos(32);
+  for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
+  (void)draft->lm->ForwardResident(prompt, pos, {});
+  kernels::SetDecodeGemvProbe(stamps);  // the first Decode captures the graph: its launches carry it
+  const auto first = (*g)->Decode(nullptr, 11);
+  kernels::SetDecodeGemvProbe(nullptr);
+  if (!first.ok() || (*g)->path() != DraftDecodePath::kGraph) return state.SkipWithError("no graph");
+  std::vector<unsigned long long> h(bytes / sizeof(unsigned long long));
+  // kinds: 0 QKV, 1 O, 2 gate/up, 3 down, 4 head; fields: pre, gap, stage, rest
+  double sum[5][4] = {}, token_us = 0;
+  int rounds = 0;
+  for (auto _ : state) {
+    for (int warm = 0; warm < 3; ++warm) (void)(*g)->Decode(nullptr, 17 + warm);
+    cudaMemsetAsync(stamps, 0, sizeof(unsigned long long), draft->backend->stream());
+    auto st = (*g)->Decode(nullptr, 23);
+    if (!st.ok()) return state.SkipWithError(std::string(st.status().message()).c_str());
+    cudaStreamSynchronize(draft->backend->stream());
+    cudaMemcpy(h.data(), stamps, bytes, cudaMemcpyDeviceToHost);
+    if (h[0] != static_cast<unsigned long long>(launches)) return state.SkipWithError("unexpected launch count");
+    const auto at = [&](int t, int i) { return static_cast<double>(h[1 + 4 * t + i]); };
+    for (int t = 0; t < launches; ++t) {
+      const int kind = t == launches - 1 ? 4 : t % 4;
+      sum[kind][0] += (at(t, 1) - at(t, 0)) / 1e3;
+      sum[kind][1] += t > 0 ? (at(t, 1) - at(t - 1, 3)) / 1e3 : 0.0;
+      sum[kind][2] += (at(t, 2) - at(t, 1)) / 1e3;
+      sum[kind][3] += (at(t, 3) - at(t, 2)) / 1e3;
+    }
+    token_us += (at(launches - 1, 3) - at(0, 0)) / 1e3;
+    ++rounds;
+  }
+  static const char* const kKind[] = {"qkv", "o", "gu", "down", "head"};
+  static const char* const kField[] = {"pre", "gap", "stage", "rest"};
+  for (int k = 0; k < 5; ++k) {
+    for (int f = 0; f < 4; ++f) {
+      state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 4 ? 1 : layers);
+    }
+  }
+  state.counters["us_token_gemv_span"] = token_us / rounds;
+  cudaFree(stamps);
+}
+BENCHMARK(BM_DecodeTimeline)->ArgNames({"narrow"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// A graph of 140 dependent kernels (the draft decode's 5 a layer x 28 layers) that do nothing (work 0)
+// or a decode GEMV prologue's read + block reduction (work 1), over `blocks` blocks, with and without
+// PDL: us per kernel is what each kernel boundary of the decode graph costs before any weight is read.
+void BM_KernelChainFloor(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const int blocks = static_cast<int>(state.range(0));
+  const bool work = state.range(1) != 0, pdl = state.range(2) != 0;
+  constexpr int kLinks = 140, kReplays = 50;
+  float* buf = nullptr;
+  if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess) return state.SkipWithError("cudaMalloc");
+  cudaMemset(buf, 0, sizeof(float) * 2 * 1024);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < kLinks; ++i) {
+    float* a = buf + (i % 2) * 1024;
+    float* b = buf + ((i + 1) % 2) * 1024;
+    (void)bench::LaunchChainLink(a, b, blocks, work, pdl && i > 0, stream);
+  }
+  const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+                  cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  double us = 0;
+  if (ok) {
+    cudaGraphLaunch(exec, stream);  // warm-up
+    for (auto _ : state) {
+      cudaEventRecord(start, stream);
+      for (int r = 0; r < kReplays; ++r) cudaGraphLaunch(exec, stream);
+      cudaEventRecord(stop, stream);
+      cudaEventSynchronize(stop);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      us = ms * 1e3 / (kReplays * kLinks);
+    }
+    state.counters["us_per_kernel"] = us;
+    state.counters["us_per_token_5x28"] = us * kLinks;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFree(buf);
+  if (!ok || cudaGetLastError() != cudaSuccess) state.SkipWithError("graph capture or launch failed");
+}
+BENCHMARK(BM_KernelChainFloor)
+    ->ArgNames({"blocks", "work", "pdl"})
+    ->Args({1, 0, 1})->Args({132, 0, 1})->Args({512, 0, 1})->Args({132, 1, 1})->Args({512, 1, 1})
+    ->Args({132, 0, 0})->Args({132, 1, 0})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // kernel ids of BM_DraftLayerKernels

@@ -254,7 +254,8 @@ absl::Status GraphedDraft::Allocate() {
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  max_blocks_ = std::max(sms, 1) * 8;  // 8 blocks of 256 threads fill a multiprocessor
+  sms_ = std::max(sms, 1);
+  max_blocks_ = sms_ * 8;  // 8 blocks of 256 threads fill a multiprocessor
   programmatic_ = major >= 9;
   return absl::OkStatus();
 }

@@ -81,6 +81,9 @@ class GraphedDraft {
   // the capture with it failed or a benchmark turned it off (before the first Decode) to measure it.
   bool programmatic() const { return programmatic_; }
   void DisableProgrammaticLaunch() { programmatic_ = false; }
+  // Benchmarks only, before the first Decode: the fused GEMVs' grid bound in blocks of 256 threads per
+  // multiprocessor (default 8, a full multiprocessor).
+  void SetGemvBlocksPerSm(int blocks) { max_blocks_ = sms_ * blocks; }
 
  private:
   GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
@@ -103,6 +106,7 @@ class GraphedDraft {
   int64_t persistent_launches_ = 0;
   int persistent_blocks_ = 0;  // > 0: the persistent kernel is the path
   int max_blocks_ = 0;
+  int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
   cudaGraphExec_t exec_ = nullptr;
