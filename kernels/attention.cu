@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kDecThreads)
     DecodeAttentionKernel(const float* __restrict__ q, const void* k_cache, const void* v_cache, int max_past,
                           int heads, int kv_heads, float scale, float* __restrict__ ws,
                           unsigned* __restrict__ counters, int chunks, const int32_t* __restrict__ d_n_past,
-                          float* __restrict__ out, DecodeRopeAppend rope) {
+                          float* __restrict__ out, DecodeRopeAppend rope, unsigned long long* probe_stamps) {
   constexpr int kPer = D / 32;
   constexpr int kBatch = 32 / kPer;  // 16, 8, 4 slots per warp batch for D = 64, 128, 256
   constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
@@ -413,14 +413,35 @@ __global__ void __launch_bounds__(kDecThreads)
   __shared__ int last_s;
   const int kvh = blockIdx.x, chunk = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
-  LetDependentsLaunch();
+  detail::LaunchProbe probe;  // SetDecodeProbe
+  if (kvh == 0 && chunk == 0 && threadIdx.x == 0) probe.Begin(probe_stamps);
+  // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
+  // newest were written by earlier launches: both are read before waiting for the previous kernel, so
+  // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
+  // prologue below. The newest row (slot len - 1), this launch's or the previous kernel's, after.
   const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1;  // slots the query sees
   const int c0 = chunk * kDecodeAttentionChunk;
   if (c0 >= len) return;
   const int end = min(len, c0 + kDecodeAttentionChunk);
   const int n_chunks = (len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
   const int G = heads / kv_heads;
+  const char* kb = static_cast<const char*>(k_cache);
+  const char* vb = static_cast<const char*>(v_cache);
+  const auto row_offset = [&](int j) {
+    return ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
+  };
+  float kr[kBatch][kPer], vr[kBatch][kPer];  // the warp's current batch of K/V rows
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int j = c0 + warp + b * kDecWarps;
+    if (j < end && j != len - 1) {
+      StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
+      StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
+    }
+  }
+  WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
+  probe.Stamp(1);
+  LetDependentsLaunch();
 
   // The fused prologue: rotated queries into q_rot (after acc_s), the new K/V rows into the caches.
   float* q_rot = acc_s + kDecWarps * G * D;  // [G][D]
@@ -431,19 +452,21 @@ __global__ void __launch_bounds__(kDecThreads)
       const float2* rope_row = rope.rope_table + static_cast<int64_t>(pos) * (D / 2);
       const int64_t row = (static_cast<int64_t>(pos) * kv_heads + kvh) * D;
       float y[detail::kMaxNormRopePer];
-      if (chunk == n_chunks - 1 && warp == 0) {
+      // K on the last warp, V on the one before, the G query heads on warps 0.. (for G up to 6 all
+      // in parallel: each is a chain of loads, reductions and table reads).
+      if (chunk == n_chunks - 1 && warp == kDecWarps - 1) {
 #pragma unroll
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
           y[e] = e * 32 + lane < D ? __ldcg(rope.k_raw + kvh * D + e * 32 + lane) : 0.f;
         }
         detail::WarpNormRopeValues(y, D, rope.k_norm, rope.norm_type, rope.eps, rope_row, rope.style, k_tmp,
                                    static_cast<float*>(const_cast<void*>(k_cache)) + row);
-      } else if (chunk == n_chunks - 1 && warp == 1) {
+      } else if (chunk == n_chunks - 1 && warp == kDecWarps - 2) {
         for (int i = lane; i < D; i += 32) {
           static_cast<float*>(const_cast<void*>(v_cache))[row + i] = __ldcg(rope.v_raw + kvh * D + i);
         }
       }
-      // Warps 2.. (and 0, 1 once done) rotate the G query heads, one each.
+      // Query head g on warp g (and g + kDecWarps ...).
       for (int g = warp; g < G; g += kDecWarps) {
 #pragma unroll
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
@@ -477,20 +500,17 @@ __global__ void __launch_bounds__(kDecThreads)
 #pragma unroll
     for (int e = 0; e < kPer; ++e) acc[g][e] = 0.f;
   }
-  const char* kb = static_cast<const char*>(k_cache);
-  const char* vb = static_cast<const char*>(v_cache);
   for (int j0 = c0 + warp; j0 < end; j0 += kDecWarps * kBatch) {
-    float kr[kBatch][kPer], vr[kBatch][kPer];
+    // The first batch was loaded before the wait, all but the newest row.
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int j = j0 + b * kDecWarps;
-      if (j < end) {
-        const int64_t off = ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
-        StagedToF32<kT, kPer>(kb + off, kr[b]);
-        StagedToF32<kT, kPer>(vb + off, vr[b]);
-      } else {
+      if (j >= end) {
 #pragma unroll
         for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+      } else if (j0 != c0 + warp || j == len - 1) {
+        StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
+        StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
       }
     }
 #pragma unroll
@@ -522,6 +542,7 @@ __global__ void __launch_bounds__(kDecThreads)
       m[g] = mb;
     }
   }
+  probe.Stamp(2);
   // Warp partials to shared memory (a warp without slots leaves m = -inf, l = 0, acc = 0).
   if (lane == 0) {
 #pragma unroll
@@ -611,7 +632,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(kv_heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(kv_heads, chunks), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
-                            chunks, d_n_past, out, rope);
+                            chunks, d_n_past, out, rope, DecodeProbe());
 }
 }  // namespace
 

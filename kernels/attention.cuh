@@ -69,7 +69,9 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 //   out        [heads, head_dim] fp32, device
 //   The query sees slots 0 .. n_past (inclusive), n_past = *d_n_past (device int32 <= max_past; the
 //   grid is sized for max_past and blocks past the keys exit at once), or max_past when d_n_past is
-//   nullptr.
+//   nullptr. With `programmatic` (PDL) the kernel reads *d_n_past and the cache rows before slot n_past
+//   before waiting for the previous kernel: those must not be written by it (the previous kernel may
+//   write q and the row of slot n_past).
 //   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
 //              once before the first launch (it holds per-kv-head counters that every launch leaves at

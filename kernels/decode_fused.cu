@@ -9,7 +9,7 @@ namespace specgen::kernels {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
-unsigned long long* g_gemv_probe = nullptr;  // SetDecodeGemvProbe
+unsigned long long* g_decode_probe = nullptr;  // SetDecodeProbe
 constexpr int kChunk = detail::kRowChunk;
 constexpr int kWarpK = detail::kRowWarpK;
 using detail::LoadBatch;
@@ -33,18 +33,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = gridDim.x * kWarps;
   int row = blockIdx.x * kWarps + warp;
-  // SetDecodeGemvProbe: block 0 stamps its start, the wait's return, the staged input and its end.
-  struct Probe {
-    unsigned long long* at = nullptr;
-    __device__ void Stamp(int i) const {
-      if (at != nullptr) at[i] = detail::GlobalTimer();
-    }
-    __device__ ~Probe() { Stamp(3); }
-  } probe;
-  if (segs.probe != nullptr && blockIdx.x == 0 && tid == 0) {
-    probe.at = segs.probe + 1 + 4 * atomicAdd(segs.probe, 1ull);
-    probe.Stamp(0);
-  }
+  detail::LaunchProbe probe;  // SetDecodeProbe
+  if (blockIdx.x == 0 && tid == 0) probe.Begin(segs.probe);
   // The first rows' weights do not depend on x: their loads are in flight while x is normalized and
   // staged, so the HBM latency overlaps the prologue's reductions and barriers.
   uint4 wv[kDepth][kU][kRows];
@@ -255,7 +245,8 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
 
 }  // namespace
 
-void SetDecodeGemvProbe(unsigned long long* stamps) { g_gemv_probe = stamps; }
+void SetDecodeProbe(unsigned long long* stamps) { g_decode_probe = stamps; }
+unsigned long long* DecodeProbe() { return g_decode_probe; }
 
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream) {
@@ -278,7 +269,7 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
-  segs.probe = g_gemv_probe;
+  segs.probe = g_decode_probe;
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,

@@ -98,12 +98,15 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic);
 
-// Benchmarks only: every LaunchFusedGemv from now on (and every graph captured from now on) has its block
-// 0 stamp the global timer into `stamps` (device memory; null: stop): stamps[0] counts launches (the
-// caller zeroes it); launch t writes stamps[1 + 4t + i] for i = 0 its start, 1 the return from the wait
-// for the previous kernel, 2 the activation staged (and normalized), 3 its end. The caller sizes the
-// buffer for the launches it makes. Host-side setting, not thread-safe: for one benchmark at a time.
-void SetDecodeGemvProbe(unsigned long long* stamps);
+// Benchmarks only: every LaunchFusedGemv and LaunchDecodeAttention from now on (and every graph captured
+// from now on) has its block 0 stamp the global timer into `stamps` (device memory; null: stop):
+// stamps[0] counts launches (the caller zeroes it); launch t writes stamps[1 + 4t + i] for i = 0 its
+// start, 1 the return from the wait for the previous kernel, 2 its input staged (GEMV: the activation,
+// normalized; attention: the new K/V rows appended and the queries rotated), 3 its end. The caller
+// sizes the buffer for the launches it makes. Host-side setting, not thread-safe: for one benchmark at
+// a time.
+void SetDecodeProbe(unsigned long long* stamps);
+unsigned long long* DecodeProbe();
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =

@@ -124,6 +124,22 @@ __device__ __forceinline__ unsigned long long GlobalTimer() {
   return t;
 }
 
+// SetDecodeProbe's stamps (decode_fused.cuh) for one launch, taken by one thread (block 0's thread 0):
+// Begin takes the launch's ticket and stamps its start; Stamp(1) / Stamp(2) mark the wait's return and
+// the input staged; the end is stamped when the probe goes out of scope (any return).
+struct LaunchProbe {
+  unsigned long long* at = nullptr;
+  __device__ void Begin(unsigned long long* stamps) {
+    if (stamps == nullptr) return;
+    at = stamps + 1 + 4 * atomicAdd(stamps, 1ull);
+    Stamp(0);
+  }
+  __device__ void Stamp(int i) const {
+    if (at != nullptr) at[i] = GlobalTimer();
+  }
+  __device__ ~LaunchProbe() { Stamp(3); }
+};
+
 // The decode kernels (decode_fused.cu's and attention.cu's, whose staged kernels
 // need 68-143 KB of shared memory) all ask for the largest shared-memory carveout, so consecutive kernels
 // never need a different L1 / shared split (a switch waits for the multiprocessor to drain, and blocks of

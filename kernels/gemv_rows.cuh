@@ -172,7 +172,7 @@ struct Segments {
   GemvSegment s[3];
   int n;
   int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
-  unsigned long long* probe;  // SetDecodeGemvProbe's buffer, or null
+  unsigned long long* probe;  // SetDecodeProbe's buffer, or null
 };
 
 // Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one

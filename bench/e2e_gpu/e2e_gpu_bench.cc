@@ -12,9 +12,9 @@
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
 //    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
-//  - BM_DecodeTimeline: one graph-replayed token from the fused GEMVs' own global-timer stamps
-//    (kernels::SetDecodeGemvProbe): per GEMV kind, the window before its input existed, the kernel
-//    boundary before it (for O: the attention kernel), the input staging and the rest.
+//  - BM_DecodeTimeline: one graph-replayed token from the kernels' own global-timer stamps
+//    (kernels::SetDecodeProbe): per kernel kind, the window before its input existed, the kernel
+//    boundary before it, the input staging and the rest.
 //  - BM_KernelChainFloor: a graph of 140 dependent kernels doing nothing or a GEMV prologue's read +
 //    reduction, with and without PDL: what a kernel boundary costs before any weight is read.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
@@ -183,16 +183,16 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 2, 1, 1, 1})->Args({32, 2, 1, 1, 2})->Args({32, 2, 1, 1, 4})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
-// Where a graph-replayed token's time goes, from the fused GEMVs' own stamps (SetDecodeGemvProbe, block
-// 0 of each launch): per GEMV kind (QKV, O, gate/up, down: averages over the 28 layers; the head once),
+// Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe, block 0 of
+// each launch): per kind (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once),
 // pre = start -> return from the wait (the window its weight loads had before its input existed), gap =
-// the previous GEMV's end -> this one's wait return (the kernel boundary; for O it holds the attention
-// kernel), stage = the input read and normalized, rest = the dot products and stores to its end.
+// the previous kernel's end -> this one's wait return (the kernel boundary), stage = the input read
+// (and normalized; attention: K/V appended, queries rotated), rest = the rest to its end.
 void BM_DecodeTimeline(benchmark::State& state) {
   auto draft = QwenDraftOrSkip(state, state.range(0) != 0);
   if (draft == nullptr) return;
   const int layers = static_cast<int>(draft->spec.n_layers);
-  const int launches = 4 * layers + 1;
+  const int launches = 5 * layers + 1;  // QKV, attention, O, gate/up, down a layer; the head
   unsigned long long* stamps = nullptr;
   const size_t bytes = sizeof(unsigned long long) * (1 + 4 * static_cast<size_t>(launches));
   if (cudaMalloc(&stamps, bytes) != cudaSuccess) return state.SkipWithError("cudaMalloc");
@@ -201,13 +201,13 @@ void BM_DecodeTimeline(benchmark::State& state) {
   std::vector<int32_t> prompt(32), pos(32);
   for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
   (void)draft->lm->ForwardResident(prompt, pos, {});
-  kernels::SetDecodeGemvProbe(stamps);  // the first Decode captures the graph: its launches carry it
+  kernels::SetDecodeProbe(stamps);  // the first Decode captures the graph: its launches carry it
   const auto first = (*g)->Decode(nullptr, 11);
-  kernels::SetDecodeGemvProbe(nullptr);
+  kernels::SetDecodeProbe(nullptr);
   if (!first.ok() || (*g)->path() != DraftDecodePath::kGraph) return state.SkipWithError("no graph");
   std::vector<unsigned long long> h(bytes / sizeof(unsigned long long));
-  // kinds: 0 QKV, 1 O, 2 gate/up, 3 down, 4 head; fields: pre, gap, stage, rest
-  double sum[5][4] = {}, token_us = 0;
+  // kinds: 0 QKV, 1 attention, 2 O, 3 gate/up, 4 down, 5 head; fields: pre, gap, stage, rest
+  double sum[6][4] = {}, token_us = 0;
   int rounds = 0;
   for (auto _ : state) {
     for (int warm = 0; warm < 3; ++warm) (void)(*g)->Decode(nullptr, 17 + warm);
@@ -219,7 +219,7 @@ void BM_DecodeTimeline(benchmark::State& state) {
     if (h[0] != static_cast<unsigned long long>(launches)) return state.SkipWithError("unexpected launch count");
     const auto at = [&](int t, int i) { return static_cast<double>(h[1 + 4 * t + i]); };
     for (int t = 0; t < launches; ++t) {
-      const int kind = t == launches - 1 ? 4 : t % 4;
+      const int kind = t == launches - 1 ? 5 : t % 5;
       sum[kind][0] += (at(t, 1) - at(t, 0)) / 1e3;
       sum[kind][1] += t > 0 ? (at(t, 1) - at(t - 1, 3)) / 1e3 : 0.0;
       sum[kind][2] += (at(t, 2) - at(t, 1)) / 1e3;
@@ -228,11 +228,11 @@ void BM_DecodeTimeline(benchmark::State& state) {
     token_us += (at(launches - 1, 3) - at(0, 0)) / 1e3;
     ++rounds;
   }
-  static const char* const kKind[] = {"qkv", "o", "gu", "down", "head"};
+  static const char* const kKind[] = {"qkv", "attn", "o", "gu", "down", "head"};
   static const char* const kField[] = {"pre", "gap", "stage", "rest"};
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     for (int f = 0; f < 4; ++f) {
-      state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 4 ? 1 : layers);
+      state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 5 ? 1 : layers);
     }
   }
   state.counters["us_token_gemv_span"] = token_us / rounds;
