@@ -439,31 +439,45 @@ __global__ void __launch_bounds__(kDecThreads)
       StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
     }
   }
+  // The fused prologue's constants (norm weights, the position's cos/sin) for the warps that use them:
+  // K on the last warp, V on the one before, query head g on warp g (for G up to 6 all in parallel:
+  // each is a chain of loads and reductions).
+  const bool fused = rope.q_raw != nullptr;
+  const bool k_warp = fused && chunk == n_chunks - 1 && warp == kDecWarps - 1;
+  const bool v_warp = fused && chunk == n_chunks - 1 && warp == kDecWarps - 2;
+  detail::NormRopeConsts k_consts, q_consts;
+  if (fused) {
+    const float2* rope_row = rope.rope_table + static_cast<int64_t>(len - 1) * (D / 2);
+    if (k_warp) detail::LoadNormRopeConsts(D, rope.k_norm, rope.norm_type, rope_row, &k_consts);
+    if (warp < G) detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type, rope_row, &q_consts);
+  }
   WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
   probe.Stamp(1);
   LetDependentsLaunch();
 
-  // The fused prologue: rotated queries into q_rot (after acc_s), the new K/V rows into the caches.
+  // The fused prologue: rotated queries into q_rot (after acc_s), the new K/V rows into the caches and
+  // into k_new / v_new, from which the warp holding the newest slot reads them (no round trip to L2).
   float* q_rot = acc_s + kDecWarps * G * D;  // [G][D]
   __shared__ float k_tmp[D];
-  if (rope.q_raw != nullptr) {
+  __shared__ __align__(16) float k_new[D], v_new[D];
+  if (fused) {
     if constexpr (kT == ElemType::kF32) {
-      const int pos = len - 1;
-      const float2* rope_row = rope.rope_table + static_cast<int64_t>(pos) * (D / 2);
-      const int64_t row = (static_cast<int64_t>(pos) * kv_heads + kvh) * D;
+      const int64_t row = (static_cast<int64_t>(len - 1) * kv_heads + kvh) * D;
       float y[detail::kMaxNormRopePer];
-      // K on the last warp, V on the one before, the G query heads on warps 0.. (for G up to 6 all
-      // in parallel: each is a chain of loads, reductions and table reads).
-      if (chunk == n_chunks - 1 && warp == kDecWarps - 1) {
+      if (k_warp) {
 #pragma unroll
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
           y[e] = e * 32 + lane < D ? __ldcg(rope.k_raw + kvh * D + e * 32 + lane) : 0.f;
         }
-        detail::WarpNormRopeValues(y, D, rope.k_norm, rope.norm_type, rope.eps, rope_row, rope.style, k_tmp,
-                                   static_cast<float*>(const_cast<void*>(k_cache)) + row);
-      } else if (chunk == n_chunks - 1 && warp == kDecWarps - 2) {
+        detail::WarpNormRopeValues(y, D, k_consts, rope.k_norm != nullptr, rope.eps, rope.style, k_tmp, k_new);
+        float* dst = static_cast<float*>(const_cast<void*>(k_cache)) + row;
+        for (int i = lane; i < D; i += 32) dst[i] = k_new[i];
+      } else if (v_warp) {
+        float* dst = static_cast<float*>(const_cast<void*>(v_cache)) + row;
         for (int i = lane; i < D; i += 32) {
-          static_cast<float*>(const_cast<void*>(v_cache))[row + i] = __ldcg(rope.v_raw + kvh * D + i);
+          const float v = __ldcg(rope.v_raw + kvh * D + i);
+          v_new[i] = v;
+          dst[i] = v;
         }
       }
       // Query head g on warp g (and g + kDecWarps ...).
@@ -473,8 +487,12 @@ __global__ void __launch_bounds__(kDecThreads)
           y[e] = e * 32 + lane < D ? __ldcg(rope.q_raw + (static_cast<int64_t>(kvh) * G + g) * D + e * 32 + lane)
                                    : 0.f;
         }
-        detail::WarpNormRopeValues(y, D, rope.q_norm, rope.norm_type, rope.eps, rope_row, rope.style,
-                                   q_rot + g * D, q_rot + g * D);
+        if (g >= kDecWarps) {  // more query heads than warps: this head's constants were not loaded
+          detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type,
+                                     rope.rope_table + static_cast<int64_t>(len - 1) * (D / 2), &q_consts);
+        }
+        detail::WarpNormRopeValues(y, D, q_consts, rope.q_norm != nullptr, rope.eps, rope.style, q_rot + g * D,
+                                   q_rot + g * D);
       }
       __syncthreads();  // the new rows and the rotated queries are visible to the whole block
     }
@@ -508,6 +526,9 @@ __global__ void __launch_bounds__(kDecThreads)
       if (j >= end) {
 #pragma unroll
         for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+      } else if (fused && j == len - 1) {
+        StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(k_new + lane * kPer), kr[b]);
+        StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(v_new + lane * kPer), vr[b]);
       } else if (j0 != c0 + warp || j == len - 1) {
         StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
         StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
