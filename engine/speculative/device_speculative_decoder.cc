@@ -264,8 +264,10 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     }
     const int64_t keep = len + n_acc;
     if (target_->n_past() > keep) RETURN_IF_ERROR(target_->Truncate(keep));
-    held.assign(sequence.begin(), sequence.end());
-    held.insert(held.end(), host->tokens, host->tokens + n_acc);
+    if (options_.keep_cache) {  // O(length) per step: only when the caches are kept for the next call
+      held.assign(sequence.begin(), sequence.end());
+      held.insert(held.end(), host->tokens, host->tokens + n_acc);
+    }
     if (draft_ != nullptr && k > 0) {
       draft_valid_ = std::min<int64_t>(draft_valid_, keep);
       if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));

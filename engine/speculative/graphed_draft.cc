@@ -173,17 +173,18 @@ absl::Status GraphedDraft::SetUpPersistent() {
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(persistent_ws_, 0, persistent_ws_bytes_, stream));
   // The table's host copy must outlive the asynchronous copy: wait once, at set-up.
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));
-  persistent_blocks_ = blocks;
-  return absl::OkStatus();
-}
-
-absl::Status GraphedDraft::LaunchPersistent(const int32_t* device_token, int32_t host_token, int32_t pos) {
-  kernels::PersistentDecodeParams p = ParamsFor(*lm_);
   p.layers = static_cast<const kernels::PersistentLayer*>(persistent_layers_);
   p.rope_table = static_cast<const float2*>(rope_table_);
   p.logits = logits_;
   p.workspace = persistent_ws_;
   p.workspace_bytes = persistent_ws_bytes_;
+  persistent_params_ = std::make_unique<kernels::PersistentDecodeParams>(p);
+  persistent_blocks_ = blocks;
+  return absl::OkStatus();
+}
+
+absl::Status GraphedDraft::LaunchPersistent(const int32_t* device_token, int32_t host_token, int32_t pos) {
+  kernels::PersistentDecodeParams& p = *persistent_params_;
   p.timeline = probe_timeline_;
   p.l2_prefetch = l2_prefetch_;
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchPersistentDecode(p, device_token, host_token, pos,
@@ -192,6 +193,9 @@ absl::Status GraphedDraft::LaunchPersistent(const int32_t* device_token, int32_t
   ++persistent_launches_;
   return absl::OkStatus();
 }
+
+GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
+    : backend_(backend), lm_(lm), use_graph_(use_graph) {}
 
 GraphedDraft::~GraphedDraft() {
   (void)backend_->Synchronize(SyncKind::kOther);

@@ -30,6 +30,9 @@
 #include "engine/model/transformer.h"
 
 namespace specgen {
+namespace kernels {
+struct PersistentDecodeParams;
+}  // namespace kernels
 
 // How a draft token was decoded (reported by the speculative stats and the benchmarks).
 enum class DraftDecodePath : int {
@@ -86,8 +89,7 @@ class GraphedDraft {
   void SetGemvBlocksPerSm(int blocks) { max_blocks_ = sms_ * blocks; }
 
  private:
-  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
-      : backend_(backend), lm_(lm), use_graph_(use_graph) {}
+  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph);
   absl::Status Allocate();
   // Sets up the persistent kernel (layer table, workspace); leaves persistent_blocks_ at 0 with
   // fallback_ set when the device cannot run it.
@@ -122,6 +124,8 @@ class GraphedDraft {
   void* attn_ws_ = nullptr;
   void* rope_table_ = nullptr;  // float2 [max positions, head_dim / 2]: RoPE's cos/sin
   size_t attn_ws_bytes_ = 0;
+  // The persistent kernel's parameters, built once at set-up (the probe fields are set per launch).
+  std::unique_ptr<kernels::PersistentDecodeParams> persistent_params_;
   void* persistent_layers_ = nullptr;  // kernels::PersistentLayer [n_layers], device
   void* persistent_ws_ = nullptr;      // PersistentDecodeWorkspaceBytes, zeroed at set-up
   size_t persistent_ws_bytes_ = 0;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen {
 namespace {
@@ -62,12 +63,7 @@ class GpuBundledPair : public ::testing::Test {
                            SpeculativeStats* stats = nullptr,
                            DraftDecodePath path = DraftDecodePath::kGraph,
                            DraftDecodeStats* draft_stats = nullptr) {
-    SpeculativeOptions o;
-    o.draft_max = k;
-    o.adaptive = adaptive;
-    o.sampling = sampling;
-    o.accept = mode;
-    o.max_new_tokens = kNewTokens;
+    const SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, k, adaptive, mode, kNewTokens);
     auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(),
                                                 k > 0 ? draft_.get() : nullptr, o, path);
     EXPECT_TRUE(dec.ok()) << dec.status();

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen {
 namespace {
@@ -64,11 +65,8 @@ class GpuFixturePairTest : public ::testing::TestWithParam<PairName> {
 
   std::vector<int32_t> Greedy(int k, bool adaptive, const std::vector<int32_t>& prompt, int64_t n,
                               SpeculativeStats* stats = nullptr) {
-    SpeculativeOptions o;
-    o.draft_max = k;
-    o.adaptive = adaptive;
-    o.sampling = SamplingParams::Greedy();
-    o.max_new_tokens = n;
+    const SpeculativeOptions o =
+        testing::MakeSpeculativeOptions(SamplingParams::Greedy(), k, adaptive, AcceptMode::kRejection, n);
     auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(),
                                                 k > 0 ? draft_.get() : nullptr, o);
     EXPECT_TRUE(dec.ok()) << dec.status();
