@@ -385,19 +385,22 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
 constexpr int kDecWarps = 8;
 constexpr int kDecThreads = kDecWarps * 32;
 
-// Bytes before the partials in the decode workspace: one counter per kv head, rounded to 16.
-__host__ __device__ __forceinline__ size_t DecodeCounterBytes(int kv_heads) {
-  return (static_cast<size_t>(kv_heads) * sizeof(unsigned) + 15) / 16 * 16;
+// Bytes before the partials in the decode workspace: one counter per query head, rounded to 16.
+__host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
+  return (static_cast<size_t>(heads) * sizeof(unsigned) + 15) / 16 * 16;
 }
 
-// grid = (kv_heads, chunks), block = kDecThreads, dynamic shared memory kDecWarps * G * D floats.
-// Block (kvh, c) takes slots [c * 256, min(c * 256 + 256, len)); warp w the slots c * 256 + w + 8 i in
-// batches of kBatch (all their K/V loads in flight together), with an online softmax per query head
-// (one rescale per batch); lane l holds dims l * kPer .. + kPer. The warps' partials are merged in warp
-// order, then (len > 256) the chunks' in chunk order by the kv head's last block.
-// With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and the chunk
-// holding slot n_past first writes that slot's K/V rows (so the caches are not __restrict__: this
-// kernel writes rows its warps then read).
+// grid = (heads, chunks), block = kDecThreads, dynamic shared memory (kDecWarps + 1) * D floats.
+// Block (h, c) takes query head h (kv head h / G) and slots [c * 256, min(c * 256 + 256, len)); warp w
+// the slots c * 256 + w + 8 i in batches of kBatch (all their K/V loads in flight together), with an
+// online softmax (one rescale per batch); lane l holds dims l * kPer .. + kPer. The warps' partials are
+// merged in warp order, then (len > 256) the chunks' in chunk order by the head's last block. One query
+// head a block (not the G heads of a kv head): at a short context the block's time is the length of
+// its warps' dependent chains, which G heads a warp made G times longer; the G blocks of a kv head
+// read the same K/V rows, mostly from L2.
+// With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and every block of
+// the chunk holding slot n_past normalizes and rotates that slot's K row itself (the same bits); the
+// kv head's first block writes it and the V row into the caches (so the caches are not __restrict__).
 template <ElemType kT, int D>
 __global__ void __launch_bounds__(kDecThreads)
     DecodeAttentionKernel(const float* __restrict__ q, const void* k_cache, const void* v_cache, int max_past,
@@ -408,13 +411,15 @@ __global__ void __launch_bounds__(kDecThreads)
   constexpr int kBatch = 32 / kPer;  // 16, 8, 4 slots per warp batch for D = 64, 128, 256
   constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
   extern __shared__ float4 dec_dyn_s[];
-  float* acc_s = reinterpret_cast<float*>(dec_dyn_s);  // [kDecWarps][G][D]
-  __shared__ float m_s[kDecWarps][kG], l_s[kDecWarps][kG];
+  float* acc_s = reinterpret_cast<float*>(dec_dyn_s);  // [kDecWarps][D]
+  __shared__ float m_s[kDecWarps], l_s[kDecWarps];
   __shared__ int last_s;
-  const int kvh = blockIdx.x, chunk = blockIdx.y;
+  const int qh = blockIdx.x, chunk = blockIdx.y;
+  const int G = heads / kv_heads, kvh = qh / G;
+  const bool writes_rows = qh % G == 0;  // the kv head's first block appends the new K/V rows
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   detail::LaunchProbe probe;  // SetDecodeProbe
-  if (kvh == 0 && chunk == 0 && threadIdx.x == 0) probe.Begin(probe_stamps);
+  if (qh == 0 && chunk == 0 && threadIdx.x == 0) probe.Begin(probe_stamps);
   // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
   // newest were written by earlier launches: both are read before waiting for the previous kernel, so
   // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
@@ -424,7 +429,6 @@ __global__ void __launch_bounds__(kDecThreads)
   if (c0 >= len) return;
   const int end = min(len, c0 + kDecodeAttentionChunk);
   const int n_chunks = (len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
-  const int G = heads / kv_heads;
   const char* kb = static_cast<const char*>(k_cache);
   const char* vb = static_cast<const char*>(v_cache);
   const auto row_offset = [&](int j) {
@@ -439,9 +443,9 @@ __global__ void __launch_bounds__(kDecThreads)
       StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
     }
   }
-  // The fused prologue's constants (norm weights, the position's cos/sin) for the warps that use them:
-  // K on the last warp, V on the one before, query head g on warp g (for G up to 6 all in parallel:
-  // each is a chain of loads and reductions).
+  // The fused prologue's constants (norm weights, the position's cos/sin), loaded now: the query on
+  // warp 0, K on the last warp, V on the one before (in parallel: each is a chain of loads and
+  // reductions).
   const bool fused = rope.q_raw != nullptr;
   const bool k_warp = fused && chunk == n_chunks - 1 && warp == kDecWarps - 1;
   const bool v_warp = fused && chunk == n_chunks - 1 && warp == kDecWarps - 2;
@@ -449,15 +453,16 @@ __global__ void __launch_bounds__(kDecThreads)
   if (fused) {
     const float2* rope_row = rope.rope_table + static_cast<int64_t>(len - 1) * (D / 2);
     if (k_warp) detail::LoadNormRopeConsts(D, rope.k_norm, rope.norm_type, rope_row, &k_consts);
-    if (warp < G) detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type, rope_row, &q_consts);
+    if (warp == 0) detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type, rope_row, &q_consts);
   }
   WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
   probe.Stamp(1);
   LetDependentsLaunch();
 
-  // The fused prologue: rotated queries into q_rot (after acc_s), the new K/V rows into the caches and
-  // into k_new / v_new, from which the warp holding the newest slot reads them (no round trip to L2).
-  float* q_rot = acc_s + kDecWarps * G * D;  // [G][D]
+  // The fused prologue: the rotated query into q_rot (after acc_s), the new K/V rows into k_new / v_new
+  // (from which the warp holding the newest slot reads them: no round trip to L2) and, by the kv head's
+  // first block, into the caches.
+  float* q_rot = acc_s + kDecWarps * D;  // [D]
   __shared__ float k_tmp[D];
   __shared__ __align__(16) float k_new[D], v_new[D];
   if (fused) {
@@ -470,54 +475,34 @@ __global__ void __launch_bounds__(kDecThreads)
           y[e] = e * 32 + lane < D ? __ldcg(rope.k_raw + kvh * D + e * 32 + lane) : 0.f;
         }
         detail::WarpNormRopeValues(y, D, k_consts, rope.k_norm != nullptr, rope.eps, rope.style, k_tmp, k_new);
-        float* dst = static_cast<float*>(const_cast<void*>(k_cache)) + row;
-        for (int i = lane; i < D; i += 32) dst[i] = k_new[i];
+        if (writes_rows) {
+          float* dst = static_cast<float*>(const_cast<void*>(k_cache)) + row;
+          for (int i = lane; i < D; i += 32) dst[i] = k_new[i];
+        }
       } else if (v_warp) {
         float* dst = static_cast<float*>(const_cast<void*>(v_cache)) + row;
         for (int i = lane; i < D; i += 32) {
           const float v = __ldcg(rope.v_raw + kvh * D + i);
           v_new[i] = v;
-          dst[i] = v;
+          if (writes_rows) dst[i] = v;
         }
-      }
-      // Query head g on warp g (and g + kDecWarps ...).
-      for (int g = warp; g < G; g += kDecWarps) {
+      } else if (warp == 0) {
 #pragma unroll
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
-          y[e] = e * 32 + lane < D ? __ldcg(rope.q_raw + (static_cast<int64_t>(kvh) * G + g) * D + e * 32 + lane)
-                                   : 0.f;
+          y[e] = e * 32 + lane < D ? __ldcg(rope.q_raw + static_cast<int64_t>(qh) * D + e * 32 + lane) : 0.f;
         }
-        if (g >= kDecWarps) {  // more query heads than warps: this head's constants were not loaded
-          detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type,
-                                     rope.rope_table + static_cast<int64_t>(len - 1) * (D / 2), &q_consts);
-        }
-        detail::WarpNormRopeValues(y, D, q_consts, rope.q_norm != nullptr, rope.eps, rope.style, q_rot + g * D,
-                                   q_rot + g * D);
+        detail::WarpNormRopeValues(y, D, q_consts, rope.q_norm != nullptr, rope.eps, rope.style, q_rot, q_rot);
       }
-      __syncthreads();  // the new rows and the rotated queries are visible to the whole block
+      __syncthreads();  // the new rows and the rotated query are visible to the whole block
     }
   }
 
-  float qv[kG][kPer];
+  float qv[kPer];
+  StagedToF32<ElemType::kF32, kPer>(
+      reinterpret_cast<const char*>((fused ? q_rot : q + static_cast<int64_t>(qh) * D) + lane * kPer), qv);
+  float m = -INFINITY, l = 0.f, acc[kPer];
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (g < G) {
-      const float* src = rope.q_raw != nullptr ? q_rot + g * D
-                                               : q + (static_cast<int64_t>(kvh) * G + g) * D;
-      StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(src + lane * kPer), qv[g]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) qv[g][e] = 0.f;
-    }
-  }
-  float m[kG], l[kG], acc[kG][kPer];
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.f;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) acc[g][e] = 0.f;
-  }
+  for (int e = 0; e < kPer; ++e) acc[e] = 0.f;
   for (int j0 = c0 + warp; j0 < end; j0 += kDecWarps * kBatch) {
     // The first batch was loaded before the wait, all but the newest row.
 #pragma unroll
@@ -534,100 +519,86 @@ __global__ void __launch_bounds__(kDecThreads)
         StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
       }
     }
+    float sg[kBatch];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (g >= G) continue;  // G is uniform over the block: no divergence around the shuffles
-      float sg[kBatch];
+    for (int b = 0; b < kBatch; ++b) {
+      float part = 0.f;
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        float part = 0.f;
-#pragma unroll
-        for (int e = 0; e < kPer; ++e) part = fmaf(qv[g][e], kr[b][e], part);
-        part = detail::WarpSum(part);  // every lane gets the same bits
-        sg[b] = j0 + b * kDecWarps < end ? part * scale : -INFINITY;
-      }
-      float mb = m[g];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) mb = fmaxf(mb, sg[b]);  // finite: slot j0 exists
-      const float corr = expf(m[g] - mb);                     // 0 on the first batch (l, acc are 0)
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const float p = expf(sg[b] - mb);  // 0 for absent slots (their V is 0 too)
-        l[g] += p;
-#pragma unroll
-        for (int e = 0; e < kPer; ++e) acc[g][e] = fmaf(p, vr[b][e], acc[g][e]);
-      }
-      m[g] = mb;
+      for (int e = 0; e < kPer; ++e) part = fmaf(qv[e], kr[b][e], part);
+      part = detail::WarpSum(part);  // every lane gets the same bits
+      sg[b] = j0 + b * kDecWarps < end ? part * scale : -INFINITY;
     }
+    float mb = m;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) mb = fmaxf(mb, sg[b]);  // finite: slot j0 exists
+    const float corr = expf(m - mb);                        // 0 on the first batch (l, acc are 0)
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc[e] *= corr;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const float p = expf(sg[b] - mb);  // 0 for absent slots (their V is 0 too)
+      l += p;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(p, vr[b][e], acc[e]);
+    }
+    m = mb;
   }
   probe.Stamp(2);
   // Warp partials to shared memory (a warp without slots leaves m = -inf, l = 0, acc = 0).
   if (lane == 0) {
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      m_s[warp][g] = m[g];
-      l_s[warp][g] = l[g];
-    }
+    m_s[warp] = m;
+    l_s[warp] = l;
   }
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (g >= G) continue;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) acc_s[(warp * G + g) * D + lane * kPer + e] = acc[g][e];
-  }
+  for (int e = 0; e < kPer; ++e) acc_s[warp * D + lane * kPer + e] = acc[e];
   __syncthreads();
-  // The chunk's result per (query head g, dim d), warps merged in order (warp 0 holds slot c0, so the
-  // max is finite and ll >= 1).
+  // The chunk's result per dim d, warps merged in order (warp 0 holds slot c0, so the max is finite and
+  // ll >= 1).
   float* ws_ml = ws;                                         // [heads][chunks][2]
   float* ws_acc = ws + static_cast<size_t>(heads) * chunks * 2;  // [heads][chunks][D]
-  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float mm = -INFINITY;
-    for (int w = 0; w < kDecWarps; ++w) mm = fmaxf(mm, m_s[w][g]);
+    for (int w = 0; w < kDecWarps; ++w) mm = fmaxf(mm, m_s[w]);
     float ll = 0.f, aa = 0.f;
     for (int w = 0; w < kDecWarps; ++w) {
-      const float mw = m_s[w][g];
+      const float mw = m_s[w];
       if (mw == -INFINITY) continue;
       const float f = expf(mw - mm);
-      ll = fmaf(l_s[w][g], f, ll);
-      aa = fmaf(acc_s[(w * G + g) * D + d], f, aa);
+      ll = fmaf(l_s[w], f, ll);
+      aa = fmaf(acc_s[w * D + d], f, aa);
     }
-    const int64_t qh = static_cast<int64_t>(kvh) * G + g;
     if (n_chunks == 1) {
-      out[qh * D + d] = aa / ll;
+      out[static_cast<int64_t>(qh) * D + d] = aa / ll;
     } else {
-      ws_acc[(qh * chunks + chunk) * D + d] = aa;
+      ws_acc[(static_cast<int64_t>(qh) * chunks + chunk) * D + d] = aa;
       if (d == 0) {
-        ws_ml[(qh * chunks + chunk) * 2] = mm;
-        ws_ml[(qh * chunks + chunk) * 2 + 1] = ll;
+        ws_ml[(static_cast<int64_t>(qh) * chunks + chunk) * 2] = mm;
+        ws_ml[(static_cast<int64_t>(qh) * chunks + chunk) * 2 + 1] = ll;
       }
     }
   }
   if (n_chunks == 1) return;
-  // The last of the kv head's n_chunks blocks to get here merges every chunk, in chunk order.
+  // The last of the head's n_chunks blocks to get here merges every chunk, in chunk order.
   __threadfence();  // this thread's partial writes are visible device-wide before the count
   __syncthreads();
-  if (threadIdx.x == 0) last_s = atomicAdd(&counters[kvh], 1u) == static_cast<unsigned>(n_chunks - 1);
+  if (threadIdx.x == 0) last_s = atomicAdd(&counters[qh], 1u) == static_cast<unsigned>(n_chunks - 1);
   __syncthreads();
   if (!last_s) return;
   __threadfence();  // the other blocks' partials, counted before our increment, are visible
-  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
-    const int64_t qh = static_cast<int64_t>(kvh) * G + g;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    const int64_t base = static_cast<int64_t>(qh) * chunks;
     float mm = -INFINITY;
-    for (int c = 0; c < n_chunks; ++c) mm = fmaxf(mm, __ldcg(&ws_ml[(qh * chunks + c) * 2]));
+    for (int c = 0; c < n_chunks; ++c) mm = fmaxf(mm, __ldcg(&ws_ml[(base + c) * 2]));
     float ll = 0.f, aa = 0.f;
     for (int c = 0; c < n_chunks; ++c) {  // every chunk < n_chunks holds keys: its max is finite
-      const float f = expf(__ldcg(&ws_ml[(qh * chunks + c) * 2]) - mm);
-      ll = fmaf(__ldcg(&ws_ml[(qh * chunks + c) * 2 + 1]), f, ll);
-      aa = fmaf(__ldcg(&ws_acc[(qh * chunks + c) * D + d]), f, aa);
+      const float f = expf(__ldcg(&ws_ml[(base + c) * 2]) - mm);
+      ll = fmaf(__ldcg(&ws_ml[(base + c) * 2 + 1]), f, ll);
+      aa = fmaf(__ldcg(&ws_acc[(base + c) * D + d]), f, aa);
     }
-    out[qh * D + d] = aa / ll;
+    out[static_cast<int64_t>(qh) * D + d] = aa / ll;
   }
-  if (threadIdx.x == 0) counters[kvh] = 0u;  // ready for the next launch (a later kernel)
+  if (threadIdx.x == 0) counters[qh] = 0u;  // ready for the next launch (a later kernel)
 }
 
 template <ElemType kT, int D>
@@ -635,8 +606,8 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
                               int heads, int kv_heads, float scale, void* workspace,
                               const int32_t* d_n_past, cudaStream_t stream, bool programmatic,
                               const DecodeRopeAppend& rope) {
-  // acc_s, plus q_rot for the fused prologue: 72 KB for D = 256, G = 8.
-  constexpr size_t kMaxSmem = sizeof(float) * (kDecWarps + 1) * kG * D;
+  // acc_s, plus q_rot for the fused prologue: 9 KB for D = 256.
+  constexpr size_t kMaxSmem = sizeof(float) * (kDecWarps + 1) * D;
   static const cudaError_t ready = [] {
     const cudaError_t e = cudaFuncSetAttribute(DecodeAttentionKernel<kT, D>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -645,13 +616,12 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
     detail::PreferSharedCarveout(DecodeAttentionKernel<kT, D>);
     return e;
   }();
-  const int G = heads / kv_heads;
-  const size_t smem = sizeof(float) * (kDecWarps + (rope.q_raw != nullptr ? 1 : 0)) * G * D;
+  const size_t smem = sizeof(float) * (kDecWarps + (rope.q_raw != nullptr ? 1 : 0)) * D;
   if (smem > 48 * 1024 && ready != cudaSuccess) return ready;
   const int chunks = (max_past + kDecodeAttentionChunk) / kDecodeAttentionChunk;  // slots max_past + 1
   auto* counters = static_cast<unsigned*>(workspace);
-  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(kv_heads));
-  return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(kv_heads, chunks), dim3(kDecThreads), smem,
+  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
+  return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
                             chunks, d_n_past, out, rope, DecodeProbe());
 }
@@ -701,8 +671,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim) {
   const size_t chunks =
       (static_cast<size_t>(max_keys) + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
-  return DecodeCounterBytes(kv_heads) +
-         static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
+  return DecodeCounterBytes(heads) + static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
 }
 
 namespace {

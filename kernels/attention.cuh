@@ -56,11 +56,10 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 
 // Single-query decode attention for a graph-replayed draft step (one new position whose own K/V are
 // already in the cache). Unlike LaunchAttention (one warp per 32-key tile, lane per key), each block of
-// 8 warps takes one (kv head, 256-slot chunk) for all the head's query heads; warp w takes the chunk's
-// slots w, w + 8, ..., lanes split head_dim, and every K and V row of a batch of slots is loaded at
-// once, so a short cache costs one memory round trip in a few warps of each block. Chunks are merged
-// in chunk order by the last block of each kv head to finish (a counter in the workspace), so no merge
-// launch. The reduction order depends only on the number of keys seen (never on max_past, the grid or
+// 8 warps takes one (query head, 256-slot chunk); warp w takes the chunk's slots w, w + 8, ..., lanes
+// split head_dim, and every K and V row of a batch of slots is loaded at once, so a short cache costs
+// one memory round trip in a few warps of each block. Chunks are merged in chunk order by the last
+// block of each query head to finish (a counter in the workspace), so no merge launch. The reduction order depends only on the number of keys seen (never on max_past, the grid or
 // which block finishes last): results are deterministic and equal for graph and eager launches; they
 // differ from LaunchAttention's by fp32 rounding only.
 //   q          [heads, head_dim] fp32, device, 16-byte aligned
@@ -85,9 +84,9 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
 
 // The q/k-norm + RoPE + KV append of the new position (LaunchQkNormRopeAppend with a RoPE table)
 // fused into LaunchDecodeAttention, so the graphed draft's layer has one kernel fewer: each block
-// normalizes and rotates its kv head's G query heads from q_raw into shared memory, and the block whose
-// chunk holds the new slot (n_past) writes that slot's K (normalized, rotated) and V rows into the caches
-// before any of its warps reads them. The arithmetic is QkNormRopeAppendKernel's (warp_norm_rope.cuh),
+// normalizes and rotates its query head from q_raw into shared memory; the blocks whose chunk holds the
+// new slot (n_past) normalize and rotate that slot's K row themselves, and the first of each kv head's
+// blocks writes it and the V row into the caches. The arithmetic is QkNormRopeAppendKernel's (warp_norm_rope.cuh),
 // so the caches receive the same bits and the attention output equals the unfused pair's.
 struct DecodeRopeAppend {
   const float* q_raw = nullptr;        // [heads * head_dim] fp32: the projection's q
