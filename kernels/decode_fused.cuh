@@ -30,9 +30,10 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
 
 // Programmatic dependent launch (PDL, sm_90+): a kernel launched with `programmatic` may start while
 // the stream's previous kernel is still running. Every decode kernel here (and in attention.cu) issues
-// only reads of constant data (weights, tables) before WaitForPrecedingGrid(), which returns once the
-// previous grid has completed and its writes are visible; everything else comes after it, so results do
-// not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that the next one's blocks
+// only reads of data no kernel of the step writes (weights, norm weights, tables; the decode attention
+// also the position and the cache rows of earlier positions) before WaitForPrecedingGrid(), which
+// returns once the previous grid has completed and its writes are visible; everything else comes after
+// it, so results do not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that the next one's blocks
 // can be scheduled (and start fetching their weights) during its tail. Both are no-ops for a kernel
 // launched without the attribute. A kernel launched without it still waits for the previous one.
 #ifdef __CUDACC__
