@@ -474,7 +474,8 @@ __global__ void __launch_bounds__(kDecThreads)
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
           y[e] = e * 32 + lane < D ? __ldcg(rope.k_raw + kvh * D + e * 32 + lane) : 0.f;
         }
-        detail::WarpNormRopeValues(y, D, k_consts, rope.k_norm != nullptr, rope.eps, rope.style, k_tmp, k_new);
+        detail::WarpNormRopeValues(y, D, k_consts, rope.k_norm != nullptr, rope.eps, rope.style, k_tmp,
+                                   k_new);
         if (writes_rows) {
           float* dst = static_cast<float*>(const_cast<void*>(k_cache)) + row;
           for (int i = lane; i < D; i += 32) dst[i] = k_new[i];
@@ -491,7 +492,8 @@ __global__ void __launch_bounds__(kDecThreads)
         for (int e = 0; e < detail::kMaxNormRopePer; ++e) {
           y[e] = e * 32 + lane < D ? __ldcg(rope.q_raw + static_cast<int64_t>(qh) * D + e * 32 + lane) : 0.f;
         }
-        detail::WarpNormRopeValues(y, D, q_consts, rope.q_norm != nullptr, rope.eps, rope.style, q_rot, q_rot);
+        detail::WarpNormRopeValues(y, D, q_consts, rope.q_norm != nullptr, rope.eps, rope.style, q_rot,
+                                   q_rot);
       }
       __syncthreads();  // the new rows and the rotated query are visible to the whole block
     }

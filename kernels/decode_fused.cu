@@ -83,14 +83,15 @@ cudaError_t LaunchWithDepth(const float* x, const void* norm_w, ElemType norm_ty
                                 static_cast<int>(2 * sizeof(float) * kFusedGemvMaxIn));
   }();
   if (configured != cudaSuccess) return configured;
-  const size_t smem = (static_cast<size_t>(detail::StagedFloats(in)) + (norm_w != nullptr ? in : 0)) * sizeof(float);
+  const size_t smem =
+      (static_cast<size_t>(detail::StagedFloats(in)) + (norm_w != nullptr ? in : 0)) * sizeof(float);
   if (!programmatic) {
-    FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth><<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type,
-                                                                                      eps, segs, in);
+    FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>
+        <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
     return cudaGetLastError();
   }
-  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>, dim3(blocks), dim3(kWarps * 32), smem,
-                            stream, true, x, norm_w, norm_type, eps, segs, in);
+  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>, dim3(blocks), dim3(kWarps * 32),
+                            smem, stream, true, x, norm_w, norm_type, eps, segs, in);
 }
 
 // kDepth 2 or 4 when each warp has that many rows (a grid bound below a row per warp) and a row takes at

@@ -137,7 +137,9 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = tid + 256 * j;
-      if (i < in) xs[StagedIndex(i)] = v[j] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+      if (i < in) {
+        xs[StagedIndex(i)] = v[j] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
+      }
     }
     __syncthreads();
     return;
@@ -163,7 +165,8 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
 // StageInput reads with the same thread, so no barrier is needed between them). The norm weights are
 // constant: a decode kernel loads them before waiting for its predecessor (PDL), which takes a
 // dependent memory round trip off the path after the wait.
-__device__ __forceinline__ void StageNormWeights(const void* norm_w, ElemType norm_type, int in, float* norm_s) {
+__device__ __forceinline__ void StageNormWeights(const void* norm_w, ElemType norm_type, int in,
+                                                 float* norm_s) {
   for (int i = threadIdx.x; i < in; i += blockDim.x) norm_s[i] = LoadAsF32(norm_w, norm_type, i);
 }
 

@@ -43,9 +43,9 @@ __device__ __forceinline__ void LoadNormRopeConsts(int D, const void* norm_w, El
 // dst[0..D) = RoPE(RmsNorm(y; norm weights, eps)) at the position whose cos/sin `c` holds, or RoPE(y)
 // when !has_norm. `tmp`: D floats of shared memory (may be dst when dst is shared memory: each lane reads
 // and writes only its own pairs). The whole warp calls it.
-__device__ __forceinline__ void WarpNormRopeValues(float (&y)[kMaxNormRopePer], int D, const NormRopeConsts& c,
-                                                   bool has_norm, float eps, RopeStyle style, float* tmp,
-                                                   float* dst) {
+__device__ __forceinline__ void WarpNormRopeValues(float (&y)[kMaxNormRopePer], int D,
+                                                   const NormRopeConsts& c, bool has_norm, float eps,
+                                                   RopeStyle style, float* tmp, float* dst) {
   const int lane = threadIdx.x & 31, per = (D + 31) / 32;
   if (has_norm) {
     float t = 0.f;
