@@ -241,7 +241,7 @@ absl::Status GraphedDraft::Allocate() {
                          ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
                          : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
     ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
-    // The decode kernel's per-kv-head counters start at zero (each launch leaves them there).
+    // The decode kernel's per-query-head counters start at zero (each launch leaves them there).
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
   }
   // RoPE's cos/sin for every position of the cache, computed once (the same double arithmetic as the
