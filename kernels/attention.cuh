@@ -73,8 +73,8 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 //   write q and the row of slot n_past).
 //   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
-//              once before the first launch (it holds per-query-head counters that every launch leaves at
-//              zero); one launch at a time per workspace.
+//              once before the first launch (it holds per-query-head counters that every launch
+//              leaves at zero); one launch at a time per workspace.
 inline constexpr int kDecodeAttentionChunk = 256;
 size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim);
 cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
