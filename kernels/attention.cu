@@ -1,4 +1,6 @@
 #include "kernels/attention.cuh"
+
+#include <algorithm>
 #include "kernels/decode_fused.cuh"  // WaitForPrecedingGrid, LetDependentsLaunch, LaunchDecodeKernel
 #include "kernels/device_util.cuh"
 #include "kernels/warp_norm_rope.cuh"
@@ -390,14 +392,28 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
   return (static_cast<size_t>(heads) * sizeof(unsigned) + 15) / 16 * 16;
 }
 
-// grid = (heads, chunks), block = kDecThreads, dynamic shared memory (kDecWarps + 1) * D floats.
-// Block (h, c) takes query head h (kv head h / G) and slots [c * 256, min(c * 256 + 256, len)); warp w
-// the slots c * 256 + w + 8 i in batches of kBatch (all their K/V loads in flight together), with an
-// online softmax (one rescale per batch); lane l holds dims l * kPer .. + kPer. The warps' partials are
-// merged in warp order, then (len > 256) the chunks' in chunk order by the head's last block. One query
-// head a block (not the G heads of a kv head): at a short context the block's time is the length of
-// its warps' dependent chains, which G heads a warp made G times longer; the G blocks of a kv head
-// read the same K/V rows, mostly from L2.
+// How the decode attention cuts `len` cache slots into chunks (one block each): in units of one batch
+// of every warp (kDecWarps x kBatch slots: 128, 64, 32 for D = 64, 128, 256), as few units per chunk as
+// keep the chunks at most kDecodeSplits. So up to 8 x the unit (512 slots for D = 128) every warp of a
+// chunk loads its slots in one round trip, with all 8 chunks of a head in flight at once; with fixed
+// 256-slot chunks, 512 slots were 2 blocks a head whose warps each walked 4 batches one after another.
+// A function of len and D only: the reduction order never depends on the grid.
+constexpr int kDecodeSplits = 8;
+__host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * (32 / (head_dim / 32)); }
+__host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
+  const int unit = DecodeUnitSlots(head_dim);
+  const int units = (len + unit - 1) / unit;
+  return (units + kDecodeSplits - 1) / kDecodeSplits * unit;
+}
+
+// grid = (heads, chunks <= kDecodeSplits), block = kDecThreads, dynamic shared memory (kDecWarps + 1) *
+// D floats. Block (h, c) takes query head h (kv head h / G) and slots [c * C, min(c * C + C, len)), C =
+// DecodeChunkSlots(len, D); warp w the slots c * C + w + 8 i in batches of kBatch (all their K/V loads
+// in flight together), with an online softmax (one rescale per batch); lane l holds dims l * kPer ..
+// + kPer. The warps' partials are merged in warp order, then (more than one chunk) the chunks' in chunk
+// order by the head's last block. One query head a block (not the G heads of a kv head): at a short
+// context the block's time is the length of its warps' dependent chains, which G heads a warp made G
+// times longer; the G blocks of a kv head read the same K/V rows, mostly from L2.
 // With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and every block of
 // the chunk holding slot n_past normalizes and rotates that slot's K row itself (the same bits); the
 // kv head's first block writes it and the V row into the caches (so the caches are not __restrict__).
@@ -425,10 +441,11 @@ __global__ void __launch_bounds__(kDecThreads)
   // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
   // prologue below. The newest row (slot len - 1), this launch's or the previous kernel's, after.
   const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1;  // slots the query sees
-  const int c0 = chunk * kDecodeAttentionChunk;
+  const int chunk_slots = DecodeChunkSlots(len, D);
+  const int c0 = chunk * chunk_slots;
   if (c0 >= len) return;
-  const int end = min(len, c0 + kDecodeAttentionChunk);
-  const int n_chunks = (len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
+  const int end = min(len, c0 + chunk_slots);
+  const int n_chunks = (len + chunk_slots - 1) / chunk_slots;
   const char* kb = static_cast<const char*>(k_cache);
   const char* vb = static_cast<const char*>(v_cache);
   const auto row_offset = [&](int j) {
@@ -620,7 +637,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   }();
   const size_t smem = sizeof(float) * (kDecWarps + (rope.q_raw != nullptr ? 1 : 0)) * D;
   if (smem > 48 * 1024 && ready != cudaSuccess) return ready;
-  const int chunks = (max_past + kDecodeAttentionChunk) / kDecodeAttentionChunk;  // slots max_past + 1
+  const int chunks = std::min(kDecodeSplits, (max_past + DecodeUnitSlots(D)) / DecodeUnitSlots(D));
   auto* counters = static_cast<unsigned*>(workspace);
   float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks), dim3(kDecThreads), smem,
@@ -671,8 +688,9 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 }
 
 size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim) {
-  const size_t chunks =
-      (static_cast<size_t>(max_keys) + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk;
+  (void)max_keys;
+  (void)kv_heads;
+  const size_t chunks = kDecodeSplits;  // at most, whatever the length
   return DecodeCounterBytes(heads) + static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
 }
 

@@ -56,12 +56,13 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 
 // Single-query decode attention for a graph-replayed draft step (one new position whose own K/V are
 // already in the cache). Unlike LaunchAttention (one warp per 32-key tile, lane per key), each block of
-// 8 warps takes one (query head, 256-slot chunk); warp w takes the chunk's slots w, w + 8, ..., lanes
-// split head_dim, and every K and V row of a batch of slots is loaded at once, so a short cache costs
-// one memory round trip in a few warps of each block. Chunks are merged in chunk order by the last
-// block of each query head to finish (a counter in the workspace), so no merge launch. The reduction order depends only on the number of keys seen (never on max_past, the grid or
-// which block finishes last): results are deterministic and equal for graph and eager launches; they
-// differ from LaunchAttention's by fp32 rounding only.
+// 8 warps takes one (query head, chunk), up to 8 chunks a head of at least 64 slots (head_dim 128; 128
+// for 64, 32 for 256); warp w takes the chunk's slots w, w + 8, ..., lanes split head_dim, and every K
+// and V row of a batch of slots is loaded at once, so up to 512 slots cost one memory round trip in
+// each warp. Chunks are merged in chunk order by the last block of each query head to finish (a counter
+// in the workspace), so no merge launch. The reduction order depends only on the number of keys seen
+// (never on max_past, the grid or which block finishes last): results are deterministic and equal for
+// graph and eager launches; they differ from LaunchAttention's by fp32 rounding only.
 //   q          [heads, head_dim] fp32, device, 16-byte aligned
 //   k_cache, v_cache  [capacity >= max_past + 1, kv_heads, head_dim] of kv_type (kF32 or kBF16),
 //              16-byte aligned, device
@@ -75,7 +76,6 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
 //              once before the first launch (it holds per-query-head counters that every launch
 //              leaves at zero); one launch at a time per workspace.
-inline constexpr int kDecodeAttentionChunk = 256;
 size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim);
 cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
                                   ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
