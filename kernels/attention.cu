@@ -394,16 +394,21 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 
 // How the decode attention cuts `len` cache slots into chunks (one block each): in units of one batch
 // of every warp (kDecWarps x kBatch slots: 128, 64, 32 for D = 64, 128, 256), as few units per chunk as
-// keep the chunks at most kDecodeSplits. So up to 8 x the unit (512 slots for D = 128) every warp of a
-// chunk loads its slots in one round trip, with all 8 chunks of a head in flight at once; with fixed
-// 256-slot chunks, 512 slots were 2 blocks a head whose warps each walked 4 batches one after another.
-// A function of len and D only: the reduction order never depends on the grid.
+// keep the chunks at most kDecodeSplits; up to kDecodeWholeUnits units stay one chunk. A batch costs a
+// memory round trip and a split the chunks' merge by the head's last block (a counter round trip and
+// the partials' reads), about as much: so 2 units are 2 batches in one chunk (the merge would cost what
+// it saves), while from 3 units up every warp of a chunk loads its slots in one round trip, with up to 8
+// chunks of a head in flight at once. With fixed 256-slot chunks, 512 slots were 2 blocks a head whose
+// warps each walked 4 batches one after another (828 -> 746 us a token at ctx 512; 64-slot chunks from
+// 65 slots on cost ctx 64-128 a merge for nothing, +10 us a token). A function of len and D only: the
+// reduction order never depends on the grid.
 constexpr int kDecodeSplits = 8;
+constexpr int kDecodeWholeUnits = 2;
 __host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * (32 / (head_dim / 32)); }
 __host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
   const int unit = DecodeUnitSlots(head_dim);
   const int units = (len + unit - 1) / unit;
-  return (units + kDecodeSplits - 1) / kDecodeSplits * unit;
+  return units <= kDecodeWholeUnits ? units * unit : (units + kDecodeSplits - 1) / kDecodeSplits * unit;
 }
 
 // grid = (heads, chunks <= kDecodeSplits), block = kDecThreads, dynamic shared memory (kDecWarps + 1) *
