@@ -216,8 +216,7 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
   if (w != nullptr) {
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(src[i], src[i], ss);
-    ss = detail::BlockSum(ss, scratch);
-    const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
+    const float inv = detail::RmsInverse(ss, d, eps, scratch);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       y[i] = src[i] * inv * detail::LoadAsF32(w, norm_type, i);
     }

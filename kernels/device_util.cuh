@@ -33,7 +33,8 @@ __device__ __forceinline__ float LoadAsF32(const void* base, ElemType t, int64_t
 
 // Butterfly sum over the 32 lanes: every lane ends with the same value, computed in the same order
 // whatever the data, so results are reproducible.
-__device__ __forceinline__ float WarpSum(float v) {
+template <typename T>  // float or double
+__device__ __forceinline__ T WarpSum(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -44,17 +45,27 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// Block-wide sum/max (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `scratch` is 32 floats of shared memory; the call ends with a barrier so scratch can be reused.
-__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+// Block-wide sum/max (blockDim.x a multiple of 32, at most 1024); every thread gets the result, the
+// same bits whatever the data (warp butterflies, then the butterfly of the warp sums). `scratch` is 32
+// elements of shared memory; the call ends with a barrier so scratch can be reused, or, with
+// kClosingBarrier false (one barrier fewer on a kernel's path), scratch must not be written again
+// before another barrier.
+template <bool kClosingBarrier = true, typename T>  // T: float or double
+__device__ __forceinline__ T BlockSum(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = WarpSum(v);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  float t = lane < nwarps ? scratch[lane] : 0.f;
+  T t = lane < nwarps ? scratch[lane] : T(0);
   t = WarpSum(t);
-  __syncthreads();
+  if (kClosingBarrier) __syncthreads();
   return t;
+}
+// 1 / sqrt(mean of squares + eps) of an RMSNorm over `in` elements, from each thread's partial sum of
+// squares: BlockSum's reduction (so every kernel that normalizes a row gets RmsNormKernel's bits;
+// threads holding no element pass 0, which adds nothing) and the rsqrt, without the closing barrier.
+__device__ __forceinline__ float RmsInverse(float ss, int in, float eps, float* scratch) {
+  return rsqrtf(BlockSum<false>(ss, scratch) / static_cast<float>(in) + eps);
 }
 __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;

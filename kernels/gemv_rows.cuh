@@ -86,18 +86,13 @@ __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const
 // nullptr to read them from norm_w. `scratch`: 32 floats of shared memory.
 __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, ElemType norm_type, float eps,
                                                 int in, float* scratch, const float* norm_s = nullptr) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int T = in >= 256 ? 256 : ((in + 31) / 32) * 32;
   float ss = 0.f;
   if (tid < T) {
     for (int i = tid; i < in; i += T) ss = fmaf(xs[StagedIndex(i)], xs[StagedIndex(i)], ss);
   }
-  ss = WarpSum(ss);
-  if (lane == 0 && warp < 32) scratch[warp] = ss;
-  __syncthreads();
-  float t = lane < (T >> 5) ? scratch[lane] : 0.f;
-  t = WarpSum(t);
-  const float inv = rsqrtf(t / static_cast<float>(in) + eps);
+  const float inv = RmsInverse(ss, in, eps, scratch);
   for (int i = tid; i < in; i += blockDim.x) {
     const int j = StagedIndex(i);
     xs[j] = xs[j] * inv * (norm_s != nullptr ? norm_s[i] : LoadAsF32(norm_w, norm_type, i));
@@ -119,7 +114,7 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
   if (norm_w != nullptr && blockDim.x == 256 && in >= 256 && in <= 256 * kPerThread) {
     // RmsNormKernel's block of T = 256 threads, its elements loaded all at once and kept in registers:
     // one round trip to L2 and one barrier before the normalized values are staged.
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     float v[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) v[j] = tid + 256 * j < in ? x[tid + 256 * j] : 0.f;
@@ -128,12 +123,7 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
     for (int j = 0; j < kPerThread; ++j) {
       if (tid + 256 * j < in) ss = fmaf(v[j], v[j], ss);
     }
-    ss = WarpSum(ss);
-    if (lane == 0) scratch[warp] = ss;
-    __syncthreads();
-    float t = lane < 8 ? scratch[lane] : 0.f;
-    t = WarpSum(t);
-    const float inv = rsqrtf(t / static_cast<float>(in) + eps);
+    const float inv = RmsInverse(ss, in, eps, scratch);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = tid + 256 * j;

@@ -13,8 +13,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const void* __restric
   float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
   float ss = 0.f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-  ss = detail::BlockSum(ss, scratch);
-  const float inv = rsqrtf(ss / static_cast<float>(dim) + eps);
+  const float inv = detail::RmsInverse(ss, dim, eps, scratch);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
     yr[i] = xr[i] * inv * detail::LoadAsF32(weight, weight_type, i);
   }

@@ -20,22 +20,6 @@ __device__ __forceinline__ uint64_t Mass(float w) {
   return static_cast<uint64_t>(static_cast<double>(w) * kMassScale);
 }
 
-__device__ __forceinline__ double WarpSumD(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ double BlockSumD(double v, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = WarpSumD(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  double t = lane < nwarps ? scratch[lane] : 0.0;
-  t = WarpSumD(t);
-  __syncthreads();
-  return t;
-}
-
 // (value, id) max, ties to the lower id; id -1 loses to everything.
 __device__ __forceinline__ bool Better(double v, int id, double bv, int bid) {
   if (id < 0) return false;
@@ -252,7 +236,7 @@ __global__ void __launch_bounds__(kProcThreads)
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
     if (sh.f.Kept(w[i], i)) sum += static_cast<double>(w[i]);
   }
-  sum = BlockSumD(sum, sh.scratch_d);
+  sum = detail::BlockSum(sum, sh.scratch_d);
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float wi = w[i];
     w[i] = sh.f.Kept(wi, i) ? static_cast<float>(static_cast<double>(wi) / sum) : 0.f;
@@ -513,7 +497,7 @@ __global__ void __launch_bounds__(kClusterThreads)
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     if (f.Kept(s[i], base + i)) sum += static_cast<double>(s[i]);
   }
-  sum = BlockSumD(sum, sh.scratch_d);
+  sum = detail::BlockSum(sum, sh.scratch_d);
   Exchange(cluster, sh, kPhaseSum, sum, 0, 0);  // the last DSMEM access: blocks may exit after it
   sum = 0.0;
   for (int r = 0; r < kClusterBlocks; ++r) sum += sh.slot_d[kPhaseSum][r];

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,8 +26,8 @@
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/golden_fixture.h"
 
 namespace specgen {
 namespace {
@@ -66,9 +65,7 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
   const Case& c = GetParam();
   const fs::path dir = testing::SourceDir() / "tests" / "data" / "models" / c.fixture;
   if (!fs::exists(dir / "golden.json")) GTEST_SKIP() << "fixture not present: " << dir;
-  std::ifstream in(dir / "golden.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  const std::vector<int32_t> ids = j.at("input_ids").get<std::vector<int32_t>>();
+  const std::vector<int32_t> ids = testing::ReadGoldenFixture(dir).input_ids;
 
   auto hf = LoadModel(dir.string());
   ASSERT_TRUE(hf.ok()) << hf.status();

@@ -29,7 +29,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -38,7 +37,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "tests/common/golden_fixture.h"
 #include "tests/model_cpu/close.h"
 
 namespace specgen {
@@ -47,30 +46,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::AllClose;
 
-struct Fixture {
-  std::vector<int32_t> input_ids;
-  std::vector<int32_t> greedy;
-  int64_t vocab = 0;
-  std::vector<float> logits;  // [input_ids.size(), vocab]
-};
-
 fs::path FixtureDir(const std::string& name) {
   return fs::path(SPECGEN_SOURCE_DIR) / "tests" / "data" / "models" / name;
-}
-
-Fixture ReadFixture(const fs::path& dir) {
-  Fixture f;
-  std::ifstream in(dir / "golden.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  f.input_ids = j.at("input_ids").get<std::vector<int32_t>>();
-  f.greedy = j.at("greedy").get<std::vector<int32_t>>();
-  f.vocab = j.at("vocab_size").get<int64_t>();
-  const fs::path logits_path = dir / j.at("logits_file").get<std::string>();
-  f.logits.resize(f.input_ids.size() * f.vocab);
-  std::ifstream lf(logits_path, std::ios::binary);
-  lf.read(reinterpret_cast<char*>(f.logits.data()), f.logits.size() * sizeof(float));
-  EXPECT_EQ(static_cast<size_t>(lf.gcount()), f.logits.size() * sizeof(float)) << logits_path;
-  return f;
 }
 
 enum class Source { kHfDir, kGgufF32, kGgufF16, kGgufQ8_0 };
@@ -114,7 +91,7 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   const fs::path dir = FixtureDir(c.model);
   // The fixtures are committed: a missing one is a failure, not a skip.
   ASSERT_TRUE(fs::exists(dir / "golden.json")) << "committed fixture missing: " << dir;
-  const Fixture fx = ReadFixture(dir);
+  const testing::GoldenFixture fx = testing::ReadGoldenFixture(dir);
 
   auto hf = LoadModel(dir.string());
   ASSERT_TRUE(hf.ok()) << hf.status();
