@@ -5,7 +5,8 @@
 // persistent kernel (one cooperative launch per token) is held to the same bound against the
 // Transformer and must give the same bits when run twice.
 // Models: qwen3-0.6b's layer shape cut to 2 layers (head_dim 128: the single-query decode attention,
-// crossing its 256-slot chunk boundary, so its cross-chunk merge runs), the bundled tiny draft
+// whose 250-270 slots are 4-5 chunks of 64, so its cross-chunk merge runs and the chunk count changes
+// at 256), the bundled tiny draft
 // (head_dim 32: the simple attention) and synth tiny-dense. Skips without a device.
 #include <cuda_runtime.h>
 
@@ -201,8 +202,8 @@ TEST(GraphedDraft, Qwen3ShapeChunkedAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   auto model = Synth("qwen3-0.6b", 2, 4096);
   ASSERT_NE(model, nullptr);
-  // 250 prompt tokens: the decode crosses the attention's 256-slot chunk boundary, and the rollback
-  // crosses it back.
+  // 250 prompt tokens: the decode attention merges 4 chunks, then 5 past slot 256, and the rollback
+  // crosses back.
   CheckModel("qwen3-0.6b x2 layers", model, 250);
 }
 
