@@ -38,7 +38,10 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   RETURN_IF_ERROR(ValidateGenerationFlags(flags.common));
   const int prompt_sources =
       !flags.prompt.empty() + !flags.prompt_file.empty() + !flags.prompt_ids.empty();
-  if (prompt_sources != 1) return InvalidArgument("give exactly one of -p, -f, --prompt-ids");
+  if (prompt_sources == 0) {
+    return InvalidArgument("no prompt: give -p TEXT, -f FILE or --prompt-ids IDS (an empty -p counts as none)");
+  }
+  if (prompt_sources > 1) return InvalidArgument("give one prompt only: -p, -f or --prompt-ids, not ", prompt_sources);
   std::string text = flags.prompt;
   if (!flags.prompt_file.empty()) {
     ASSIGN_OR_RETURN(text, ReadTextFile(flags.prompt_file));

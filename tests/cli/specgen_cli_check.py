@@ -132,6 +132,8 @@ def main():
          ["context"]),
         ("prompt id outside the vocabulary", ["generate", "-m", target, "--prompt-ids", "1,99999"],
          ["99999"]),
+        ("empty prompt", ["generate", "-m", target, "-p", ""], ["no prompt", "-p"]),
+        ("two prompts", ["generate", "-m", target, "-p", "hi", "--prompt-ids", "1,2"], ["one prompt", "2"]),
         ("bad --accept", ["generate", "-m", target, "-p", "hi", "--accept", "maybe"], ["maybe"]),
         ("bad --top-p", ["generate", "-m", target, "-p", "hi", "--top-p", "2"], ["--top-p"]),
         ("corrupt tokenizer.json", ["generate", "-m", broken, "-p", "hi"], ["tokenizer.json", "JSON"]),
