@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "tests/backend_cuda/gpu_test_env.h"
 #include "tests/common/golden_fixture.h"
+#include "tests/common/greedy.h"
 
 namespace specgen {
 namespace {
@@ -40,25 +41,6 @@ struct Case {
 };
 
 class CudaModelLogits : public ::testing::TestWithParam<Case> {};
-
-std::vector<int32_t> Greedy(Transformer& lm, const std::vector<int32_t>& prompt, int n) {
-  std::vector<float> logits;
-  std::vector<int32_t> out;
-  for (size_t b = 0; b < prompt.size(); b += 16) {  // the batch-invariant path, as decoding uses
-    const auto part = std::span<const int32_t>(prompt).subspan(b, std::min<size_t>(16, prompt.size() - b));
-    EXPECT_TRUE(lm.Forward(part, &logits).ok());
-  }
-  const int64_t v = lm.vocab_size();
-  for (int i = 0; i < n; ++i) {
-    const float* last = logits.data() + logits.size() - v;
-    const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
-    out.push_back(next);
-    if (i + 1 < n) {
-      EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
-    }
-  }
-  return out;
-}
 
 TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
   SPECGEN_SKIP_WITHOUT_CUDA();
@@ -145,7 +127,9 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
   // Greedy through the KV cache, one token per pass (the GEMV decode path).
   ASSERT_TRUE((*cpu_lm)->Truncate(0).ok());
   ASSERT_TRUE((*gpu_lm)->Truncate(0).ok());
-  EXPECT_EQ(Greedy(**gpu_lm, ids, 12), Greedy(**cpu_lm, ids, 12)) << c.fixture;
+  // Prefill in passes of <= 16 tokens: on the GPU, the GEMV path decoding uses.
+  EXPECT_EQ(testing::GreedyContinuation(**gpu_lm, ids, 12, 16), testing::GreedyContinuation(**cpu_lm, ids, 12, 16))
+      << c.fixture;
 }
 
 INSTANTIATE_TEST_SUITE_P(

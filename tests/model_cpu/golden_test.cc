@@ -38,6 +38,7 @@
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
 #include "tests/common/golden_fixture.h"
+#include "tests/common/greedy.h"
 #include "tests/model_cpu/close.h"
 
 namespace specgen {
@@ -65,23 +66,6 @@ std::string SourceName(Source s) {
     case Source::kGgufQ8_0: return "gguf_q8_0";
   }
   return "?";
-}
-
-// Greedy continuation with the KV cache: prefill, then one token per step.
-std::vector<int32_t> Greedy(Transformer& lm, const std::vector<int32_t>& prompt, int n) {
-  std::vector<float> logits;
-  std::vector<int32_t> out;
-  EXPECT_TRUE(lm.Forward(prompt, &logits).ok());
-  const int64_t v = lm.vocab_size();
-  for (int i = 0; i < n; ++i) {
-    const float* last = logits.data() + logits.size() - v;
-    const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
-    out.push_back(next);
-    if (i + 1 < n) {
-      EXPECT_TRUE(lm.Forward(std::span(&next, 1), &logits).ok());
-    }
-  }
-  return out;
 }
 
 class Golden : public ::testing::TestWithParam<Case> {};
@@ -167,7 +151,7 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
 
   if (exact_weights) {
     ASSERT_TRUE((*lm)->Truncate(0).ok());
-    EXPECT_EQ(Greedy(**lm, fx.input_ids, static_cast<int>(fx.greedy.size())), fx.greedy);
+    EXPECT_EQ(testing::GreedyContinuation(**lm, fx.input_ids, static_cast<int>(fx.greedy.size())), fx.greedy);
   } else {
     // Teacher forcing along the reference continuation (see the tolerance note above).
     std::vector<int32_t> seq = fx.input_ids;
