@@ -90,6 +90,30 @@ __device__ __forceinline__ void SelectBucket(unsigned long long above, unsigned 
   __syncthreads();
 }
 
+// The three passes of a radix select over the bits of the kept weights (11, 11 and 10 bits, largest
+// first), shared by the one-block and the cluster kernels: build(pass, shift, width, prefix) leaves in
+// sh.hist, visible to every thread, the measure of each `width`-bit digit at `shift` over the kept ids
+// whose higher bits equal prefix (pass 0: all of them); SelectBucket picks the digit holding target.
+// Returns the bits T with measure(bits > T) < target <= measure(bits >= T), *above_out =
+// measure(bits > T).
+template <int kThreads, typename Shared, typename BuildHistogram>
+__device__ __forceinline__ uint32_t RadixPasses(unsigned long long target, unsigned long long* above_out,
+                                                Shared& sh, BuildHistogram&& build) {
+  uint32_t prefix = 0;
+  unsigned long long above = 0;
+  const int shifts[3] = {21, 10, 0};
+  const int widths[3] = {11, 11, 10};
+  for (int pass = 0; pass < 3; ++pass) {
+    build(pass, shifts[pass], widths[pass], prefix);
+    SelectBucket<kThreads>(above, target, sh);
+    prefix = (prefix << widths[pass]) | sh.sel_digit;
+    above = sh.sel_above;
+    __syncthreads();
+  }
+  *above_out = above;
+  return prefix;
+}
+
 struct ProcShared {
   unsigned long long hist[kBuckets];
   typename cub::BlockScan<unsigned long long, kProcThreads>::TempStorage scan;
@@ -106,31 +130,20 @@ struct ProcShared {
 // sets *above = measure(bits > T). Requires target <= total measure.
 __device__ uint32_t RadixSelect(const float* w, int vocab, bool by_mass, unsigned long long target,
                                 unsigned long long* above_out, ProcShared& sh) {
-  uint32_t prefix = 0;
-  unsigned long long above = 0;
-  const int shifts[3] = {21, 10, 0};
-  const int widths[3] = {11, 11, 10};
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = shifts[pass];
+  return RadixPasses<kProcThreads>(target, above_out, sh, [&](int pass, int shift, int width, uint32_t prefix) {
     for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
-    const uint32_t hi_shift = shift + widths[pass];
+    const uint32_t hi_shift = shift + width;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float wi = w[i];
       if (!sh.f.Kept(wi, i)) continue;
       const uint32_t b = Bits(wi);
       if (pass > 0 && (b >> hi_shift) != prefix) continue;
-      const uint32_t digit = (b >> shift) & ((1u << widths[pass]) - 1u);
+      const uint32_t digit = (b >> shift) & ((1u << width) - 1u);
       atomicAdd(&sh.hist[digit], by_mass ? static_cast<unsigned long long>(Mass(wi)) : 1ull);
     }
     __syncthreads();
-    SelectBucket<kProcThreads>(above, target, sh);
-    prefix = (prefix << widths[pass]) | sh.sel_digit;
-    above = sh.sel_above;
-    __syncthreads();
-  }
-  *above_out = above;
-  return prefix;
+  });
 }
 
 // The id of the `need`-th kept id (in id order) whose bits equal `thr` (need >= 1; clamped to the
@@ -321,22 +334,17 @@ __device__ uint32_t ClusterRadixSelect(cg::cluster_group& cluster, const Chunk& 
                                        bool by_mass, unsigned long long target,
                                        unsigned long long* above_out, int* pass_no,
                                        ClusterShared& sh) {
-  uint32_t prefix = 0;
-  unsigned long long above = 0;
-  const int shifts[3] = {21, 10, 0};
-  const int widths[3] = {11, 11, 10};
-  for (int pass = 0; pass < 3; ++pass, ++*pass_no) {
-    const int shift = shifts[pass];
+  return RadixPasses<kClusterThreads>(target, above_out, sh, [&](int pass, int shift, int width, uint32_t prefix) {
     const int buf = *pass_no % kOwnedBuffers;
     for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
-    const uint32_t hi_shift = shift + widths[pass];
+    const uint32_t hi_shift = shift + width;
     for (int i = threadIdx.x; i < c.n; i += blockDim.x) {
       const float wi = c.s[i];
       const uint32_t b = Bits(wi);
       if (pass > 0 && (b >> hi_shift) != prefix) continue;
       if (!f.Kept(wi, c.base + i)) continue;
-      const uint32_t digit = (b >> shift) & ((1u << widths[pass]) - 1u);
+      const uint32_t digit = (b >> shift) & ((1u << width) - 1u);
       atomicAdd(&sh.hist[digit], by_mass ? static_cast<unsigned long long>(Mass(wi)) : 1ull);
     }
     __syncthreads();
@@ -357,13 +365,8 @@ __device__ uint32_t ClusterRadixSelect(cg::cluster_group& cluster, const Chunk& 
     const int stale = (*pass_no + kOwnedBuffers - 1) % kOwnedBuffers;
     for (int b = threadIdx.x; b < kOwnedBuckets; b += blockDim.x) sh.owned[stale][b] = 0;
     __syncthreads();
-    SelectBucket<kClusterThreads>(above, target, sh);
-    prefix = (prefix << widths[pass]) | sh.sel_digit;
-    above = sh.sel_above;
-    __syncthreads();
-  }
-  *above_out = above;
-  return prefix;
+    ++*pass_no;
+  });
 }
 
 // TieCut over the row: the global id of the `need`-th kept id (in id order) whose bits equal `thr`,
