@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kDecThreads)
   const bool writes_rows = qh % G == 0;  // the kv head's first block appends the new K/V rows
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   detail::LaunchProbe probe;  // SetDecodeProbe
-  if (qh == 0 && chunk == 0 && threadIdx.x == 0) probe.Begin(probe_stamps);
+  probe.Begin(probe_stamps, qh == 0 && chunk == 0);
   // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
   // newest were written by earlier launches: both are read before waiting for the previous kernel, so
   // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
@@ -647,7 +647,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
-                            chunks, d_n_past, out, rope, DecodeProbe());
+                            chunks, d_n_past, out, rope, NextDecodeProbeSlot());
 }
 }  // namespace
 

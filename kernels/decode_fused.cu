@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n_warps = gridDim.x * kWarps;
   int row = blockIdx.x * kWarps + warp;
   detail::LaunchProbe probe;  // SetDecodeProbe
-  if (blockIdx.x == 0 && tid == 0) probe.Begin(segs.probe);
+  probe.Begin(segs.probe, blockIdx.x == 0);
   // The first rows' weights do not depend on x: their loads are in flight while x is normalized and
   // staged, so the HBM latency overlaps the prologue's reductions and barriers.
   uint4 wv[kDepth][kU][kRows];
@@ -245,8 +245,18 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
 
 }  // namespace
 
-void SetDecodeProbe(unsigned long long* stamps) { g_decode_probe = stamps; }
-unsigned long long* DecodeProbe() { return g_decode_probe; }
+namespace {
+int g_decode_probe_launches = 0;  // slots handed out since SetDecodeProbe
+}  // namespace
+
+void SetDecodeProbe(unsigned long long* stamps) {
+  g_decode_probe = stamps;
+  g_decode_probe_launches = 0;
+}
+unsigned long long* NextDecodeProbeSlot() {
+  if (g_decode_probe == nullptr) return nullptr;
+  return g_decode_probe + static_cast<size_t>(kDecodeProbeFields) * g_decode_probe_launches++;
+}
 
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream) {
@@ -269,7 +279,7 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
-  segs.probe = g_decode_probe;
+  segs.probe = NextDecodeProbeSlot();
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,

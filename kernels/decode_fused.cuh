@@ -100,14 +100,17 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             bool programmatic);
 
 // Benchmarks only: every LaunchFusedGemv and LaunchDecodeAttention from now on (and every graph captured
-// from now on) has its block 0 stamp the global timer into `stamps` (device memory; null: stop):
-// stamps[0] counts launches (the caller zeroes it); launch t writes stamps[1 + 4t + i] for i = 0 its
-// start, 1 the return from the wait for the previous kernel, 2 its input staged (GEMV: the activation,
-// normalized; attention: the new K/V rows appended and the queries rotated), 3 its end. The caller
-// sizes the buffer for the launches it makes. Host-side setting, not thread-safe: for one benchmark at
-// a time.
+// from now on) stamps the global timer (ns) into its own slot of kDecodeProbeFields in `stamps` (device
+// memory, zeroed by the caller; null: stop), the t-th such launch since this call into
+// stamps[kDecodeProbeFields * t + i]: i = 0 block 0's start, 1 its return from the wait for the
+// previous kernel, 2 its input staged (GEMV: the activation, normalized; attention: the new K/V rows
+// appended and the queries rotated), 3 block 0's end, 4 the grid's end (the last block's thread 0 to
+// leave), 5 a block count (left at zero). A graph replays its launches' slots. The caller sizes the
+// buffer for the launches it makes. Host-side setting, not thread-safe: for one benchmark at a time.
+inline constexpr int kDecodeProbeFields = 6;
 void SetDecodeProbe(unsigned long long* stamps);
-unsigned long long* DecodeProbe();
+// The next launch's slot (null when not probing).
+unsigned long long* NextDecodeProbeSlot();
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =

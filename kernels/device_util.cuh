@@ -135,20 +135,32 @@ __device__ __forceinline__ unsigned long long GlobalTimer() {
   return t;
 }
 
-// SetDecodeProbe's stamps (decode_fused.cuh) for one launch, taken by one thread (block 0's thread 0):
-// Begin takes the launch's ticket and stamps its start; Stamp(1) / Stamp(2) mark the wait's return and
-// the input staged; the end is stamped when the probe goes out of scope (any return).
+// SetDecodeProbe's stamps (decode_fused.cuh) for one launch, whose slot of kDecodeProbeFields the host
+// assigned: block 0's thread 0 stamps its start (Begin), the return from the wait (Stamp(1)), the input
+// staged (Stamp(2)) and its end; every block's thread 0 counts itself out when it leaves, and the last
+// one stamps the grid's end and resets the count for the next replay. Ends are stamped when the probe
+// goes out of scope (any return).
 struct LaunchProbe {
-  unsigned long long* at = nullptr;
-  __device__ void Begin(unsigned long long* stamps) {
-    if (stamps == nullptr) return;
-    at = stamps + 1 + 4 * atomicAdd(stamps, 1ull);
+  unsigned long long* slot = nullptr;  // every block's thread 0 (null: not probing)
+  bool block0 = false;
+  __device__ void Begin(unsigned long long* launch_slot, bool first_block) {
+    if (launch_slot == nullptr || threadIdx.x != 0) return;
+    slot = launch_slot;
+    block0 = first_block;
     Stamp(0);
   }
   __device__ void Stamp(int i) const {
-    if (at != nullptr) at[i] = GlobalTimer();
+    if (slot != nullptr && block0) slot[i] = GlobalTimer();
   }
-  __device__ ~LaunchProbe() { Stamp(3); }
+  __device__ ~LaunchProbe() {
+    if (slot == nullptr) return;
+    Stamp(3);
+    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+    if (atomicAdd(slot + 5, 1ull) == blocks - 1) {
+      slot[4] = GlobalTimer();
+      slot[5] = 0;
+    }
+  }
 };
 
 // The decode kernels (decode_fused.cu's and attention.cu's, whose staged kernels

@@ -14,7 +14,8 @@
 //    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
 //  - BM_DecodeTimeline: one graph-replayed token from the kernels' own global-timer stamps
 //    (kernels::SetDecodeProbe): per kernel kind, the window before its input existed, the kernel
-//    boundary before it, the input staging and the rest.
+//    boundary before it (from the previous grid's end), the input staging, the rest and the blocks that
+//    finish after block 0; and the time between two tokens that no decode kernel covers.
 //  - BM_KernelChainFloor: a graph of 140 dependent kernels doing nothing or a GEMV prologue's read +
 //    reduction, with and without PDL: what a kernel boundary costs before any weight is read.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
@@ -183,19 +184,24 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 2, 1, 1, 1})->Args({32, 2, 1, 1, 2})->Args({32, 2, 1, 1, 4})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
-// Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe, block 0 of
-// each launch): per kind (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once),
-// pre = start -> return from the wait (the window its weight loads had before its input existed), gap =
-// the previous kernel's end -> this one's wait return (the kernel boundary), stage = the input read
-// (and normalized; attention: K/V appended, queries rotated), rest = the rest to its end.
+// Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
+// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once), pre = block 0's start
+// -> its return from the wait (the window its weight loads had before its input existed), gap = the
+// previous kernel's grid end -> this one's wait return (the kernel boundary), stage = the input read
+// (and normalized; attention: K/V appended, queries rotated), rest = block 0's rest to its end, tail =
+// block 0's end -> the grid's end (the blocks that finish after it). us_token_span = the first QKV's
+// start -> the head's grid end; us_between_tokens = the replayed token's period (CUDA events over 32
+// tokens) minus that span: the state kernel, the graph launch, the embedding.
 void BM_DecodeTimeline(benchmark::State& state) {
   auto draft = QwenDraftOrSkip(state, state.range(0) != 0);
   if (draft == nullptr) return;
   const int layers = static_cast<int>(draft->spec.n_layers);
   const int launches = 5 * layers + 1;  // QKV, attention, O, gate/up, down a layer; the head
   unsigned long long* stamps = nullptr;
-  const size_t bytes = sizeof(unsigned long long) * (1 + 4 * static_cast<size_t>(launches));
+  const size_t n_stamps = static_cast<size_t>(kernels::kDecodeProbeFields) * launches;
+  const size_t bytes = sizeof(unsigned long long) * n_stamps;
   if (cudaMalloc(&stamps, bytes) != cudaSuccess) return state.SkipWithError("cudaMalloc");
+  cudaMemset(stamps, 0, bytes);
   auto g = GraphedDraft::Create(draft->backend.get(), draft->lm.get(), DraftDecodePath::kGraph);
   if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
   std::vector<int32_t> prompt(32), pos(32);
@@ -205,37 +211,55 @@ void BM_DecodeTimeline(benchmark::State& state) {
   const auto first = (*g)->Decode(nullptr, 11);
   kernels::SetDecodeProbe(nullptr);
   if (!first.ok() || (*g)->path() != DraftDecodePath::kGraph) return state.SkipWithError("no graph");
-  std::vector<unsigned long long> h(bytes / sizeof(unsigned long long));
-  // kinds: 0 QKV, 1 attention, 2 O, 3 gate/up, 4 down, 5 head; fields: pre, gap, stage, rest
-  double sum[6][4] = {}, token_us = 0;
+  const cudaStream_t stream = draft->backend->stream();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<unsigned long long> h(n_stamps);
+  // kinds: 0 QKV, 1 attention, 2 O, 3 gate/up, 4 down, 5 head; fields: pre, gap, stage, rest, tail
+  double sum[6][5] = {}, span_us = 0, period_us = 0;
   int rounds = 0;
+  constexpr int kPeriodTokens = 32;
   for (auto _ : state) {
-    for (int warm = 0; warm < 3; ++warm) (void)(*g)->Decode(nullptr, 17 + warm);
-    cudaMemsetAsync(stamps, 0, sizeof(unsigned long long), draft->backend->stream());
+    cudaEventRecord(start, stream);
+    for (int t = 0; t < kPeriodTokens; ++t) (void)(*g)->Decode(nullptr, 17 + t);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    period_us += ms * 1e3 / kPeriodTokens;
+    (void)draft->lm->Truncate(draft->lm->n_past() - kPeriodTokens);  // back to ctx ~33 for the probe
+    cudaMemsetAsync(stamps, 0, bytes, stream);
     auto st = (*g)->Decode(nullptr, 23);
     if (!st.ok()) return state.SkipWithError(std::string(st.status().message()).c_str());
-    cudaStreamSynchronize(draft->backend->stream());
+    cudaStreamSynchronize(stream);
     cudaMemcpy(h.data(), stamps, bytes, cudaMemcpyDeviceToHost);
-    if (h[0] != static_cast<unsigned long long>(launches)) return state.SkipWithError("unexpected launch count");
-    const auto at = [&](int t, int i) { return static_cast<double>(h[1 + 4 * t + i]); };
+    const auto at = [&](int t, int i) { return static_cast<double>(h[kernels::kDecodeProbeFields * t + i]); };
     for (int t = 0; t < launches; ++t) {
+      if (at(t, 0) == 0 || at(t, 4) == 0) return state.SkipWithError("a launch left no stamps");
       const int kind = t == launches - 1 ? 5 : t % 5;
       sum[kind][0] += (at(t, 1) - at(t, 0)) / 1e3;
-      sum[kind][1] += t > 0 ? (at(t, 1) - at(t - 1, 3)) / 1e3 : 0.0;
+      sum[kind][1] += t > 0 ? (at(t, 1) - at(t - 1, 4)) / 1e3 : 0.0;
       sum[kind][2] += (at(t, 2) - at(t, 1)) / 1e3;
       sum[kind][3] += (at(t, 3) - at(t, 2)) / 1e3;
+      sum[kind][4] += (at(t, 4) - at(t, 3)) / 1e3;
     }
-    token_us += (at(launches - 1, 3) - at(0, 0)) / 1e3;
+    span_us += (at(launches - 1, 4) - at(0, 0)) / 1e3;
+    (void)draft->lm->Truncate(draft->lm->n_past() - 1);
     ++rounds;
   }
   static const char* const kKind[] = {"qkv", "attn", "o", "gu", "down", "head"};
-  static const char* const kField[] = {"pre", "gap", "stage", "rest"};
+  static const char* const kField[] = {"pre", "gap", "stage", "rest", "tail"};
   for (int k = 0; k < 6; ++k) {
-    for (int f = 0; f < 4; ++f) {
+    for (int f = 0; f < 5; ++f) {
       state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 5 ? 1 : layers);
     }
   }
-  state.counters["us_token_gemv_span"] = token_us / rounds;
+  state.counters["us_token_span"] = span_us / rounds;
+  state.counters["us_per_token"] = period_us / rounds;
+  state.counters["us_between_tokens"] = (period_us - span_us) / rounds;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
   cudaFree(stamps);
 }
 BENCHMARK(BM_DecodeTimeline)->ArgNames({"narrow"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(5);
