@@ -1,6 +1,7 @@
 #include "kernels/attention.cuh"
 
 #include <algorithm>
+
 #include "kernels/decode_fused.cuh"  // WaitForPrecedingGrid, LetDependentsLaunch, LaunchDecodeKernel
 #include "kernels/device_util.cuh"
 #include "kernels/warp_norm_rope.cuh"

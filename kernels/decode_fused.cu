@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
 unsigned long long* g_decode_probe = nullptr;  // SetDecodeProbe
+int g_decode_probe_launches = 0;               // slots handed out since SetDecodeProbe
 constexpr int kChunk = detail::kRowChunk;
 constexpr int kWarpK = detail::kRowWarpK;
 using detail::LoadBatch;
@@ -243,10 +244,6 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
   }
 }
 
-}  // namespace
-
-namespace {
-int g_decode_probe_launches = 0;  // slots handed out since SetDecodeProbe
 }  // namespace
 
 void SetDecodeProbe(unsigned long long* stamps) {

@@ -130,7 +130,7 @@ struct ProcShared {
 // sets *above = measure(bits > T). Requires target <= total measure.
 __device__ uint32_t RadixSelect(const float* w, int vocab, bool by_mass, unsigned long long target,
                                 unsigned long long* above_out, ProcShared& sh) {
-  return RadixPasses<kProcThreads>(target, above_out, sh, [&](int pass, int shift, int width, uint32_t prefix) {
+  const auto build = [&](int pass, int shift, int width, uint32_t prefix) {
     for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
     const uint32_t hi_shift = shift + width;
@@ -143,7 +143,8 @@ __device__ uint32_t RadixSelect(const float* w, int vocab, bool by_mass, unsigne
       atomicAdd(&sh.hist[digit], by_mass ? static_cast<unsigned long long>(Mass(wi)) : 1ull);
     }
     __syncthreads();
-  });
+  };
+  return RadixPasses<kProcThreads>(target, above_out, sh, build);
 }
 
 // The id of the `need`-th kept id (in id order) whose bits equal `thr` (need >= 1; clamped to the
@@ -334,7 +335,7 @@ __device__ uint32_t ClusterRadixSelect(cg::cluster_group& cluster, const Chunk& 
                                        bool by_mass, unsigned long long target,
                                        unsigned long long* above_out, int* pass_no,
                                        ClusterShared& sh) {
-  return RadixPasses<kClusterThreads>(target, above_out, sh, [&](int pass, int shift, int width, uint32_t prefix) {
+  const auto build = [&](int pass, int shift, int width, uint32_t prefix) {
     const int buf = *pass_no % kOwnedBuffers;
     for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
@@ -366,7 +367,8 @@ __device__ uint32_t ClusterRadixSelect(cg::cluster_group& cluster, const Chunk& 
     for (int b = threadIdx.x; b < kOwnedBuckets; b += blockDim.x) sh.owned[stale][b] = 0;
     __syncthreads();
     ++*pass_no;
-  });
+  };
+  return RadixPasses<kClusterThreads>(target, above_out, sh, build);
 }
 
 // TieCut over the row: the global id of the `need`-th kept id (in id order) whose bits equal `thr`,

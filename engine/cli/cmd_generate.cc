@@ -39,9 +39,12 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   const int prompt_sources =
       !flags.prompt.empty() + !flags.prompt_file.empty() + !flags.prompt_ids.empty();
   if (prompt_sources == 0) {
-    return InvalidArgument("no prompt: give -p TEXT, -f FILE or --prompt-ids IDS (an empty -p counts as none)");
+    return InvalidArgument("no prompt: give -p TEXT, -f FILE or --prompt-ids IDS",
+                           " (an empty -p counts as none)");
   }
-  if (prompt_sources > 1) return InvalidArgument("give one prompt only: -p, -f or --prompt-ids, not ", prompt_sources);
+  if (prompt_sources > 1) {
+    return InvalidArgument("give one prompt only: -p, -f or --prompt-ids, not ", prompt_sources);
+  }
   std::string text = flags.prompt;
   if (!flags.prompt_file.empty()) {
     ASSIGN_OR_RETURN(text, ReadTextFile(flags.prompt_file));

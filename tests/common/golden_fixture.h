@@ -31,7 +31,8 @@ inline GoldenFixture ReadGoldenFixture(const std::filesystem::path& dir) {
   const std::filesystem::path logits_path = dir / j.at("logits_file").get<std::string>();
   f.logits.resize(f.input_ids.size() * f.vocab);
   std::ifstream lf(logits_path, std::ios::binary);
-  lf.read(reinterpret_cast<char*>(f.logits.data()), static_cast<std::streamsize>(f.logits.size() * sizeof(float)));
+  lf.read(reinterpret_cast<char*>(f.logits.data()),
+          static_cast<std::streamsize>(f.logits.size() * sizeof(float)));
   EXPECT_EQ(static_cast<size_t>(lf.gcount()), f.logits.size() * sizeof(float)) << logits_path;
   return f;
 }
