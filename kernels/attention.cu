@@ -398,12 +398,14 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 // keep the chunks at most kDecodeSplits; up to kDecodeWholeUnits units stay one chunk. A batch costs a
 // memory round trip and a split the chunks' merge by the head's last block (a counter round trip and
 // the partials' reads), about as much: so 2 units are 2 batches in one chunk (the merge would cost what
-// it saves), while from 3 units up every warp of a chunk loads its slots in one round trip, with up to 8
+// it saves), while from 3 units up every warp of a chunk loads its slots in one round trip, with up to 16
 // chunks of a head in flight at once. With fixed 256-slot chunks, 512 slots were 2 blocks a head whose
 // warps each walked 4 batches one after another (828 -> 746 us a token at ctx 512; 64-slot chunks from
-// 65 slots on cost ctx 64-128 a merge for nothing, +10 us a token). A function of len and D only: the
-// reduction order never depends on the grid.
-constexpr int kDecodeSplits = 8;
+// 65 slots on cost ctx 64-128 a merge for nothing, +10 us a token); 16 chunks rather than 8 (two blocks
+// of 120 registers share a multiprocessor) halve the batches a warp walks at 1024-2048 slots: 855 -> 846
+// us a token at ctx 1900, 737 -> 718 at ctx 512. A function of len and D only: the reduction order
+// never depends on the grid.
+constexpr int kDecodeSplits = 16;
 constexpr int kDecodeWholeUnits = 2;
 __host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * (32 / (head_dim / 32)); }
 __host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
@@ -457,13 +459,18 @@ __global__ void __launch_bounds__(kDecThreads)
   const auto row_offset = [&](int j) {
     return ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
   };
-  float kr[kBatch][kPer], vr[kBatch][kPer];  // the warp's current batch of K/V rows
+  // The warp's current batch of K/V rows; absent slots (past the chunk, and the newest until it is
+  // read after the wait) hold zeros, set here so that the first batch needs no branches on the path.
+  float kr[kBatch][kPer], vr[kBatch][kPer];
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) {
     const int j = c0 + warp + b * kDecWarps;
     if (j < end && j != len - 1) {
       StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
       StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
     }
   }
   // The fused prologue's constants (norm weights, the position's cos/sin), loaded now: the query on
@@ -522,6 +529,7 @@ __global__ void __launch_bounds__(kDecThreads)
     }
   }
 
+  probe.Stamp(2);  // the new K/V rows appended and the query rotated (fused prologue)
   float qv[kPer];
   StagedToF32<ElemType::kF32, kPer>(
       reinterpret_cast<const char*>((fused ? q_rot : q + static_cast<int64_t>(qh) * D) + lane * kPer), qv);
@@ -529,19 +537,34 @@ __global__ void __launch_bounds__(kDecThreads)
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.f;
   for (int j0 = c0 + warp; j0 < end; j0 += kDecWarps * kBatch) {
-    // The first batch was loaded before the wait, all but the newest row.
+    // The newest row: from shared memory (fused prologue) or the cache, into its batch slot.
+    const int newest = len - 1 - j0;  // its batch slot times kDecWarps, when in this batch
+    const bool has_newest = newest >= 0 && newest % kDecWarps == 0 && newest < kDecWarps * kBatch;
+    if (j0 != c0 + warp) {  // later batches (long contexts): loaded now, zeros past the chunk
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int j = j0 + b * kDecWarps;
-      if (j >= end) {
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = j0 + b * kDecWarps;
+        if (j >= end || j == len - 1) {  // the newest row comes below
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
-      } else if (fused && j == len - 1) {
-        StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(k_new + lane * kPer), kr[b]);
-        StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(v_new + lane * kPer), vr[b]);
-      } else if (j0 != c0 + warp || j == len - 1) {
-        StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
-        StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
+          for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+        } else {
+          StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
+          StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
+        }
+      }
+    }
+    if (has_newest) {  // the first batch was loaded before the wait, all but the newest row
+      const int bn = newest / kDecWarps;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (b != bn) continue;
+        if (fused) {
+          StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(k_new + lane * kPer), kr[b]);
+          StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(v_new + lane * kPer), vr[b]);
+        } else {
+          StagedToF32<kT, kPer>(kb + row_offset(len - 1), kr[b]);
+          StagedToF32<kT, kPer>(vb + row_offset(len - 1), vr[b]);
+        }
       }
     }
     float sg[kBatch];
@@ -569,7 +592,6 @@ __global__ void __launch_bounds__(kDecThreads)
     }
     m = mb;
   }
-  probe.Stamp(2);
   // Warp partials to shared memory (a warp without slots leaves m = -inf, l = 0, acc = 0).
   if (lane == 0) {
     m_s[warp] = m;

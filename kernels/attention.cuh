@@ -57,8 +57,8 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 // Single-query decode attention for a graph-replayed draft step (one new position whose own K/V are
 // already in the cache). Unlike LaunchAttention (one warp per 32-key tile, lane per key), each block of
 // 8 warps takes one (query head, chunk): one chunk up to 128 slots (head_dim 128; 256 for 64, 64 for
-// 256), else up to 8 chunks of whole 64-slot units; warp w takes the chunk's slots w, w + 8, ..., lanes
-// split head_dim, and every K and V row of a batch of slots is loaded at once, so up to 512 slots cost
+// 256), else up to 16 chunks of whole 64-slot units; warp w takes the chunk's slots w, w + 8, ..., lanes
+// split head_dim, and every K and V row of a batch of slots is loaded at once, so up to 1024 slots cost
 // one memory round trip in each warp. Chunks are merged in chunk order by the last block of each query head to finish (a counter
 // in the workspace), so no merge launch. The reduction order depends only on the number of keys seen
 // (never on max_past, the grid or which block finishes last): results are deterministic and equal for

@@ -185,7 +185,7 @@ BENCHMARK(BM_DraftDecode)
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
-// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once), pre = block 0's start
+// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once) at context ctx, pre = block 0's start
 // -> its return from the wait (the window its weight loads had before its input existed), gap = the
 // previous kernel's grid end -> this one's wait return (the kernel boundary), stage = the input read
 // (and normalized; attention: K/V appended, queries rotated), rest = block 0's rest to its end, tail =
@@ -204,8 +204,9 @@ void BM_DecodeTimeline(benchmark::State& state) {
   cudaMemset(stamps, 0, bytes);
   auto g = GraphedDraft::Create(draft->backend.get(), draft->lm.get(), DraftDecodePath::kGraph);
   if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
-  std::vector<int32_t> prompt(32), pos(32);
-  for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
+  const int context = static_cast<int>(state.range(1));
+  std::vector<int32_t> prompt(context), pos(context);
+  for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
   (void)draft->lm->ForwardResident(prompt, pos, {});
   kernels::SetDecodeProbe(stamps);  // the first Decode captures the graph: its launches carry it
   const auto first = (*g)->Decode(nullptr, 11);
@@ -228,7 +229,7 @@ void BM_DecodeTimeline(benchmark::State& state) {
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
     period_us += ms * 1e3 / kPeriodTokens;
-    (void)draft->lm->Truncate(draft->lm->n_past() - kPeriodTokens);  // back to ctx ~33 for the probe
+    (void)draft->lm->Truncate(draft->lm->n_past() - kPeriodTokens);  // back to ctx + 1 for the probe
     cudaMemsetAsync(stamps, 0, bytes, stream);
     auto st = (*g)->Decode(nullptr, 23);
     if (!st.ok()) return state.SkipWithError(std::string(st.status().message()).c_str());
@@ -262,7 +263,11 @@ void BM_DecodeTimeline(benchmark::State& state) {
   cudaEventDestroy(stop);
   cudaFree(stamps);
 }
-BENCHMARK(BM_DecodeTimeline)->ArgNames({"narrow"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_DecodeTimeline)
+    ->ArgNames({"narrow", "ctx"})
+    ->Args({0, 32})->Args({1, 32})->Args({0, 1900})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 // A graph of 140 dependent kernels (the draft decode's 5 a layer x 28 layers) that do nothing (work 0)
 // or a decode GEMV prologue's read + block reduction (work 1), over `blocks` blocks, with and without

@@ -283,7 +283,7 @@ TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckFusedRopeAppend(31, 16, 8, 128, true, RopeStyle::kRotateHalf);    // the draft's shape, ctx 32
   CheckFusedRopeAppend(256, 16, 8, 128, true, RopeStyle::kRotateHalf);   // the new slot opens chunk 2
-  CheckFusedRopeAppend(1900, 16, 8, 128, false, RopeStyle::kRotateHalf); // 8 chunks, no q/k norm
+  CheckFusedRopeAppend(1900, 16, 8, 128, false, RopeStyle::kRotateHalf); // 15 chunks, no q/k norm
   CheckFusedRopeAppend(70, 8, 8, 64, true, RopeStyle::kInterleaved);     // MHA, pairwise RoPE
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
 }
@@ -294,7 +294,8 @@ TEST(AttentionGpu, DecodeSingleQuery) {
   CheckDecodeAttention(31, 16, 8, 128, ElemType::kF32);    // the draft's shape, ctx 32
   CheckDecodeAttention(255, 16, 8, 128, ElemType::kF32);   // exactly one full chunk
   CheckDecodeAttention(256, 16, 8, 128, ElemType::kF32);   // one key into the second chunk
-  CheckDecodeAttention(1900, 16, 8, 128, ElemType::kF32);  // 8 chunks, merged by the last block
+  CheckDecodeAttention(1900, 16, 8, 128, ElemType::kF32);  // 15 chunks, merged by the last block
+  CheckDecodeAttention(2047, 16, 8, 128, ElemType::kF32);  // 16 chunks: the most the workspace holds
   CheckDecodeAttention(700, 16, 4, 128, ElemType::kBF16);
   CheckDecodeAttention(300, 8, 8, 64, ElemType::kBF16);    // MHA, batches of 16 keys
   CheckDecodeAttention(513, 16, 2, 256, ElemType::kF32);   // group 8, head_dim 256 (64 KB shared)

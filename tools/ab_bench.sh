@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A/B of benchmark builds in ONE device call (identical code measures 2-3% apart between device sessions,
+# so only runs side by side can judge a small change). Here: build each variant, strip its
+# e2e_gpu_bench and pack it as .device/<name>.tar.xz (tar cJf .device/v0.tar.xz -C DIR bin/e2e_gpu_bench,
+# DIR/bin holding the binary; keep the carry under 64 MiB: pack nothing else). There (carry [".device"]):
+#   FILTER='BM_DecodeTimeline|BM_DraftDecode/ctx:32/' bash tools/ab_bench.sh
+# runs every variant twice, alternating, and prints us a token and the per-kind timeline (pre, gap,
+# stage, rest, tail; bench/e2e_gpu) for each. JSON results go to $OUT.
+set -u
+export SPECGEN_SOURCE_DIR=$PWD
+source .device/env.sh
+OUT=${OUT:-/tmp/ab-bench}; mkdir -p "$OUT"
+for t in .device/*.tar.xz; do v=$(basename "$t" .tar.xz); mkdir -p ".device/$v"; tar xJf "$t" -C ".device/$v"; done
+F=${FILTER:-BM_DecodeTimeline}
+for round in 1 2; do
+  for t in .device/*.tar.xz; do
+    v=$(basename "$t" .tar.xz)
+    timeout 150 ".device/$v/bin/e2e_gpu_bench" --benchmark_filter="$F" --benchmark_format=json 2>/dev/null \
+      > "$OUT/$v$round.json"
+    python3 - "$OUT/$v$round.json" "$v$round" <<'PY'
+import json, sys
+for b in json.load(open(sys.argv[1]))['benchmarks']:
+    line = f"{sys.argv[2]} {b['name'][:64]} {b.get('us_per_token', -1):.1f}"
+    if 'qkv_gap' in b:
+        line += ' | ' + ' | '.join(k + ' ' + ' '.join(f"{b[k + '_' + f]:.2f}" for f in
+                                                       ['pre', 'gap', 'stage', 'rest', 'tail'])
+                                   for k in ['qkv', 'attn', 'o', 'gu', 'down'])
+    print(line)
+PY
+  done
+done
