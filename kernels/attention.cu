@@ -425,8 +425,10 @@ __host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
 // With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and every block of
 // the chunk holding slot n_past normalizes and rotates that slot's K row itself (the same bits); the
 // kv head's first block writes it and the V row into the caches (so the caches are not __restrict__).
+// Two blocks a multiprocessor (at most 128 registers): a long context's 16 chunks x the heads run in one
+// wave.
 template <ElemType kT, int D>
-__global__ void __launch_bounds__(kDecThreads)
+__global__ void __launch_bounds__(kDecThreads, 2)
     DecodeAttentionKernel(const float* __restrict__ q, const void* k_cache, const void* v_cache, int max_past,
                           int heads, int kv_heads, float scale, float* __restrict__ ws,
                           unsigned* __restrict__ counters, int chunks, const int32_t* __restrict__ d_n_past,
@@ -633,15 +635,32 @@ __global__ void __launch_bounds__(kDecThreads)
   __syncthreads();
   if (!last_s) return;
   __threadfence();  // the other blocks' partials, counted before our increment, are visible
+  // Every chunk's partials are loaded at once (one round trip to L2, not one per chunk), then merged in
+  // chunk order.
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     const int64_t base = static_cast<int64_t>(qh) * chunks;
+    float mc[kDecodeSplits], lc[kDecodeSplits], ac[kDecodeSplits];
+#pragma unroll
+    for (int c = 0; c < kDecodeSplits; ++c) {
+      if (c < n_chunks) {
+        mc[c] = __ldcg(&ws_ml[(base + c) * 2]);
+        lc[c] = __ldcg(&ws_ml[(base + c) * 2 + 1]);
+        ac[c] = __ldcg(&ws_acc[(base + c) * D + d]);
+      }
+    }
     float mm = -INFINITY;
-    for (int c = 0; c < n_chunks; ++c) mm = fmaxf(mm, __ldcg(&ws_ml[(base + c) * 2]));
+#pragma unroll
+    for (int c = 0; c < kDecodeSplits; ++c) {
+      if (c < n_chunks) mm = fmaxf(mm, mc[c]);
+    }
     float ll = 0.f, aa = 0.f;
-    for (int c = 0; c < n_chunks; ++c) {  // every chunk < n_chunks holds keys: its max is finite
-      const float f = expf(__ldcg(&ws_ml[(base + c) * 2]) - mm);
-      ll = fmaf(__ldcg(&ws_ml[(base + c) * 2 + 1]), f, ll);
-      aa = fmaf(__ldcg(&ws_acc[(base + c) * D + d]), f, aa);
+#pragma unroll
+    for (int c = 0; c < kDecodeSplits; ++c) {  // every chunk < n_chunks holds keys: its max is finite
+      if (c < n_chunks) {
+        const float f = expf(mc[c] - mm);
+        ll = fmaf(lc[c], f, ll);
+        aa = fmaf(ac[c], f, aa);
+      }
     }
     out[static_cast<int64_t>(qh) * D + d] = aa / ll;
   }
