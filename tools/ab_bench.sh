@@ -20,7 +20,8 @@ for round in 1 2; do
     python3 - "$OUT/$v$round.json" "$v$round" <<'PY'
 import json, sys
 for b in json.load(open(sys.argv[1]))['benchmarks']:
-    line = f"{sys.argv[2]} {b['name'][:64]} {b.get('us_per_token', -1):.1f}"
+    line = f"{sys.argv[2]} {b['name'][:64]}" + ''.join(
+        f" {k}={b[k]:.4g}" for k in ['us_per_token', 'tokens_per_s', 'ms_per_step', 'acceptance'] if k in b)
     if 'qkv_gap' in b:
         line += ' | ' + ' | '.join(k + ' ' + ' '.join(f"{b[k + '_' + f]:.2f}" for f in
                                                        ['pre', 'gap', 'stage', 'rest', 'tail'])
