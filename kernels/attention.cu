@@ -402,9 +402,9 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 // chunks of a head in flight at once. With fixed 256-slot chunks, 512 slots were 2 blocks a head whose
 // warps each walked 4 batches one after another (828 -> 746 us a token at ctx 512; 64-slot chunks from
 // 65 slots on cost ctx 64-128 a merge for nothing, +10 us a token); 16 chunks rather than 8 (two blocks
-// of 120 registers share a multiprocessor) halve the batches a warp walks at 1024-2048 slots: 855 -> 846
-// us a token at ctx 1900, 737 -> 718 at ctx 512. A function of len and D only: the reduction order
-// never depends on the grid.
+// of at most 128 registers share a multiprocessor) halve the batches a warp walks at 1024-2048 slots:
+// 855 -> 846 us a token at ctx 1900, 737 -> 718 at ctx 512. A function of len and D only: the
+// reduction order never depends on the grid.
 constexpr int kDecodeSplits = 16;
 constexpr int kDecodeWholeUnits = 2;
 __host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * (32 / (head_dim / 32)); }
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
         }
       }
     }
-    if (has_newest) {  // the first batch was loaded before the wait, all but the newest row
+    if (has_newest) {  // in the first batch the only row not loaded before the wait
       const int bn = newest / kDecWarps;
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {

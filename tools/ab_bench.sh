@@ -10,7 +10,10 @@ set -u
 export SPECGEN_SOURCE_DIR=$PWD
 source .device/env.sh
 OUT=${OUT:-/tmp/ab-bench}; mkdir -p "$OUT"
-for t in .device/*.tar.xz; do v=$(basename "$t" .tar.xz); mkdir -p ".device/$v"; tar xJf "$t" -C ".device/$v"; done
+for t in .device/*.tar.xz; do
+  v=$(basename "$t" .tar.xz)
+  mkdir -p ".device/$v" && tar xJf "$t" -C ".device/$v"
+done
 F=${FILTER:-BM_DecodeTimeline}
 for round in 1 2; do
   for t in .device/*.tar.xz; do

@@ -187,13 +187,15 @@ BENCHMARK(BM_DraftDecode)
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
-// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once) at context ctx, pre = block 0's start
-// -> its return from the wait (the window its weight loads had before its input existed), gap = the
-// previous kernel's grid end -> this one's wait return (the kernel boundary), stage = the input read
-// (and normalized; attention: K/V appended, queries rotated), rest = block 0's rest to its end, tail =
-// block 0's end -> the grid's end (the blocks that finish after it). us_token_span = the first QKV's
-// start -> the head's grid end; us_between_tokens = the replayed token's period (CUDA events over 32
-// tokens) minus that span: the state kernel, the graph launch, the embedding.
+// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once) at context ctx,
+// pre = block 0's start -> its return from the wait (the window its weight loads had before its input
+// existed), gap = the previous kernel's grid end -> this one's wait return (the kernel boundary),
+// stage = the input read (and normalized; attention: K/V appended, queries rotated), rest = block 0's
+// rest to its end, tail = block 0's end -> the grid's end (the blocks that finish after it).
+// us_token_span = the first QKV's start -> the head's grid end; us_between_tokens = the replayed
+// token's period (CUDA events over 32 tokens, at ctx + 1 .. ctx + 32) minus that span: the state
+// kernel, the graph launch, the embedding (within the probe's own noise: at ctx 1900 it came out at
+// -1.5 us).
 void BM_DecodeTimeline(benchmark::State& state) {
   auto draft = QwenDraftOrSkip(state, state.range(0) != 0);
   if (draft == nullptr) return;
