@@ -20,16 +20,6 @@ for round in 1 2; do
     v=$(basename "$t" .tar.xz)
     timeout 150 ".device/$v/bin/e2e_gpu_bench" --benchmark_filter="$F" --benchmark_format=json 2>/dev/null \
       > "$OUT/$v$round.json"
-    python3 - "$OUT/$v$round.json" "$v$round" <<'PY'
-import json, sys
-for b in json.load(open(sys.argv[1]))['benchmarks']:
-    line = f"{sys.argv[2]} {b['name'][:64]}" + ''.join(
-        f" {k}={b[k]:.4g}" for k in ['us_per_token', 'tokens_per_s', 'ms_per_step', 'acceptance'] if k in b)
-    if 'qkv_gap' in b:
-        line += ' | ' + ' | '.join(k + ' ' + ' '.join(f"{b[k + '_' + f]:.2f}" for f in
-                                                       ['pre', 'gap', 'stage', 'rest', 'tail'])
-                                   for k in ['qkv', 'attn', 'o', 'gu', 'down'])
-    print(line)
-PY
+    python3 tools/summarize_bench.py "$OUT/$v$round.json" "$v$round"
   done
 done

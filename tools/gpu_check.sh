@@ -35,10 +35,12 @@ if [ "$what" != bench ]; then
     > "$OUT/logits_cpu.txt" 2>&1
 fi
 if [ "$what" != tests ]; then
-  timeout 150 e2e_gpu_bench --benchmark_counters_tabular=true > "$OUT/bench_e2e.log" 2>&1
+  timeout 150 e2e_gpu_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_e2e.json" \
+    --benchmark_out_format=json > "$OUT/bench_e2e.log" 2>&1
   echo "bench_e2e $?" >> "$rc"
   timeout 120 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true \
-    --benchmark_filter='Gemv|Attention|ProcessAndSample|VerifySampling|Acceptance' > "$OUT/bench_kernels.log" 2>&1
+    --benchmark_filter='Gemv|Attention|ProcessAndSample|VerifySampling|Acceptance' \
+    --benchmark_out="$OUT/bench_kernels.json" --benchmark_out_format=json > "$OUT/bench_kernels.log" 2>&1
   echo "bench_kernels $?" >> "$rc"
 fi
 
@@ -64,5 +66,6 @@ fi
 for b in bench_e2e bench_kernels; do
   [ -f "$OUT/$b.log" ] || continue
   echo "--- $b (rc $(awk -v b=$b '$1==b{print $2}' "$rc")) ---"
-  grep -E '^BM_|^Benchmark|ERROR' "$OUT/$b.log" | sed -E 's/ +/ /g' | cut -c1-220 | tail -45
+  grep -E 'ERROR' "$OUT/$b.log" | head -5
+  python3 tools/summarize_bench.py "$OUT/$b.json" | cut -c1-240 | tail -60
 done
