@@ -67,5 +67,9 @@ for b in bench_e2e bench_kernels; do
   [ -f "$OUT/$b.log" ] || continue
   echo "--- $b (rc $(awk -v b=$b '$1==b{print $2}' "$rc")) ---"
   grep -E 'ERROR' "$OUT/$b.log" | head -5
-  python3 tools/summarize_bench.py "$OUT/$b.json" | cut -c1-240 | tail -60
+  if [ -s "$OUT/$b.json" ]; then
+    python3 tools/summarize_bench.py "$OUT/$b.json" | cut -c1-240 | tail -60
+  else  # no JSON (the bench did not start): its console lines
+    grep -E '^BM_|^Benchmark' "$OUT/$b.log" | sed -E 's/ +/ /g' | cut -c1-220 | tail -45
+  fi
 done
