@@ -59,8 +59,8 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 // 8 warps takes one (query head, chunk): one chunk up to 128 slots (head_dim 128; 256 for 64, 64 for
 // 256), else up to 16 chunks of whole 64-slot units; warp w takes the chunk's slots w, w + 8, ..., lanes
 // split head_dim, and every K and V row of a batch of slots is loaded at once, so up to 1024 slots cost
-// one memory round trip in each warp. Chunks are merged in chunk order by the last block of each query head to finish (a counter
-// in the workspace), so no merge launch. The reduction order depends only on the number of keys seen
+// one memory round trip in each warp. Chunks are merged in chunk order by the last block of each query
+// head to finish (a counter in the workspace), so no merge launch. The reduction order depends only on the number of keys seen
 // (never on max_past, the grid or which block finishes last): results are deterministic and equal for
 // graph and eager launches; they differ from LaunchAttention's by fp32 rounding only.
 //   q          [heads, head_dim] fp32, device, 16-byte aligned
@@ -86,8 +86,9 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
 // fused into LaunchDecodeAttention, so the graphed draft's layer has one kernel fewer: each block
 // normalizes and rotates its query head from q_raw into shared memory; the blocks whose chunk holds the
 // new slot (n_past) normalize and rotate that slot's K row themselves, and the first of each kv head's
-// blocks writes it and the V row into the caches. The arithmetic is QkNormRopeAppendKernel's (warp_norm_rope.cuh),
-// so the caches receive the same bits and the attention output equals the unfused pair's.
+// blocks writes it and the V row into the caches. The arithmetic is QkNormRopeAppendKernel's
+// (warp_norm_rope.cuh), so the caches receive the same bits and the attention output equals the unfused
+// pair's.
 struct DecodeRopeAppend {
   const float* q_raw = nullptr;        // [heads * head_dim] fp32: the projection's q
   const float* k_raw = nullptr;        // [kv_heads * head_dim] fp32

@@ -33,8 +33,8 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
 // only reads of data no kernel of the step writes (weights, norm weights, tables; the decode attention
 // also the position and the cache rows of earlier positions) before WaitForPrecedingGrid(), which
 // returns once the previous grid has completed and its writes are visible; everything else comes after
-// it, so results do not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that the next one's blocks
-// can be scheduled (and start fetching their weights) during its tail. Both are no-ops for a kernel
+// it, so results do not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that
+// the next one's blocks can be scheduled (and start fetching their weights) during its tail. Both are no-ops for a kernel
 // launched without the attribute. A kernel launched without it still waits for the previous one.
 #ifdef __CUDACC__
 __device__ __forceinline__ void WaitForPrecedingGrid() {
@@ -88,7 +88,8 @@ enum class GemvEpilogue : uint8_t {
 //   norm_w    [in] of norm_type, device, or nullptr
 //   in        multiple of 8, at most kFusedGemvMaxIn
 //   max_blocks  grid cap (rows are walked grid-stride by warps; results do not depend on it)
-inline constexpr int kFusedGemvMaxIn = 8192;  // x (and the norm weights) staged in 32 KB of shared memory each
+// x (and the norm weights) are staged in 32 KB of shared memory each.
+inline constexpr int kFusedGemvMaxIn = 8192;
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);

@@ -180,9 +180,8 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 0, 0, 1, 8})->Args({32, 1, 0, 1, 8})->Args({32, 2, 0, 1, 8})->Args({512, 2, 0, 1, 8})
     ->Args({1900, 2, 0, 1, 8})->Args({32, 3, 0, 1, 8})->Args({512, 3, 0, 1, 8})->Args({1900, 3, 0, 1, 8})
     ->Args({32, 2, 1, 1, 8})->Args({32, 3, 1, 1, 8})->Args({32, 2, 0, 0, 8})->Args({32, 2, 1, 0, 8})
-    ->Args({32, 2, 0, 1, 1})->Args({32, 2, 0, 1, 2})->Args({32, 2, 0, 1, 4})->Args({32, 2, 0, 1, 3})
-    ->Args({32, 2, 0, 1, 5})->Args({32, 2, 0, 1, 6})->Args({512, 2, 0, 1, 4})->Args({512, 2, 0, 1, 6})
-    ->Args({1900, 2, 0, 1, 4})->Args({1900, 2, 0, 1, 6})
+    ->Args({32, 2, 0, 1, 1})->Args({32, 2, 0, 1, 2})->Args({32, 2, 0, 1, 4})->Args({512, 2, 0, 1, 4})
+    ->Args({1900, 2, 0, 1, 4})
     ->Args({32, 2, 1, 1, 1})->Args({32, 2, 1, 1, 2})->Args({32, 2, 1, 1, 4})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
@@ -389,7 +388,8 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kNormQkv: {
         const kn::GemvSegment seg[3] = {{data(r.q), q, H * d}, {data(r.k), k, Hkv * d}, {data(r.v), v, Hkv * d}};
         bytes = 2.0 * D * (H * d + 2 * Hkv * d);
-        return layer_gemv(h, data(r.attn_norm), type(r.attn_norm), seg, 3, type(r.q), D, kn::GemvEpilogue::kStore);
+        return layer_gemv(h, data(r.attn_norm), type(r.attn_norm), seg, 3, type(r.q), D,
+                          kn::GemvEpilogue::kStore);
       }
       case kQkNormRope:
         bytes = 4.0 * (H * d + 4 * Hkv * d);
@@ -409,7 +409,8 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kOProj: {
         const kn::GemvSegment seg[1] = {{data(r.o), h, D}};
         bytes = 2.0 * D * H * d;
-        return layer_gemv(attn, nullptr, kn::ElemType::kF32, seg, 1, type(r.o), H * d, kn::GemvEpilogue::kAddTo);
+        return layer_gemv(attn, nullptr, kn::ElemType::kF32, seg, 1, type(r.o), H * d,
+                          kn::GemvEpilogue::kAddTo);
       }
       case kNormGateUp: {
         const kn::GemvSegment seg[2] = {{data(r.gate), act, F}, {data(r.up), act, F}};
@@ -420,7 +421,8 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       case kDown: {
         const kn::GemvSegment seg[1] = {{data(r.down), h, D}};
         bytes = 2.0 * D * F;
-        return layer_gemv(act, nullptr, kn::ElemType::kF32, seg, 1, type(r.down), F, kn::GemvEpilogue::kAddTo);
+        return layer_gemv(act, nullptr, kn::ElemType::kF32, seg, 1, type(r.down), F,
+                          kn::GemvEpilogue::kAddTo);
       }
       default: {
         const Weight& head = (*lm)->output_head();

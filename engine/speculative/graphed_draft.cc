@@ -283,7 +283,8 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
   const auto layer_gemv = [&](const float* x, const void* norm_w, ElemType norm_type,
                               const kernels::GemvSegment* segs, int n, ElemType w_type, int in,
                               kernels::GemvEpilogue epi) {
-    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream, pdl);
+    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream,
+                                    pdl);
   };
   const Weight& table = lm_->token_embedding();
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
@@ -311,9 +312,9 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
       rope.eps = eps;
       rope.rope_table = rope_table;
       rope.style = style;
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, attn_, max_past, H, Hkv, d, scale,
-                                                                  attn_ws_, attn_ws_bytes_, &state->pos, stream,
-                                                                  pdl));
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, attn_, max_past, H, Hkv, d,
+                                                                  scale, attn_ws_, attn_ws_bytes_,
+                                                                  &state->pos, stream, pdl));
     } else {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
           q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,

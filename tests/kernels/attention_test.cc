@@ -282,7 +282,7 @@ void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_no
 TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckFusedRopeAppend(31, 16, 8, 128, true, RopeStyle::kRotateHalf);    // the draft's shape, ctx 32
-  CheckFusedRopeAppend(256, 16, 8, 128, true, RopeStyle::kRotateHalf);   // the new slot opens chunk 2
+  CheckFusedRopeAppend(256, 16, 8, 128, true, RopeStyle::kRotateHalf);   // the new slot opens a 5th chunk
   CheckFusedRopeAppend(1900, 16, 8, 128, false, RopeStyle::kRotateHalf); // 15 chunks, no q/k norm
   CheckFusedRopeAppend(70, 8, 8, 64, true, RopeStyle::kInterleaved);     // MHA, pairwise RoPE
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
@@ -292,13 +292,13 @@ TEST(AttentionGpu, DecodeSingleQuery) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckDecodeAttention(0, 16, 8, 128, ElemType::kF32);     // only its own key
   CheckDecodeAttention(31, 16, 8, 128, ElemType::kF32);    // the draft's shape, ctx 32
-  CheckDecodeAttention(255, 16, 8, 128, ElemType::kF32);   // exactly one full chunk
-  CheckDecodeAttention(256, 16, 8, 128, ElemType::kF32);   // one key into the second chunk
+  CheckDecodeAttention(255, 16, 8, 128, ElemType::kF32);   // 256 keys: 4 full 64-slot chunks
+  CheckDecodeAttention(256, 16, 8, 128, ElemType::kF32);   // one key into a 5th chunk
   CheckDecodeAttention(1900, 16, 8, 128, ElemType::kF32);  // 15 chunks, merged by the last block
   CheckDecodeAttention(2047, 16, 8, 128, ElemType::kF32);  // 16 chunks: the most the workspace holds
   CheckDecodeAttention(700, 16, 4, 128, ElemType::kBF16);
   CheckDecodeAttention(300, 8, 8, 64, ElemType::kBF16);    // MHA, batches of 16 keys
-  CheckDecodeAttention(513, 16, 2, 256, ElemType::kF32);   // group 8, head_dim 256 (64 KB shared)
+  CheckDecodeAttention(513, 16, 2, 256, ElemType::kF32);   // group 8, head_dim 256: 9 chunks of 64
   CheckDecodeAttention(37, 4, 1, 64, ElemType::kF32);      // MQA
 }
 
