@@ -1,6 +1,7 @@
 #include "kernels/decode_fused.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/device_util.cuh"
 #include "kernels/gemv_rows.cuh"
@@ -23,9 +24,8 @@ using detail::Segments;
 // carveout (see LaunchWithEpi). kDepth: rows per warp whose loads are issued before the wait (a warp
 // walks rows grid-stride; rows past its first kDepth are loaded as it reaches them).
 template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
-__global__ void __launch_bounds__(kWarps * 32)
-    FusedGemvKernel(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
-                    float eps, Segments segs, int in) {
+__device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const void* __restrict__ norm_w,
+                                          ElemType norm_type, float eps, Segments segs, int in) {
   constexpr int kRows = RowOf<kEpi>::kRows;
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
@@ -36,85 +36,143 @@ __global__ void __launch_bounds__(kWarps * 32)
   int row = blockIdx.x * kWarps + warp;
   detail::LaunchProbe probe;  // SetDecodeProbe
   probe.Begin(segs.probe, blockIdx.x == 0);
-  // The first rows' weights do not depend on x: their loads are in flight while x is normalized and
-  // staged, so the HBM latency overlaps the prologue's reductions and barriers.
-  uint4 wv[kDepth][kU][kRows];
+  // The first kDepth rows' weights do not depend on x: their loads are in flight while x is normalized
+  // and staged, so the HBM latency overlaps the prologue's reductions and barriers. They are gathered
+  // as one set of kDepth x kRows rows, so that after the wait their dot products and butterflies
+  // interleave instead of running row after row (each row's arithmetic is the same). A row past the
+  // end (a warp's last rows in an uneven grid) loads the last row again and stores nothing.
+  constexpr int kAll = kDepth * kRows;
+  const uint16_t* w[kAll];
+  uint4 wv[kU][kAll];
+  const bool any = row < segs.total_rows;
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
-    const int r = row + d * n_warps;
-    if (r < segs.total_rows) LoadBatch<kRows, kU>(RowOf<kEpi>(segs, r, in).w, lane * kChunk, in, wv[d]);
+    const RowOf<kEpi> ro(segs, min(row + d * n_warps, segs.total_rows - 1), in);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) w[d * kRows + i] = ro.w[i];
   }
+  if (any) LoadBatch<kAll, kU>(w, lane * kChunk, in, wv);
   if (norm_s != nullptr) detail::StageNormWeights(norm_w, norm_type, in, norm_s);
   // Under PDL these loads overlap the previous kernel too; x and y come after its end.
   LetDependentsLaunch();
   WaitForPrecedingGrid();
   probe.Stamp(1);
+  // kAddTo: the residual the rows add to, read now (it is final once the previous grid is) so that its
+  // L2 round trip overlaps the staging instead of following the dot products.
+  float prior[kDepth] = {};
+  if constexpr (kEpi == GemvEpilogue::kAddTo) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int r = row + d * n_warps;
+      if (lane == 0 && r < segs.total_rows) prior[d] = *RowOf<kEpi>(segs, r, in).y;
+    }
+  }
   detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
   probe.Stamp(2);
+  if (!any) return;
 
+  {
+    float dot[kAll];
+    RowDots<kW, kAll, kU>(w, xs, in, lane, wv, dot);
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d, row += n_warps) {
-    if (row >= segs.total_rows) return;
+    for (int d = 0; d < kDepth; ++d) {
+      if (lane == 0 && row + d * n_warps < segs.total_rows) {
+        float part[kRows];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) part[i] = dot[d * kRows + i];
+        RowOf<kEpi>(segs, row + d * n_warps, in).Store(part, prior[d]);
+      }
+    }
+  }
+  for (row += kDepth * n_warps; row < segs.total_rows; row += n_warps) {
     const RowOf<kEpi> ro(segs, row, in);
+    uint4 wr[kU][kRows];
+    LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wr);
     float dot[kRows];
-    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv[d], dot);
+    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wr, dot);
     if (lane == 0) ro.Store(dot);
   }
-  for (; row < segs.total_rows; row += n_warps) {
-    const RowOf<kEpi> ro(segs, row, in);
-    LoadBatch<kRows, kU>(ro.w, lane * kChunk, in, wv[0]);
-    float dot[kRows];
-    RowDots<kW, kRows, kU>(ro.w, xs, in, lane, wv[0], dot);
-    if (lane == 0) ro.Store(dot);
-  }
+}
+
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
+__global__ void __launch_bounds__(kWarps * 32)
+    FusedGemvKernel(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
+                    float eps, Segments segs, int in) {
+  FusedGemv<kW, kEpi, kU, kStreaming, kDepth>(x, norm_w, norm_type, eps, segs, in);
+}
+
+// The same under a register cap (registers a thread): the down projection's (a residual add over a
+// 3072-input row: 113 registers uncapped, 30.7 K a block) at 104 (it takes 94-96: 24.6 K), so that its
+// block starts beside two gate/up blocks of a row pair a warp (20.5 K each) in a multiprocessor's 64 K
+// instead of one: 603 against 610 us a token at ctx 32 (H200, A/B in one session). A cap of 255 on every
+// kernel is not neutral: the compiler then gives the others 10-15 registers more.
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth, int kMaxRegs>
+__global__ void __launch_bounds__(kWarps * 32) __maxnreg__(kMaxRegs)
+    FusedGemvKernelCapped(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
+                          float eps, Segments segs, int in) {
+  FusedGemv<kW, kEpi, kU, kStreaming, kDepth>(x, norm_w, norm_type, eps, segs, in);
 }
 
 // The streaming (output head) instantiation keeps the default carveout: it read 98.6 us with it and
 // 111 us with the max shared carveout (whose 28 KB of L1 may limit the loads in flight); one carveout
 // switch per token before and after it is small against its ~100 us.
+// The kernel of an instantiation: capped where FusedGemvKernelCapped says why.
+template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
+constexpr auto GemvKernelFor() {
+  if constexpr (kEpi == GemvEpilogue::kAddTo && kU == 12 && !kStreaming) {
+    return &FusedGemvKernelCapped<kW, kEpi, kU, kStreaming, kDepth, 104>;
+  } else {
+    return &FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>;
+  }
+}
+
 template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
 cudaError_t LaunchWithDepth(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
                             bool programmatic) {
+  constexpr auto kernel = GemvKernelFor<kW, kEpi, kU, kStreaming, kDepth>();
   static const cudaError_t configured = [] {
-    if (!kStreaming) detail::PreferSharedCarveout(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>);
+    if (!kStreaming) detail::PreferSharedCarveout(kernel);
     // The staged activation and the norm weights: at most 2 x 32 KB.
-    return cudaFuncSetAttribute(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(2 * sizeof(float) * kFusedGemvMaxIn));
   }();
   if (configured != cudaSuccess) return configured;
   const size_t smem =
       (static_cast<size_t>(detail::StagedFloats(in)) + (norm_w != nullptr ? in : 0)) * sizeof(float);
   if (!programmatic) {
-    FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>
-        <<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
+    kernel<<<blocks, kWarps * 32, smem, stream>>>(x, norm_w, norm_type, eps, segs, in);
     return cudaGetLastError();
   }
-  return LaunchDecodeKernel(FusedGemvKernel<kW, kEpi, kU, kStreaming, kDepth>, dim3(blocks), dim3(kWarps * 32),
-                            smem, stream, true, x, norm_w, norm_type, eps, segs, in);
+  return LaunchDecodeKernel(kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, true, x, norm_w, norm_type,
+                            eps, segs, in);
 }
 
-// kDepth 2 or 4 when each warp has that many rows (a grid bound below a row per warp) and a row takes at
-// most 4 loads a lane (so 2 x 4 x kRows or 4 x 4 loads stay in registers), else 1.
+// kDepth: the rows a warp has (a grid bound below a row per warp), up to 4 single rows or 3 row pairs,
+// when a row takes at most 4 loads a lane (so at most 16 or 24 loads stay in registers), else 1. A
+// small grid with every row loaded ahead is how a GEMV's blocks all fit beside their predecessor's
+// under PDL (the register file decides which blocks start early; see GraphedDraft).
 template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming>
 cudaError_t LaunchWithEpi(const float* x, const void* norm_w, ElemType norm_type, float eps,
                           const Segments& segs, int in, unsigned blocks, cudaStream_t stream,
                           bool programmatic) {
   const int64_t warps = static_cast<int64_t>(blocks) * kWarps;
   const int64_t per_warp = (segs.total_rows + warps - 1) / warps;
+  const auto launch = [&](auto depth) {
+    constexpr int kDepth = decltype(depth)::value;
+    return LaunchWithDepth<kW, kEpi, kU, kStreaming, kDepth>(x, norm_w, norm_type, eps, segs, in, blocks,
+                                                             stream, programmatic);
+  };
   if constexpr (kU == 4 && !kStreaming) {
-    if (per_warp == 2 || (per_warp > 2 && RowOf<kEpi>::kRows == 2)) {
-      return LaunchWithDepth<kW, kEpi, kU, kStreaming, 2>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
-                                                           programmatic);
+    if (per_warp == 2) return launch(std::integral_constant<int, 2>{});
+    if (per_warp == 3 || (per_warp > 3 && RowOf<kEpi>::kRows == 2)) {
+      return launch(std::integral_constant<int, 3>{});
     }
-    if (per_warp > 2 && RowOf<kEpi>::kRows == 1) {
-      return LaunchWithDepth<kW, kEpi, kU, kStreaming, 4>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
-                                                           programmatic);
+    if constexpr (RowOf<kEpi>::kRows == 1) {
+      if (per_warp > 3) return launch(std::integral_constant<int, 4>{});
     }
   }
-  return LaunchWithDepth<kW, kEpi, kU, kStreaming, 1>(x, norm_w, norm_type, eps, segs, in, blocks, stream,
-                                                       programmatic);
+  return launch(std::integral_constant<int, 1>{});
 }
 
 // Output rows from which a kStore GEMV counts as streaming (the head: vocabulary-sized).

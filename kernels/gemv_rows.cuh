@@ -216,6 +216,14 @@ struct RowOf {
       *y = d[0];
     }
   }
+  // The same, kAddTo's residual read beforehand into `prior` (the same sum, prior + d[0]).
+  __device__ __forceinline__ void Store(const float (&d)[kRows], float prior) const {
+    if constexpr (kEpi == GemvEpilogue::kAddTo) {
+      *y = prior + d[0];
+    } else {
+      Store(d);
+    }
+  }
 };
 
 // Checks a fused GEMV's segments (LaunchFusedGemv's contract) and gathers them as kernel parameters.

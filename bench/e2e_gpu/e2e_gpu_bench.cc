@@ -7,7 +7,8 @@
 //    persistent kernel (one cooperative launch per token); the label names the path that actually
 //    ran (a fallback says why). narrow: the same chain of kernels on shrunk matrices (see
 //    MakeQwenDraft): the floor the chain sets by itself. grid: the fused GEMVs' blocks per multiprocessor.
-//    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth).
+//    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth). qkv_rows, gu_rows > 0:
+//    one GEMV shape (GraphedDraft::SetGemvRowsPerWarp) at every position instead of the draft's choice.
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
@@ -121,6 +122,9 @@ void BM_DraftDecode(benchmark::State& state) {
     graphed = std::move(g).value();
     if (state.range(3) == 0) graphed->DisableProgrammaticLaunch();
     if (state.range(4) != 8) graphed->SetGemvBlocksPerSm(static_cast<int>(state.range(4)));
+    if (state.range(5) > 0) {
+      graphed->SetGemvRowsPerWarp(static_cast<int>(state.range(5)), static_cast<int>(state.range(6)));
+    }
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
@@ -169,6 +173,10 @@ void BM_DraftDecode(benchmark::State& state) {
   if (graphed && graphed->path() != DraftDecodePath::kPersistent) {
     label += graphed->programmatic() ? ", PDL" : ", no PDL";
     label += ", GEMV grid " + std::to_string(state.range(4)) + "/SM";
+    if (state.range(5) > 0) {
+      label += ", rows a warp QKV " + std::to_string(state.range(5)) + " gate/up " +
+               std::to_string(state.range(6));
+    }
   }
   if (graphed && !graphed->fallback_reason().empty()) label += " (fallback: " + graphed->fallback_reason() + ")";
   state.SetLabel(label);
@@ -176,13 +184,18 @@ void BM_DraftDecode(benchmark::State& state) {
   cudaEventDestroy(stop);
 }
 BENCHMARK(BM_DraftDecode)
-    ->ArgNames({"ctx", "path", "narrow", "pdl", "grid"})
-    ->Args({32, 0, 0, 1, 8})->Args({32, 1, 0, 1, 8})->Args({32, 2, 0, 1, 8})->Args({512, 2, 0, 1, 8})
-    ->Args({1900, 2, 0, 1, 8})->Args({32, 3, 0, 1, 8})->Args({512, 3, 0, 1, 8})->Args({1900, 3, 0, 1, 8})
-    ->Args({32, 2, 1, 1, 8})->Args({32, 3, 1, 1, 8})->Args({32, 2, 0, 0, 8})->Args({32, 2, 1, 0, 8})
-    ->Args({32, 2, 0, 1, 1})->Args({32, 2, 0, 1, 2})->Args({32, 2, 0, 1, 4})->Args({512, 2, 0, 1, 4})
-    ->Args({1900, 2, 0, 1, 4})
-    ->Args({32, 2, 1, 1, 1})->Args({32, 2, 1, 1, 2})->Args({32, 2, 1, 1, 4})
+    ->ArgNames({"ctx", "path", "narrow", "pdl", "grid", "qkv_rows", "gu_rows"})
+    ->Args({32, 0, 0, 1, 8, 0, 0})->Args({32, 1, 0, 1, 8, 0, 0})->Args({32, 2, 0, 1, 8, 0, 0})
+    ->Args({128, 2, 0, 1, 8, 0, 0})->Args({256, 2, 0, 1, 8, 0, 0})->Args({512, 2, 0, 1, 8, 0, 0})
+    ->Args({1900, 2, 0, 1, 8, 0, 0})->Args({32, 3, 0, 1, 8, 0, 0})->Args({512, 3, 0, 1, 8, 0, 0})
+    ->Args({1900, 3, 0, 1, 8, 0, 0})->Args({32, 2, 1, 1, 8, 0, 0})->Args({32, 3, 1, 1, 8, 0, 0})
+    ->Args({32, 2, 0, 0, 8, 0, 0})->Args({32, 2, 1, 0, 8, 0, 0})->Args({32, 2, 0, 1, 4, 0, 0})
+    ->Args({512, 2, 0, 1, 4, 0, 0})->Args({1900, 2, 0, 1, 4, 0, 0})
+    // One GEMV shape at every position (qkv_rows, gu_rows > 0; 0: the draft's choice by position):
+    ->Args({32, 2, 0, 1, 8, 1, 1})->Args({512, 2, 0, 1, 8, 1, 1})->Args({1900, 2, 0, 1, 8, 1, 1})
+    ->Args({32, 2, 0, 1, 8, 1, 2})->Args({512, 2, 0, 1, 8, 1, 2})->Args({1900, 2, 0, 1, 8, 1, 2})
+    ->Args({32, 2, 0, 1, 8, 4, 2})->Args({512, 2, 0, 1, 8, 4, 2})->Args({1900, 2, 0, 1, 8, 4, 2})
+    ->Args({32, 2, 0, 1, 8, 4, 3})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
@@ -207,6 +220,9 @@ void BM_DecodeTimeline(benchmark::State& state) {
   cudaMemset(stamps, 0, bytes);
   auto g = GraphedDraft::Create(draft->backend.get(), draft->lm.get(), DraftDecodePath::kGraph);
   if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+  if (state.range(2) > 0) {
+    (*g)->SetGemvRowsPerWarp(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  }
   const int context = static_cast<int>(state.range(1));
   std::vector<int32_t> prompt(context), pos(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
@@ -267,8 +283,8 @@ void BM_DecodeTimeline(benchmark::State& state) {
   cudaFree(stamps);
 }
 BENCHMARK(BM_DecodeTimeline)
-    ->ArgNames({"narrow", "ctx"})
-    ->Args({0, 32})->Args({1, 32})->Args({0, 1900})
+    ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})  // rows a warp (0: the draft's choice)
+    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 

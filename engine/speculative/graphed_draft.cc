@@ -199,7 +199,9 @@ GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph
 
 GraphedDraft::~GraphedDraft() {
   (void)backend_->Synchronize(SyncKind::kOther);
-  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  for (cudaGraphExec_t exec : exec_) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
   DeviceArena& a = backend_->arena();
   for (void* p : {state_, static_cast<void*>(h_), static_cast<void*>(q_), static_cast<void*>(k_),
                   static_cast<void*>(v_), static_cast<void*>(attn_), static_cast<void*>(act_),
@@ -264,7 +266,16 @@ absl::Status GraphedDraft::Allocate() {
   return absl::OkStatus();
 }
 
-absl::Status GraphedDraft::Enqueue(bool programmatic) {
+// H200, synth:qwen3-0.6b bf16, us a token (A/B in one device session): a row a warp everywhere was
+// 600 / 657 / 686 at ctx 32 / 128 / 256 (gate/up at 2 row pairs: 609 / 659 / 700), while from ctx 512
+// gate/up at 2 row pairs (192 blocks of 112 registers, one an SM beside O's) wins: 703 / 788 at ctx 512 /
+// 1900 against 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512).
+GraphedDraft::GemvShape GraphedDraft::ShapeFor(int index) const {
+  if (has_forced_shape_) return forced_shape_;
+  return index == 0 ? GemvShape{1, 1} : GemvShape{1, 2};
+}
+
+absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
   const ModelSpec& s = lm_->spec();
   const cudaStream_t stream = backend_->stream();
   const auto* state = static_cast<const kernels::DecodeState*>(state_);
@@ -280,11 +291,15 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
                                        : kernels::RopeStyle::kInterleaved;
   const auto data = [](const Weight* w) { return w ? CudaBackend::Data(*w) : nullptr; };
   const auto type = [](const Weight* w) { return w ? CudaBackend::Type(*w) : ElemType::kF32; };
+  // rows_per_warp: the grid holds rows / rows_per_warp warps (at most max_blocks_ blocks of 8 warps).
   const auto layer_gemv = [&](const float* x, const void* norm_w, ElemType norm_type,
                               const kernels::GemvSegment* segs, int n, ElemType w_type, int in,
-                              kernels::GemvEpilogue epi) {
-    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream,
-                                    pdl);
+                              kernels::GemvEpilogue epi, int rows_per_warp = 1) {
+    int rows = 0;  // output rows the warps walk (kSwiGlu: the gate's)
+    for (int i = 0; i < (epi == kernels::GemvEpilogue::kSwiGlu ? 1 : n); ++i) rows += segs[i].rows;
+    const int per_block = 8 * std::max(rows_per_warp, 1);
+    const int blocks = std::min(max_blocks_, (rows + per_block - 1) / per_block);
+    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, blocks, stream, pdl);
   };
   const Weight& table = lm_->token_embedding();
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
@@ -299,7 +314,7 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
     const kernels::GemvSegment qkv[3] = {{data(r.q), q_, H * d}, {data(r.k), k_, Hkv * d},
                                          {data(r.v), v_, Hkv * d}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.attn_norm), type(r.attn_norm), qkv, 3, wt, D,
-                                            kernels::GemvEpilogue::kStore));
+                                            kernels::GemvEpilogue::kStore, shape.qkv_rows));
     if (decode_attention_) {
       // q/k-norm + RoPE + KV append fused into the decode attention: one kernel fewer per layer.
       kernels::DecodeRopeAppend rope;
@@ -334,7 +349,8 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
     // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
     const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.ffn_norm), type(r.ffn_norm), gate_up, 2,
-                                            type(r.gate), D, kernels::GemvEpilogue::kSwiGlu));
+                                            type(r.gate), D, kernels::GemvEpilogue::kSwiGlu,
+                                            shape.gate_up_rows));
     const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(act_, nullptr, ElemType::kF32, down, 1, type(r.down), F,
                                             kernels::GemvEpilogue::kAddTo));
@@ -348,19 +364,19 @@ absl::Status GraphedDraft::Enqueue(bool programmatic) {
                                                       stream, pdl));
 }
 
-absl::Status GraphedDraft::Capture(bool programmatic) {
+absl::Status GraphedDraft::Capture(bool programmatic, int index) {
   const cudaStream_t stream = backend_->stream();
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status queued = Enqueue(programmatic);
+  const absl::Status queued = Enqueue(programmatic, ShapeFor(index));
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   absl::Status status = queued;
   if (status.ok()) status = SPECGEN_CUDA_STATUS(ended);
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&exec_, graph, 0));
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&exec_[index], graph, 0));
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (!status.ok()) {
     (void)cudaGetLastError();  // clear the launch error a failed capture leaves behind
-    exec_ = nullptr;
+    exec_[index] = nullptr;
   }
   return status;
 }
@@ -385,12 +401,13 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSetDecodeState(static_cast<kernels::DecodeState*>(state_),
                                                              device_token, host_token,
                                                              static_cast<int32_t>(pos), stream));
-  if (use_graph_ && exec_ == nullptr) {
-    absl::Status captured = Capture(programmatic_);
+  const int shape = ShapeIndex(pos);
+  if (use_graph_ && exec_[shape] == nullptr) {
+    absl::Status captured = Capture(programmatic_, shape);
     // A graph without programmatic edges still beats eager launches: try it before giving up.
     if (!captured.ok() && programmatic_) {
       programmatic_ = false;
-      captured = Capture(false);
+      captured = Capture(false, shape);
     }
     if (!captured.ok()) {
       use_graph_ = false;  // the same kernels, launched one by one
@@ -398,10 +415,10 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
     }
   }
   if (use_graph_) {
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_[shape], stream));
     ++replays_;
   } else {
-    RETURN_IF_ERROR(Enqueue(programmatic_));
+    RETURN_IF_ERROR(Enqueue(programmatic_, ShapeFor(shape)));
     ++eager_;
   }
   RETURN_IF_ERROR(cache.Append(1));

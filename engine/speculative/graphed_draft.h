@@ -87,6 +87,19 @@ class GraphedDraft {
   // Benchmarks only, before the first Decode: the fused GEMVs' grid bound in blocks of 256 threads per
   // multiprocessor (default 8, a full multiprocessor).
   void SetGemvBlocksPerSm(int blocks) { max_blocks_ = sms_ * blocks; }
+  // The fused QKV and gate/up GEMVs' grids: the rows (QKV) and row pairs (gate/up) each warp loads
+  // before its wait (1: a row a warp, the widest grid). Which blocks start beside their predecessor's
+  // is set by the register file, and the best shape depends on the context (the attention's blocks
+  // compete for the same registers): one graph per shape, picked by position (ShapeFor).
+  struct GemvShape {
+    int qkv_rows = 1;
+    int gate_up_rows = 1;
+  };
+  // Benchmarks only, before the first Decode: one shape at every position.
+  void SetGemvRowsPerWarp(int qkv, int gate_up) {
+    forced_shape_ = GemvShape{qkv, gate_up};
+    has_forced_shape_ = true;
+  }
 
  private:
   GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph);
@@ -96,8 +109,13 @@ class GraphedDraft {
   absl::Status SetUpPersistent();
   absl::Status LaunchPersistent(const int32_t* device_token, int32_t host_token, int32_t pos);
   // Queues the step's kernels on the backend's stream (captured or not); `programmatic`: with PDL.
-  absl::Status Enqueue(bool programmatic);
-  absl::Status Capture(bool programmatic);
+  // Shapes in use: 0 below kLongContext positions, 1 from there on.
+  static constexpr int kShapes = 2;
+  static constexpr int64_t kLongContext = 384;
+  static int ShapeIndex(int64_t pos) { return pos < kLongContext ? 0 : 1; }
+  GemvShape ShapeFor(int index) const;
+  absl::Status Enqueue(bool programmatic, const GemvShape& shape);
+  absl::Status Capture(bool programmatic, int index);
 
   CudaBackend* backend_;
   Transformer* lm_;
@@ -108,10 +126,12 @@ class GraphedDraft {
   int64_t persistent_launches_ = 0;
   int persistent_blocks_ = 0;  // > 0: the persistent kernel is the path
   int max_blocks_ = 0;
+  GemvShape forced_shape_;  // SetGemvRowsPerWarp
+  bool has_forced_shape_ = false;
   int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
-  cudaGraphExec_t exec_ = nullptr;
+  cudaGraphExec_t exec_[kShapes] = {nullptr, nullptr};  // a graph per shape, captured when first used
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState
   float* h_ = nullptr;     // [D] residual stream

@@ -149,10 +149,16 @@ TEST(GemvGpu, FusedDecodeGemvEqualsSeparateKernels) {
   CheckFusedGemv(4104, {100}, GemvEpilogue::kStore, false, 50);                // past 12 loads a row
   CheckFusedGemv(8192, {40, 40}, GemvEpilogue::kSwiGlu, true, 3);               // x + norm: 64 KB of smem
   CheckFusedGemv(1024, {3000}, GemvEpilogue::kAddTo, true, 5);                 // many rows a warp, norm
-  // Grid bounds below a row per warp: 2 or 4 rows a warp loaded ahead, then the rest as reached.
+  // Grid bounds below a row per warp: 2 to 4 rows (3 row pairs) a warp loaded ahead, then the rest as
+  // reached; a warp's rows past the end (uneven grids) must store nothing.
   CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 264);    // 2 rows a warp
-  CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 132);    // 4 rows a warp
-  CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 132);         // 3 row pairs: 2 + 1
+  CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 132);    // 4 rows, some 3
+  CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 128);    // 4 rows a warp
+  CheckFusedGemv(1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 100);    // 4 ahead, 1-2 after
+  CheckFusedGemv(1024, {2000}, GemvEpilogue::kStore, false, 84);               // 3 rows, some 2
+  CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 132);         // 3 row pairs, some 2
+  CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 128);         // 3 row pairs a warp
+  CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 64);          // 3 ahead, 3 after
 }
 
 TEST(GemvGpu, RejectsBadShapes) {

@@ -207,6 +207,16 @@ TEST(GraphedDraft, Qwen3ShapeChunkedAttention) {
   CheckModel("qwen3-0.6b x2 layers", model, 250);
 }
 
+TEST(GraphedDraft, Qwen3ShapeAcrossGemvShapes) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = Synth("qwen3-0.6b", 2, 4096);
+  ASSERT_NE(model, nullptr);
+  // 376 prompt tokens: the draft replays its short-context graph to position 383 and its long-context
+  // one (other GEMV grids, GraphedDraft::ShapeFor) from 384; the rollback at step 12 (to 383) goes back
+  // to the first. Every step still equals the eager kernels and the Transformer.
+  CheckModel("qwen3-0.6b x2 layers, positions 376-394", model, 376);
+}
+
 TEST(GraphedDraft, TinyDenseSimpleAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   auto model = Synth("tiny-dense", 2, 0);
