@@ -18,7 +18,9 @@
 //    boundary before it (from the previous grid's end), the input staging, the rest and the blocks that
 //    finish after block 0; and the time between two tokens that no decode kernel covers.
 //  - BM_KernelChainFloor: a graph of 140 dependent kernels doing nothing or a GEMV prologue's read +
-//    reduction, with and without PDL: what a kernel boundary costs before any weight is read.
+//    reduction, with and without PDL: what a kernel boundary costs before any weight is read; work 2
+//    and 3 add 1024 FMAs a thread as straight code in 8 alternating kernels or as a loop: what
+//    fetching a kernel's instructions costs (bench/e2e_gpu/kernel_chain.cu).
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
@@ -291,10 +293,12 @@ BENCHMARK(BM_DecodeTimeline)
 // A graph of 140 dependent kernels (the draft decode's 5 a layer x 28 layers) that do nothing (work 0)
 // or a decode GEMV prologue's read + block reduction (work 1), over `blocks` blocks, with and without
 // PDL: us per kernel is what each kernel boundary of the decode graph costs before any weight is read.
+// work 2 / 3: the same plus 1024 FMAs a thread, straight code in 8 alternating kernels / a loop.
 void BM_KernelChainFloor(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const int blocks = static_cast<int>(state.range(0));
-  const bool work = state.range(1) != 0, pdl = state.range(2) != 0;
+  const int work = static_cast<int>(state.range(1));
+  const bool pdl = state.range(2) != 0;
   constexpr int kLinks = 140, kReplays = 50;
   float* buf = nullptr;
   if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess) return state.SkipWithError("cudaMalloc");
@@ -307,7 +311,7 @@ void BM_KernelChainFloor(benchmark::State& state) {
   for (int i = 0; i < kLinks; ++i) {
     float* a = buf + (i % 2) * 1024;
     float* b = buf + ((i + 1) % 2) * 1024;
-    (void)bench::LaunchChainLink(a, b, blocks, work, pdl && i > 0, stream);
+    (void)bench::LaunchChainLink(a, b, blocks, work, pdl && i > 0, stream, i);
   }
   const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
                   cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
@@ -340,7 +344,7 @@ void BM_KernelChainFloor(benchmark::State& state) {
 BENCHMARK(BM_KernelChainFloor)
     ->ArgNames({"blocks", "work", "pdl"})
     ->Args({1, 0, 1})->Args({132, 0, 1})->Args({512, 0, 1})->Args({132, 1, 1})->Args({512, 1, 1})
-    ->Args({132, 0, 0})->Args({132, 1, 0})
+    ->Args({132, 0, 0})->Args({132, 1, 0})->Args({132, 2, 1})->Args({132, 3, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // kernel ids of BM_DraftLayerKernels

@@ -10,6 +10,13 @@
 namespace specgen::bench {
 namespace {
 
+// work 2 and 3 add the same 1024 FMAs a thread after the reduction: work 2 fully unrolled (16 KB of
+// straight code), in 8 copies (kCopy: links cycle through them, so a multiprocessor's instruction cache
+// sees 128 KB of code, as it sees the decode graph's five ~50 KB kernels); work 3 as a loop (a few
+// instructions). The difference is what fetching a kernel's instructions costs on its critical path.
+constexpr int kCodeFmas = 1024;
+
+template <int kCopy, bool kUnrolled>
 __global__ void ChainLinkKernel(const float* __restrict__ in, float* __restrict__ out, int work) {
   kernels::LetDependentsLaunch();
   kernels::WaitForPrecedingGrid();
@@ -23,19 +30,51 @@ __global__ void ChainLinkKernel(const float* __restrict__ in, float* __restrict_
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.f;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
-    out[blockIdx.x] = t * 1e-6f;
+  float t = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
+  if (work >= 2) {
+    // 8 chains of 128 dependent FMAs, the same operands in both forms.
+    constexpr float kScale = 0.999f + kCopy * 1e-5f;
+    float acc[8], add[8];
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+      acc[a] = t + a;
+      add[a] = 0.001f * (a + 1) + t * 1e-9f;
+    }
+    if constexpr (kUnrolled) {
+#pragma unroll
+      for (int i = 0; i < kCodeFmas; ++i) acc[i & 7] = fmaf(acc[i & 7], kScale, add[i & 7]);
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < kCodeFmas; i += 8) {
+#pragma unroll
+        for (int a = 0; a < 8; ++a) acc[a] = fmaf(acc[a], kScale, add[a]);
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a) t += acc[a];
   }
+  if (threadIdx.x == 0) out[blockIdx.x] = t * 1e-6f;
+}
+
+template <bool kUnrolled>
+cudaError_t LaunchCopy(int copy, const float* in, float* out, int blocks, int work, bool programmatic,
+                       cudaStream_t stream) {
+  using Kernel = void (*)(const float*, float*, int);
+  static constexpr Kernel kCopies[8] = {
+      ChainLinkKernel<0, kUnrolled>, ChainLinkKernel<1, kUnrolled>, ChainLinkKernel<2, kUnrolled>,
+      ChainLinkKernel<3, kUnrolled>, ChainLinkKernel<4, kUnrolled>, ChainLinkKernel<5, kUnrolled>,
+      ChainLinkKernel<6, kUnrolled>, ChainLinkKernel<7, kUnrolled>};
+  return kernels::LaunchDecodeKernel(kCopies[copy & 7], dim3(blocks), dim3(256), 0, stream, programmatic, in,
+                                     out, work);
 }
 
 }  // namespace
 
-cudaError_t LaunchChainLink(const float* in, float* out, int blocks, bool work, bool programmatic,
-                            cudaStream_t stream) {
-  return kernels::LaunchDecodeKernel(ChainLinkKernel, dim3(blocks), dim3(256), 0, stream, programmatic, in, out,
-                                     work ? 1 : 0);
+cudaError_t LaunchChainLink(const float* in, float* out, int blocks, int work, bool programmatic,
+                            cudaStream_t stream, int link) {
+  if (work == 2) return LaunchCopy<true>(link, in, out, blocks, work, programmatic, stream);
+  return LaunchCopy<false>(work == 3 ? link : 0, in, out, blocks, work, programmatic, stream);
 }
 
 }  // namespace specgen::bench

@@ -7,7 +7,9 @@ namespace specgen::bench {
 
 // in [1024] and out [max(blocks, 1024)] floats, device. `work`: read in, reduce it per block, write.
 // `programmatic`: launched with programmatic dependent launch (sm_90+).
-cudaError_t LaunchChainLink(const float* in, float* out, int blocks, bool work, bool programmatic,
-                            cudaStream_t stream);
+// One link: work 0 nothing, 1 a GEMV prologue's read + reduction, 2 that + 1024 FMAs a thread in
+// straight code (one of 8 copies, by `link`), 3 the same FMAs as a loop (see kernel_chain.cu).
+cudaError_t LaunchChainLink(const float* in, float* out, int blocks, int work, bool programmatic,
+                            cudaStream_t stream, int link);
 
 }  // namespace specgen::bench

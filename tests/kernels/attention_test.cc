@@ -292,8 +292,13 @@ TEST(AttentionGpu, DecodeSingleQuery) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckDecodeAttention(0, 16, 8, 128, ElemType::kF32);     // only its own key
   CheckDecodeAttention(31, 16, 8, 128, ElemType::kF32);    // the draft's shape, ctx 32
+  CheckDecodeAttention(64, 16, 8, 128, ElemType::kF32);    // 65 keys: one chunk, a second batch a warp
+  CheckDecodeAttention(127, 16, 8, 128, ElemType::kF32);   // 128 keys: the last 2-batch single chunk
+  CheckDecodeAttention(128, 16, 8, 128, ElemType::kF32);   // 129 keys: 3 chunks of 64 slots, merged
   CheckDecodeAttention(255, 16, 8, 128, ElemType::kF32);   // 256 keys: 4 full 64-slot chunks
   CheckDecodeAttention(256, 16, 8, 128, ElemType::kF32);   // one key into a 5th chunk
+  CheckDecodeAttention(1023, 16, 8, 128, ElemType::kF32);  // 1024 keys: 16 chunks of one 64-slot unit
+  CheckDecodeAttention(1024, 16, 8, 128, ElemType::kF32);  // 1025 keys: 9 chunks of 2 units (one partial)
   CheckDecodeAttention(1900, 16, 8, 128, ElemType::kF32);  // 15 chunks, merged by the last block
   CheckDecodeAttention(2047, 16, 8, 128, ElemType::kF32);  // 16 chunks: the most the workspace holds
   CheckDecodeAttention(700, 16, 4, 128, ElemType::kBF16);
