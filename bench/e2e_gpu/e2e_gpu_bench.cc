@@ -21,6 +21,8 @@
 //    reduction, with and without PDL: what a kernel boundary costs before any weight is read; work 2
 //    and 3 add 1024 FMAs a thread as straight code in 8 alternating kernels or as a loop: what
 //    fetching a kernel's instructions costs (bench/e2e_gpu/kernel_chain.cu).
+//  - BM_KernelChainUnderLoad: that chain while other blocks stream HBM on another stream: what HBM
+//    traffic that is not the chain's does to its L2 round trips.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
@@ -346,6 +348,89 @@ BENCHMARK(BM_KernelChainFloor)
     ->Args({1, 0, 1})->Args({132, 0, 1})->Args({512, 0, 1})->Args({132, 1, 1})->Args({512, 1, 1})
     ->Args({132, 0, 0})->Args({132, 1, 0})->Args({132, 2, 1})->Args({132, 3, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The same chain (132 blocks, work 1, PDL) while `readers` blocks on another stream read 4 GB of HBM
+// over and over: how much the chain's L2 round trips slow down under HBM traffic that is not theirs (the
+// decode graph's weight loads issued early), and the traffic's own GB/s. At most 66 readers: with a
+// reader block on every multiprocessor the chain's blocks find no room and never end (nor do the readers,
+// which wait for the chain's end to stop).
+void BM_KernelChainUnderLoad(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const int readers = static_cast<int>(state.range(0));
+  constexpr int kLinks = 140, kReplays = 50;
+  constexpr size_t kStreamBytes = size_t{4} << 30;
+  float* buf = nullptr;
+  void* big = nullptr;
+  int* stop = nullptr;
+  unsigned long long* read = nullptr;
+  if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess ||
+      cudaMalloc(&big, kStreamBytes) != cudaSuccess || cudaMalloc(&stop, 64) != cudaSuccess ||
+      cudaMalloc(&read, 64) != cudaSuccess) {
+    return state.SkipWithError("cudaMalloc");
+  }
+  cudaMemset(buf, 0, sizeof(float) * 2 * 1024);
+  cudaMemset(big, 1, kStreamBytes);
+  cudaStream_t stream, side;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < kLinks; ++i) {
+    (void)bench::LaunchChainLink(buf + (i % 2) * 1024, buf + ((i + 1) % 2) * 1024, 132, 1, i > 0, stream, i);
+  }
+  const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+                  cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  cudaEvent_t start, stop_ev, side_start, side_stop;
+  for (cudaEvent_t* e : {&start, &stop_ev, &side_start, &side_stop}) cudaEventCreate(e);
+  double us = 0, gbps = 0;
+  if (ok) {
+    cudaGraphLaunch(exec, stream);  // warm-up
+    cudaStreamSynchronize(stream);
+    for (auto _ : state) {
+      cudaMemset(stop, 0, 64);
+      cudaMemset(read, 0, 64);
+      cudaDeviceSynchronize();
+      if (readers > 0) {
+        cudaEventRecord(side_start, side);
+        (void)bench::LaunchHbmReader(big, kStreamBytes, readers, stop, read,
+                                     reinterpret_cast<unsigned*>(read + 1), side);
+        cudaEventRecord(side_stop, side);
+      }
+      cudaEventRecord(start, stream);
+      for (int r = 0; r < kReplays; ++r) cudaGraphLaunch(exec, stream);
+      cudaEventRecord(stop_ev, stream);
+      cudaEventSynchronize(stop_ev);
+      const int one = 1;
+      cudaMemcpy(stop, &one, sizeof(int), cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      float ms = 0, side_ms = 0;
+      cudaEventElapsedTime(&ms, start, stop_ev);
+      us = ms * 1e3 / (kReplays * kLinks);
+      if (readers > 0) {
+        unsigned long long bytes = 0;
+        cudaMemcpy(&bytes, read, sizeof(bytes), cudaMemcpyDeviceToHost);
+        cudaEventElapsedTime(&side_ms, side_start, side_stop);
+        gbps = side_ms > 0 ? bytes / (side_ms * 1e6) : 0.0;
+      }
+    }
+    state.counters["us_per_kernel"] = us;
+    state.counters["reader_GB_per_s"] = gbps;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  for (cudaEvent_t e : {start, stop_ev, side_start, side_stop}) cudaEventDestroy(e);
+  cudaStreamDestroy(stream);
+  cudaStreamDestroy(side);
+  for (void* p : {static_cast<void*>(buf), big, static_cast<void*>(stop), static_cast<void*>(read)}) {
+    cudaFree(p);
+  }
+  if (!ok || cudaGetLastError() != cudaSuccess) state.SkipWithError("graph capture or launch failed");
+}
+BENCHMARK(BM_KernelChainUnderLoad)
+    ->ArgNames({"readers"})
+    ->Arg(0)->Arg(8)->Arg(16)->Arg(33)->Arg(66)
+    ->Unit(benchmark::kMillisecond)->Iterations(2);
 
 // kernel ids of BM_DraftLayerKernels
 enum LayerKernel : int {

@@ -69,7 +69,38 @@ cudaError_t LaunchCopy(int copy, const float* in, float* out, int blocks, int wo
                                      out, work);
 }
 
+// Streams [src, src + n) from HBM over and over (every load of a thread in flight 4 deep) until *stop,
+// counting the bytes read into *bytes: HBM traffic that is not on the chain's path.
+__global__ void __launch_bounds__(1024) HbmReaderKernel(const uint4* __restrict__ src, size_t n,
+                                                        const volatile int* stop,
+                                                        unsigned long long* bytes, unsigned* sink) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  unsigned long long read = 0;
+  do {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        v[u] = i + u * stride < n ? __ldcs(src + i + u * stride) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+      read += 4 * sizeof(uint4);
+    }
+  } while (*stop == 0);
+  atomicAdd(bytes, read);
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 }  // namespace
+
+cudaError_t LaunchHbmReader(const void* src, size_t bytes, int blocks, const int* stop,
+                            unsigned long long* read, unsigned* sink, cudaStream_t stream) {
+  HbmReaderKernel<<<blocks, 1024, 0, stream>>>(static_cast<const uint4*>(src), bytes / sizeof(uint4), stop,
+                                               read, sink);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchChainLink(const float* in, float* out, int blocks, int work, bool programmatic,
                             cudaStream_t stream, int link) {

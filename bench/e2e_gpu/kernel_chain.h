@@ -12,4 +12,9 @@ namespace specgen::bench {
 cudaError_t LaunchChainLink(const float* in, float* out, int blocks, int work, bool programmatic,
                             cudaStream_t stream, int link);
 
+// HBM traffic beside the chain: `blocks` blocks of 1024 threads stream [src, src + bytes) over and over
+// until *stop (device memory) turns non-zero, adding the bytes they read to *read.
+cudaError_t LaunchHbmReader(const void* src, size_t bytes, int blocks, const int* stop,
+                            unsigned long long* read, unsigned* sink, cudaStream_t stream);
+
 }  // namespace specgen::bench

@@ -268,8 +268,8 @@ absl::Status GraphedDraft::Allocate() {
 
 // H200, synth:qwen3-0.6b bf16, us a token (A/B in one device session): a row a warp everywhere was
 // 600 / 657 / 686 at ctx 32 / 128 / 256 (gate/up at 2 row pairs: 609 / 659 / 700), while from ctx 512
-// gate/up at 2 row pairs (192 blocks of 112 registers, one an SM beside O's) wins: 703 / 788 at ctx 512 /
-// 1900 against 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512).
+// gate/up at 2 row pairs (192 blocks, one an SM beside O's) wins: 703 / 788 at ctx 512 / 1900 against
+// 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512). Figures in RESULTS_H200.md.
 GraphedDraft::GemvShape GraphedDraft::ShapeFor(int index) const {
   if (has_forced_shape_) return forced_shape_;
   return index == 0 ? GemvShape{1, 1} : GemvShape{1, 2};
