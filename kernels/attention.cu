@@ -609,13 +609,16 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float mm = -INFINITY;
     for (int w = 0; w < kDecWarps; ++w) mm = fmaxf(mm, m_s[w]);
+    // Branch-free, so that every warp's partials are read at once (a skip per warp made the merge a
+    // chain of shared-memory round trips); a warp without slots still adds nothing.
     float ll = 0.f, aa = 0.f;
+#pragma unroll
     for (int w = 0; w < kDecWarps; ++w) {
       const float mw = m_s[w];
-      if (mw == -INFINITY) continue;
       const float f = expf(mw - mm);
-      ll = fmaf(l_s[w], f, ll);
-      aa = fmaf(acc_s[w * D + d], f, aa);
+      const float l_next = fmaf(l_s[w], f, ll), a_next = fmaf(acc_s[w * D + d], f, aa);
+      ll = mw == -INFINITY ? ll : l_next;
+      aa = mw == -INFINITY ? aa : a_next;
     }
     if (n_chunks == 1) {
       out[static_cast<int64_t>(qh) * D + d] = aa / ll;
