@@ -461,20 +461,27 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   const auto row_offset = [&](int j) {
     return ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
   };
-  // The warp's current batch of K/V rows; absent slots (past the chunk, and the newest until it is
-  // read after the wait) hold zeros, set here so that the first batch needs no branches on the path.
+  // The warp's current batch of K/V rows, slots j0, j0 + kDecWarps, ...: absent slots (past the chunk,
+  // and the newest, which is placed after the wait) hold zeros. The first batch is loaded here, so that
+  // it needs no branches on the path after the wait.
   float kr[kBatch][kPer], vr[kBatch][kPer];
+  const auto load_row = [&](int j, int b) {
+    StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
+    StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
+  };
+  const auto load_batch = [&](int j0) {
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const int j = c0 + warp + b * kDecWarps;
-    if (j < end && j != len - 1) {
-      StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
-      StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
-    } else {
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kDecWarps;
+      if (j < end && j != len - 1) {
+        load_row(j, b);
+      } else {
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+        for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
+      }
     }
-  }
+  };
+  load_batch(c0 + warp);
   // The fused prologue's constants (norm weights, the position's cos/sin), loaded now: the query on
   // warp 0, K on the last warp, V on the one before (in parallel: each is a chain of loads and
   // reductions).
@@ -542,19 +549,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
     // The newest row: from shared memory (fused prologue) or the cache, into its batch slot.
     const int newest = len - 1 - j0;  // its batch slot times kDecWarps, when in this batch
     const bool has_newest = newest >= 0 && newest % kDecWarps == 0 && newest < kDecWarps * kBatch;
-    if (j0 != c0 + warp) {  // later batches (long contexts): loaded now, zeros past the chunk
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = j0 + b * kDecWarps;
-        if (j >= end || j == len - 1) {  // the newest row comes below
-#pragma unroll
-          for (int e = 0; e < kPer; ++e) kr[b][e] = vr[b][e] = 0.f;
-        } else {
-          StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
-          StagedToF32<kT, kPer>(vb + row_offset(j), vr[b]);
-        }
-      }
-    }
+    if (j0 != c0 + warp) load_batch(j0);  // later batches (long contexts): loaded now
     if (has_newest) {  // in the first batch the only row not loaded before the wait
       const int bn = newest / kDecWarps;
 #pragma unroll
@@ -564,8 +559,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
           StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(k_new + lane * kPer), kr[b]);
           StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(v_new + lane * kPer), vr[b]);
         } else {
-          StagedToF32<kT, kPer>(kb + row_offset(len - 1), kr[b]);
-          StagedToF32<kT, kPer>(vb + row_offset(len - 1), vr[b]);
+          load_row(len - 1, b);
         }
       }
     }
