@@ -60,9 +60,10 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 // 256), else up to 16 chunks of whole 64-slot units; warp w takes the chunk's slots w, w + 8, ..., lanes
 // split head_dim, and every K and V row of a batch of slots is loaded at once, so up to 1024 slots cost
 // one memory round trip in each warp. Chunks are merged in chunk order by the last block of each query
-// head to finish (a counter in the workspace), so no merge launch. The reduction order depends only on the number of keys seen
-// (never on max_past, the grid or which block finishes last): results are deterministic and equal for
-// graph and eager launches; they differ from LaunchAttention's by fp32 rounding only.
+// head to finish (a counter in the workspace), so no merge launch. The reduction order depends only on
+// the number of keys seen (never on max_past, the grid or which block finishes last): results are
+// deterministic and equal for graph and eager launches; they differ from LaunchAttention's by fp32
+// rounding only.
 //   q          [heads, head_dim] fp32, device, 16-byte aligned
 //   k_cache, v_cache  [capacity >= max_past + 1, kv_heads, head_dim] of kv_type (kF32 or kBF16),
 //              16-byte aligned, device

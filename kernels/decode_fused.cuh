@@ -34,8 +34,9 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
 // also the position and the cache rows of earlier positions) before WaitForPrecedingGrid(), which
 // returns once the previous grid has completed and its writes are visible; everything else comes after
 // it, so results do not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that
-// the next one's blocks can be scheduled (and start fetching their weights) during its tail. Both are no-ops for a kernel
-// launched without the attribute. A kernel launched without it still waits for the previous one.
+// the next one's blocks can be scheduled (and start fetching their weights) during its tail. Both are
+// no-ops for a kernel launched without the attribute. A kernel launched without it still waits for the
+// previous one.
 #ifdef __CUDACC__
 __device__ __forceinline__ void WaitForPrecedingGrid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

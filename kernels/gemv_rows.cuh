@@ -45,9 +45,10 @@ __device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int
 }
 
 // Dot products of kRows weight rows with xs (shared, StagedIndex layout), each in GemvKernel's order:
-// lane l accumulates k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed butterfly. `wv` holds
-// the first batch of loads (kb = lane*8), issued by the caller ahead of time; the batches after it
-// (in > 256*kU) are loaded here. How far ahead loads are issued never changes the arithmetic.
+// lane l accumulates k = l*8 + 256*s + j (s = 0, 1, .., j = 0..7) with __fmaf_rn, then the fixed
+// butterfly. `wv` holds the first batch of loads (kb = lane*8), issued by the caller ahead of time; the
+// batches after it (in > 256*kU) are loaded here. How far ahead loads are issued never changes the
+// arithmetic.
 template <ElemType kW, int kRows, int kU>
 __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const float* xs, int in,
                                         int lane, uint4 (&wv)[kU][kRows], float (&out)[kRows]) {
