@@ -330,10 +330,14 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
-                            bool programmatic) {
+                            bool programmatic, int rows_per_warp) {
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
+  if (rows_per_warp > 0) {
+    const int per_block = kWarps * rows_per_warp;
+    max_blocks = std::min(max_blocks, (segs.total_rows + per_block - 1) / per_block);
+  }
   segs.probe = NextDecodeProbeSlot();
   switch (w_type) {
     case ElemType::kBF16:

@@ -96,10 +96,12 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);
 // The same, launched with programmatic dependent launch when `programmatic` (sm_90+; see
 // WaitForPrecedingGrid): the first row's weight loads are issued before waiting for the previous kernel.
+// rows_per_warp > 0: a grid of just enough blocks (at most max_blocks) for each warp to have that many
+// output rows (kSwiGlu: row pairs); 0: max_blocks.
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
-                            bool programmatic);
+                            bool programmatic, int rows_per_warp = 0);
 
 // Benchmarks only: every LaunchFusedGemv and LaunchDecodeAttention from now on (and every graph captured
 // from now on) stamps the global timer (ns) into its own slot of kDecodeProbeFields in `stamps` (device

@@ -206,24 +206,21 @@ struct RowOf {
       y = ys + r;
     }
   }
-  // The epilogue of LaunchFusedGemv on this row's dot products (one lane stores).
-  __device__ __forceinline__ void Store(const float (&d)[kRows]) const {
+  // The epilogue of LaunchFusedGemv on this row's dot products (one lane stores); kAddTo adds to
+  // `prior`, the residual *y read beforehand (a kernel may read it early, off its critical path).
+  __device__ __forceinline__ void Store(const float (&d)[kRows], float prior) const {
     if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
       const float g = d[0];
       *y = g / (1.f + expf(-g)) * d[1];
     } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-      *y = *y + d[0];
+      *y = prior + d[0];
     } else {
       *y = d[0];
     }
   }
-  // The same, kAddTo's residual read beforehand into `prior` (the same sum, prior + d[0]).
-  __device__ __forceinline__ void Store(const float (&d)[kRows], float prior) const {
-    if constexpr (kEpi == GemvEpilogue::kAddTo) {
-      *y = prior + d[0];
-    } else {
-      Store(d);
-    }
+  // The same, kAddTo's residual read now.
+  __device__ __forceinline__ void Store(const float (&d)[kRows]) const {
+    Store(d, kEpi == GemvEpilogue::kAddTo ? *y : 0.f);
   }
 };
 

@@ -292,6 +292,27 @@ BENCHMARK(BM_DecodeTimeline)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
+// The 140-link chain of bench::LaunchChainLink kernels (ping-ponging between buf's two 1024-float
+// halves) captured on `stream` and instantiated; null when the capture fails.
+constexpr int kChainLinks = 140;  // the draft decode's 5 kernels a layer x 28 layers
+cudaGraphExec_t CaptureChain(float* buf, int blocks, int work, bool pdl, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < kChainLinks; ++i) {
+    (void)bench::LaunchChainLink(buf + (i % 2) * 1024, buf + ((i + 1) % 2) * 1024, blocks, work, pdl && i > 0,
+                                 stream, i);
+  }
+  const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+                  cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (graph) cudaGraphDestroy(graph);
+  if (!ok && exec) {
+    cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
+  return exec;
+}
+
 // A graph of 140 dependent kernels (the draft decode's 5 a layer x 28 layers) that do nothing (work 0)
 // or a decode GEMV prologue's read + block reduction (work 1), over `blocks` blocks, with and without
 // PDL: us per kernel is what each kernel boundary of the decode graph costs before any weight is read.
@@ -301,22 +322,14 @@ void BM_KernelChainFloor(benchmark::State& state) {
   const int blocks = static_cast<int>(state.range(0));
   const int work = static_cast<int>(state.range(1));
   const bool pdl = state.range(2) != 0;
-  constexpr int kLinks = 140, kReplays = 50;
+  constexpr int kLinks = kChainLinks, kReplays = 50;
   float* buf = nullptr;
   if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess) return state.SkipWithError("cudaMalloc");
   cudaMemset(buf, 0, sizeof(float) * 2 * 1024);
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < kLinks; ++i) {
-    float* a = buf + (i % 2) * 1024;
-    float* b = buf + ((i + 1) % 2) * 1024;
-    (void)bench::LaunchChainLink(a, b, blocks, work, pdl && i > 0, stream, i);
-  }
-  const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
-                  cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  cudaGraphExec_t exec = CaptureChain(buf, blocks, work, pdl, stream);
+  const bool ok = exec != nullptr;
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -336,7 +349,6 @@ void BM_KernelChainFloor(benchmark::State& state) {
     state.counters["us_per_token_5x28"] = us * kLinks;
   }
   if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
@@ -357,7 +369,7 @@ BENCHMARK(BM_KernelChainFloor)
 void BM_KernelChainUnderLoad(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const int readers = static_cast<int>(state.range(0));
-  constexpr int kLinks = 140, kReplays = 50;
+  constexpr int kLinks = kChainLinks, kReplays = 50;
   constexpr size_t kStreamBytes = size_t{4} << 30;
   float* buf = nullptr;
   void* big = nullptr;
@@ -373,14 +385,8 @@ void BM_KernelChainUnderLoad(benchmark::State& state) {
   cudaStream_t stream, side;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < kLinks; ++i) {
-    (void)bench::LaunchChainLink(buf + (i % 2) * 1024, buf + ((i + 1) % 2) * 1024, 132, 1, i > 0, stream, i);
-  }
-  const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
-                  cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  cudaGraphExec_t exec = CaptureChain(buf, 132, 1, true, stream);
+  const bool ok = exec != nullptr;
   cudaEvent_t start, stop_ev, side_start, side_stop;
   for (cudaEvent_t* e : {&start, &stop_ev, &side_start, &side_stop}) cudaEventCreate(e);
   double us = 0, gbps = 0;
@@ -418,7 +424,6 @@ void BM_KernelChainUnderLoad(benchmark::State& state) {
     state.counters["reader_GB_per_s"] = gbps;
   }
   if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
   for (cudaEvent_t e : {start, stop_ev, side_start, side_stop}) cudaEventDestroy(e);
   cudaStreamDestroy(stream);
   cudaStreamDestroy(side);

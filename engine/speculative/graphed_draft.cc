@@ -291,15 +291,12 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
                                        : kernels::RopeStyle::kInterleaved;
   const auto data = [](const Weight* w) { return w ? CudaBackend::Data(*w) : nullptr; };
   const auto type = [](const Weight* w) { return w ? CudaBackend::Type(*w) : ElemType::kF32; };
-  // rows_per_warp: the grid holds rows / rows_per_warp warps (at most max_blocks_ blocks of 8 warps).
+  // rows_per_warp: a grid of rows / rows_per_warp warps (at most max_blocks_ blocks of 8 warps).
   const auto layer_gemv = [&](const float* x, const void* norm_w, ElemType norm_type,
                               const kernels::GemvSegment* segs, int n, ElemType w_type, int in,
                               kernels::GemvEpilogue epi, int rows_per_warp = 1) {
-    int rows = 0;  // output rows the warps walk (kSwiGlu: the gate's)
-    for (int i = 0; i < (epi == kernels::GemvEpilogue::kSwiGlu ? 1 : n); ++i) rows += segs[i].rows;
-    const int per_block = 8 * std::max(rows_per_warp, 1);
-    const int blocks = std::min(max_blocks_, (rows + per_block - 1) / per_block);
-    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, blocks, stream, pdl);
+    return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream, pdl,
+                                    std::max(rows_per_warp, 1));
   };
   const Weight& table = lm_->token_embedding();
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
