@@ -5,8 +5,9 @@
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default), 3 the
 //    persistent kernel (one cooperative launch per token); the label names the path that actually
-//    ran (a fallback says why). narrow: the same chain of kernels on shrunk matrices (see
-//    MakeQwenDraft): the floor the chain sets by itself. grid: the fused GEMVs' blocks per multiprocessor.
+//    ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see
+//    MakeQwenDraft): the floor the chain sets by itself; narrow 2: the full matrices, every layer on
+//    layer 0's (GraphedDraft::ShareLayerWeightsForBenchmark: L2-resident): the decode without HBM. grid: the fused GEMVs' blocks per multiprocessor.
 //    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth). qkv_rows, gu_rows > 0:
 //    one GEMV shape (GraphedDraft::SetGemvRowsPerWarp) at every position instead of the draft's choice.
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
@@ -109,7 +110,7 @@ std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state, bool narrow 
 }
 
 void BM_DraftDecode(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state, state.range(2) != 0);
+  auto draft = QwenDraftOrSkip(state, state.range(2) == 1);
   if (draft == nullptr) return;
   const ModelSpec* spec = &draft->spec;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
@@ -129,6 +130,7 @@ void BM_DraftDecode(benchmark::State& state) {
     if (state.range(5) > 0) {
       graphed->SetGemvRowsPerWarp(static_cast<int>(state.range(5)), static_cast<int>(state.range(6)));
     }
+    if (state.range(2) == 2) graphed->ShareLayerWeightsForBenchmark();
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
@@ -194,6 +196,7 @@ BENCHMARK(BM_DraftDecode)
     ->Args({1900, 2, 0, 1, 8, 0, 0})->Args({32, 3, 0, 1, 8, 0, 0})->Args({512, 3, 0, 1, 8, 0, 0})
     ->Args({1900, 3, 0, 1, 8, 0, 0})->Args({32, 2, 1, 1, 8, 0, 0})->Args({32, 3, 1, 1, 8, 0, 0})
     ->Args({32, 2, 0, 0, 8, 0, 0})->Args({32, 2, 1, 0, 8, 0, 0})->Args({32, 2, 0, 1, 4, 0, 0})
+    ->Args({32, 2, 2, 1, 8, 0, 0})->Args({1900, 2, 2, 1, 8, 0, 0})  // narrow 2: layer 0's weights throughout
     ->Args({512, 2, 0, 1, 4, 0, 0})->Args({1900, 2, 0, 1, 4, 0, 0})
     // One GEMV shape at every position (qkv_rows, gu_rows > 0; 0: the draft's choice by position):
     ->Args({32, 2, 0, 1, 8, 1, 1})->Args({512, 2, 0, 1, 8, 1, 1})->Args({1900, 2, 0, 1, 8, 1, 1})
@@ -213,7 +216,7 @@ BENCHMARK(BM_DraftDecode)
 // kernel, the graph launch, the embedding (within the probe's own noise: at ctx 1900 it came out at
 // -1.5 us).
 void BM_DecodeTimeline(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state, state.range(0) != 0);
+  auto draft = QwenDraftOrSkip(state, state.range(0) == 1);
   if (draft == nullptr) return;
   const int layers = static_cast<int>(draft->spec.n_layers);
   const int launches = 5 * layers + 1;  // QKV, attention, O, gate/up, down a layer; the head
@@ -227,6 +230,7 @@ void BM_DecodeTimeline(benchmark::State& state) {
   if (state.range(2) > 0) {
     (*g)->SetGemvRowsPerWarp(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
   }
+  if (state.range(0) == 2) (*g)->ShareLayerWeightsForBenchmark();
   const int context = static_cast<int>(state.range(1));
   std::vector<int32_t> prompt(context), pos(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
@@ -287,8 +291,10 @@ void BM_DecodeTimeline(benchmark::State& state) {
   cudaFree(stamps);
 }
 BENCHMARK(BM_DecodeTimeline)
-    ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})  // rows a warp (0: the draft's choice)
-    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})
+    // narrow 1: the shrunk matrices; 2: every layer on layer 0's weights (L2-resident from layer 1 on).
+    // qkv_rows / gu_rows: rows a warp (0: the draft's choice).
+    ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})
+    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 

@@ -304,7 +304,7 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
   KvCache& cache = lm_->kv_cache();
   const int max_past = static_cast<int>(cache.max_positions()) - 1;
   for (int64_t l = 0; l < s.n_layers; ++l) {
-    const Transformer::LayerRefs r = lm_->layer_refs(l);
+    const Transformer::LayerRefs r = lm_->layer_refs(share_layer_weights_ ? 0 : l);
     const ElemType wt = type(r.q);
     float* kc = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
     float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));

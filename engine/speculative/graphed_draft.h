@@ -95,6 +95,10 @@ class GraphedDraft {
     int qkv_rows = 1;
     int gate_up_rows = 1;
   };
+  // Benchmarks only, before the first Decode: every layer reads layer 0's weights (a qwen3-0.6b layer's
+  // 30 MB stay in L2 from one layer to the next), to measure the decode with its weights out of HBM's
+  // way; the logits are then not the model's.
+  void ShareLayerWeightsForBenchmark() { share_layer_weights_ = true; }
   // Benchmarks only, before the first Decode: one shape at every position.
   void SetGemvRowsPerWarp(int qkv, int gate_up) {
     forced_shape_ = GemvShape{qkv, gate_up};
@@ -128,6 +132,7 @@ class GraphedDraft {
   int max_blocks_ = 0;
   GemvShape forced_shape_;  // SetGemvRowsPerWarp
   bool has_forced_shape_ = false;
+  bool share_layer_weights_ = false;  // ShareLayerWeightsForBenchmark
   int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
