@@ -203,6 +203,8 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 2, 0, 1, 8, 1, 2})->Args({512, 2, 0, 1, 8, 1, 2})->Args({1900, 2, 0, 1, 8, 1, 2})
     ->Args({32, 2, 0, 1, 8, 4, 2})->Args({512, 2, 0, 1, 8, 4, 2})->Args({1900, 2, 0, 1, 8, 4, 2})
     ->Args({32, 2, 0, 1, 8, 4, 3})
+    ->Args({32, 2, 0, 1, 8, 2, 1})->Args({512, 2, 0, 1, 8, 2, 1})->Args({1900, 2, 0, 1, 8, 2, 1})
+    ->Args({32, 2, 0, 1, 8, 2, 2})->Args({512, 2, 0, 1, 8, 2, 2})->Args({1900, 2, 0, 1, 8, 2, 2})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
@@ -294,7 +296,7 @@ BENCHMARK(BM_DecodeTimeline)
     // narrow 1: the shrunk matrices; 2: every layer on layer 0's weights (L2-resident from layer 1 on).
     // qkv_rows / gu_rows: rows a warp (0: the draft's choice).
     ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})
-    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})
+    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})->Args({0, 32, 2, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
