@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -68,9 +69,14 @@ class DeviceBuffer {
 };
 
 // A generator seeded fresh for every test; the seed is printed so a failure can be replayed.
+// A fresh seed each call (printed), or $SPECGEN_TEST_SEED to replay a failure's inputs.
 inline std::mt19937_64 FreshRng() {
-  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  std::printf("[ random seed ] %llu\n", static_cast<unsigned long long>(seed));
+  const char* fixed = std::getenv("SPECGEN_TEST_SEED");
+  const uint64_t seed = fixed != nullptr && *fixed != '\0'
+                            ? std::strtoull(fixed, nullptr, 10)
+                            : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::printf("[ random seed ] %llu%s\n", static_cast<unsigned long long>(seed),
+              fixed != nullptr && *fixed != '\0' ? " (SPECGEN_TEST_SEED)" : "");
   return std::mt19937_64(seed);
 }
 

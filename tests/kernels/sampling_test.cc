@@ -1,7 +1,10 @@
 // GPU logits processing, keyed sampling and acceptance against the CPU reference in engine/sampling
 // (ProcessLogits, SampleGumbelMax, Accept): same distributions, and the same tokens for the same keys.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <span>
 
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/distribution.h"
@@ -37,9 +40,67 @@ std::vector<float> RandomLogits(std::mt19937_64& rng, int rows, int vocab, bool 
   return l;
 }
 
+// Whether a row's kept set is decided by a margin smaller than the GPU's rounding, so that either
+// answer is right (a numeric tie, which the issue allows to differ): the GPU's weights are fp32 exps,
+// each within 68 u of the reference's double (see CheckProcess), and its top-p sums them in 2^-40
+// fixed point (truncation: at most 2^-40 an id, weights in units of the largest, which is 1 on both).
+// Exact ties are not ambiguous (both break them by the lower id).
+bool AmbiguousCut(std::span<const float> logits, const SamplingParams& p) {
+  if (p.greedy()) return false;  // an argmax over the same floats
+  const size_t v = logits.size();
+  const double rel = 68 * 0x1p-24;
+  const float max_logit = logits[Argmax(logits)];
+  std::vector<double> w(v);
+  for (size_t i = 0; i < v; ++i) w[i] = std::exp((double(logits[i]) - max_logit) / p.temperature);
+  std::vector<int32_t> order(v);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+  size_t kept = v;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < v) {
+    kept = p.top_k;
+    const double gap = w[order[kept - 1]] - w[order[kept]];
+    if (gap > 0 && gap <= 2 * rel * w[order[kept - 1]]) return true;
+  }
+  if (p.top_p < 1.0f) {
+    double total = 0.0;
+    for (size_t r = 0; r < kept; ++r) total += w[order[r]];
+    const double target = double(p.top_p) * total;
+    const double tol = rel * total + double(v + 2) * 0x1p-40;
+    double before = 0.0, acc = 0.0;
+    size_t r = 0;
+    while (r < kept) {
+      before = acc;
+      acc += w[order[r++]];
+      if (acc >= target) break;
+    }
+    if (acc - target <= tol || target - before <= tol) return true;
+    kept = r;
+  }
+  if (p.min_p > 0.0f) {
+    const double threshold = double(p.min_p) * w[order[0]];
+    for (size_t r = 1; r < kept; ++r) {
+      if (std::fabs(w[order[r]] - threshold) <= rel * threshold) return true;
+    }
+  }
+  return false;
+}
+
 void CheckProcess(int rows, int vocab, const SamplingParams& params, bool ties) {
   auto rng = testing::FreshRng();
-  const auto logits = RandomLogits(rng, rows, vocab, ties);
+  // Inputs whose kept set is a numeric tie (AmbiguousCut) are drawn again: the check below is exact
+  // about the kept set everywhere else (a top-p cut over the full vocabulary is a tie in ~1% of rows).
+  std::vector<float> logits;
+  for (int draws = 0;; ++draws) {
+    ASSERT_LT(draws, 50) << "no input without a numeric tie at a cut: " << ToString(params);
+    logits = RandomLogits(rng, rows, vocab, ties);
+    bool ambiguous = false;
+    for (int r = 0; r < rows && !ambiguous; ++r) {
+      ambiguous = AmbiguousCut(std::span<const float>(&logits[size_t(r) * vocab], vocab), params);
+    }
+    if (!ambiguous) break;
+    std::printf("[ redraw ] a numeric tie at a cut (%s)\n", ToString(params).c_str());
+  }
   DeviceBuffer<float> dl(logits), dp(logits.size());
   CUDA_OK(LaunchProcessLogits(dl.get(), rows, vocab, ToConfig(params), dp.get(), nullptr));
   const auto got = dp.Download();
