@@ -21,7 +21,8 @@
 //  - BM_KernelChainFloor: a graph of 140 dependent kernels doing nothing or a GEMV prologue's read +
 //    reduction, with and without PDL: what a kernel boundary costs before any weight is read; work 2
 //    and 3 add 1024 FMAs a thread as straight code in 8 alternating kernels or as a loop: what
-//    fetching a kernel's instructions costs (bench/e2e_gpu/kernel_chain.cu).
+//    fetching a kernel's instructions costs; work 4 hands each link on through a counter in L2 instead
+//    of the grid boundary (bench/e2e_gpu/kernel_chain.cu).
 //  - BM_KernelChainUnderLoad: that chain while other blocks stream HBM on another stream: what HBM
 //    traffic that is not the chain's does to its L2 round trips.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
@@ -303,13 +304,16 @@ BENCHMARK(BM_DecodeTimeline)
 // The 140-link chain of bench::LaunchChainLink kernels (ping-ponging between buf's two 1024-float
 // halves) captured on `stream` and instantiated; null when the capture fails.
 constexpr int kChainLinks = 140;  // the draft decode's 5 kernels a layer x 28 layers
-cudaGraphExec_t CaptureChain(float* buf, int blocks, int work, bool pdl, cudaStream_t stream) {
+// work 4 (links waiting on counters): `counters` [kChainLinks], zeroed by the graph's first node.
+cudaGraphExec_t CaptureChain(float* buf, int blocks, int work, bool pdl, cudaStream_t stream,
+                             unsigned* counters = nullptr) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (counters != nullptr) cudaMemsetAsync(counters, 0, kChainLinks * sizeof(unsigned), stream);
   for (int i = 0; i < kChainLinks; ++i) {
     (void)bench::LaunchChainLink(buf + (i % 2) * 1024, buf + ((i + 1) % 2) * 1024, blocks, work, pdl && i > 0,
-                                 stream, i);
+                                 stream, i, counters);
   }
   const bool ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
                   cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
@@ -332,11 +336,15 @@ void BM_KernelChainFloor(benchmark::State& state) {
   const bool pdl = state.range(2) != 0;
   constexpr int kLinks = kChainLinks, kReplays = 50;
   float* buf = nullptr;
-  if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess) return state.SkipWithError("cudaMalloc");
+  unsigned* counters = nullptr;
+  if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess ||
+      cudaMalloc(&counters, sizeof(unsigned) * kChainLinks) != cudaSuccess) {
+    return state.SkipWithError("cudaMalloc");
+  }
   cudaMemset(buf, 0, sizeof(float) * 2 * 1024);
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaGraphExec_t exec = CaptureChain(buf, blocks, work, pdl, stream);
+  cudaGraphExec_t exec = CaptureChain(buf, blocks, work, pdl, stream, work == 4 ? counters : nullptr);
   const bool ok = exec != nullptr;
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -361,12 +369,14 @@ void BM_KernelChainFloor(benchmark::State& state) {
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
   cudaFree(buf);
+  cudaFree(counters);
   if (!ok || cudaGetLastError() != cudaSuccess) state.SkipWithError("graph capture or launch failed");
 }
 BENCHMARK(BM_KernelChainFloor)
     ->ArgNames({"blocks", "work", "pdl"})
     ->Args({1, 0, 1})->Args({132, 0, 1})->Args({512, 0, 1})->Args({132, 1, 1})->Args({512, 1, 1})
     ->Args({132, 0, 0})->Args({132, 1, 0})->Args({132, 2, 1})->Args({132, 3, 1})
+    ->Args({132, 4, 1})->Args({512, 4, 1})->Args({264, 1, 1})->Args({264, 4, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // The same chain (132 blocks, work 1, PDL) while `readers` blocks on another stream read 4 GB of HBM

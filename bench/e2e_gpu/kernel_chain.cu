@@ -57,6 +57,40 @@ __global__ void ChainLinkKernel(const float* __restrict__ in, float* __restrict_
   if (threadIdx.x == 0) out[blockIdx.x] = t * 1e-6f;
 }
 
+// work 4: work 1 with the link's dependency carried by a counter instead of the grid boundary: each
+// block adds 1 to counters[link] (release) after writing its value, and link + 1's blocks wait until
+// the count reaches the grid size (acquire) instead of in griddepcontrol.wait. Launched under PDL all
+// the same, so each link's blocks are resident (the predecessor's have all started) before they spin.
+// Measures what the hardware's grid-completion path costs against a flag in L2.
+__global__ void ChainFlagKernel(const float* __restrict__ in, float* __restrict__ out, unsigned* counters,
+                                int link, unsigned prev_blocks) {
+  kernels::LetDependentsLaunch();
+  if (link > 0) {
+    if (threadIdx.x == 0) {
+      unsigned seen = 0;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counters + link - 1) : "memory");
+      } while (seen < prev_blocks);
+    }
+    __syncthreads();
+  }
+  __shared__ float partial[32];
+  float s = 0.f;
+  for (int i = threadIdx.x; i < 1024; i += blockDim.x) {
+    const float v = __ldcg(in + i);
+    s += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
+  if (threadIdx.x == 0) {
+    __stcg(out + blockIdx.x, t * 1e-6f);
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + link) : "memory");
+  }
+}
+
 template <bool kUnrolled>
 cudaError_t LaunchCopy(int copy, const float* in, float* out, int blocks, int work, bool programmatic,
                        cudaStream_t stream) {
@@ -103,7 +137,12 @@ cudaError_t LaunchHbmReader(const void* src, size_t bytes, int blocks, const int
 }
 
 cudaError_t LaunchChainLink(const float* in, float* out, int blocks, int work, bool programmatic,
-                            cudaStream_t stream, int link) {
+                            cudaStream_t stream, int link, unsigned* counters) {
+  if (work == 4) {
+    if (counters == nullptr) return cudaErrorInvalidValue;
+    return kernels::LaunchDecodeKernel(ChainFlagKernel, dim3(blocks), dim3(256), 0, stream, programmatic, in, out,
+                                       counters, link, static_cast<unsigned>(blocks));
+  }
   if (work == 2) return LaunchCopy<true>(link, in, out, blocks, work, programmatic, stream);
   return LaunchCopy<false>(work == 3 ? link : 0, in, out, blocks, work, programmatic, stream);
 }
