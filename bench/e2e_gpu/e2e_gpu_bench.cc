@@ -214,6 +214,10 @@ BENCHMARK(BM_DraftDecode)
 // existed), gap = the previous kernel's grid end -> this one's wait return (the kernel boundary),
 // stage = the input read (and normalized; attention: K/V appended, queries rotated), rest = block 0's
 // rest to its end, tail = block 0's end -> the grid's end (the blocks that finish after it).
+// Per block (the probe's per-block stamps), relative to the previous kernel's grid end E, per kind:
+// blocks = the grid, early = the share of its blocks that started before E (beside the previous
+// kernel: their weight loads overlap it), last_start = the last block's start after E (the blocks that
+// waited for registers to free), end_p50 = the median block's end after E.
 // us_token_span = the first QKV's start -> the head's grid end; us_between_tokens = the replayed
 // token's period (CUDA events over 32 tokens, at ctx + 1 .. ctx + 32) minus that span: the state
 // kernel, the graph launch, the embedding (within the probe's own noise: at ctx 1900 it came out at
@@ -249,6 +253,7 @@ void BM_DecodeTimeline(benchmark::State& state) {
   std::vector<unsigned long long> h(n_stamps);
   // kinds: 0 QKV, 1 attention, 2 O, 3 gate/up, 4 down, 5 head; fields: pre, gap, stage, rest, tail
   double sum[6][5] = {}, span_us = 0, period_us = 0;
+  double blocks_sum[6] = {}, early_sum[6] = {}, last_start_sum[6] = {}, end_p50_sum[6] = {};
   int rounds = 0;
   constexpr int kPeriodTokens = 32;
   for (auto _ : state) {
@@ -274,6 +279,25 @@ void BM_DecodeTimeline(benchmark::State& state) {
       sum[kind][2] += (at(t, 2) - at(t, 1)) / 1e3;
       sum[kind][3] += (at(t, 3) - at(t, 2)) / 1e3;
       sum[kind][4] += (at(t, 4) - at(t, 3)) / 1e3;
+      if (t == 0) continue;
+      const double e = at(t - 1, 4);
+      std::vector<double> ends;
+      int early = 0;
+      double last_start = -1e30;
+      for (int b = 0; b < kernels::kDecodeProbeMaxBlocks; ++b) {
+        const double b_start = at(t, kernels::kDecodeProbeHeader + 3 * b);
+        const double b_end = at(t, kernels::kDecodeProbeHeader + 3 * b + 2);
+        if (b_start == 0 || b_end == 0) continue;
+        early += b_start < e;
+        last_start = std::max(last_start, (b_start - e) / 1e3);
+        ends.push_back((b_end - e) / 1e3);
+      }
+      if (ends.empty()) continue;
+      std::nth_element(ends.begin(), ends.begin() + ends.size() / 2, ends.end());
+      blocks_sum[kind] += static_cast<double>(ends.size());
+      early_sum[kind] += static_cast<double>(early) / static_cast<double>(ends.size());
+      last_start_sum[kind] += last_start;
+      end_p50_sum[kind] += ends[ends.size() / 2];
     }
     span_us += (at(launches - 1, 4) - at(0, 0)) / 1e3;
     (void)draft->lm->Truncate(draft->lm->n_past() - 1);
@@ -285,6 +309,13 @@ void BM_DecodeTimeline(benchmark::State& state) {
     for (int f = 0; f < 5; ++f) {
       state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 5 ? 1 : layers);
     }
+  }
+  for (int k = 0; k < 6; ++k) {
+    const double n = static_cast<double>(rounds) * (k == 5 ? 1 : (k == 0 ? layers - 1 : layers));
+    state.counters[std::string(kKind[k]) + "_blocks"] = blocks_sum[k] / n;
+    state.counters[std::string(kKind[k]) + "_early"] = early_sum[k] / n;
+    state.counters[std::string(kKind[k]) + "_last_start"] = last_start_sum[k] / n;
+    state.counters[std::string(kKind[k]) + "_end_p50"] = end_p50_sum[k] / n;
   }
   state.counters["us_token_span"] = span_us / rounds;
   state.counters["us_per_token"] = period_us / rounds;
