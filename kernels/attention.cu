@@ -42,10 +42,7 @@ struct Staging {
   static constexpr int kBlockBytes = kWarps * kWarpBytes;  // dynamic shared memory of a block
 };
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
+using detail::CpAsync16;
 
 // Copies bytes [piece * kPieceBytes, +kPieceBytes) of the tile's first `rows` rows (slots t0 ..) of
 // kv head kvh into buf (row r at r * kStride); on return the whole warp sees them.

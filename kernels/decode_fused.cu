@@ -52,7 +52,15 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
     for (int i = 0; i < kRows; ++i) w[d * kRows + i] = ro.w[i];
   }
   if (any) LoadBatch<kAll, kU>(w, lane * kChunk, in, wv);
-  if (norm_s != nullptr) detail::StageNormWeights(norm_w, norm_type, in, norm_s);
+  // The norm weights: copied asynchronously where they can be (see CopyNormWeightsAsync). Not in the
+  // residual GEMVs (O, down: no norm in the decode), whose register counts the extra path would move.
+  const bool norm_async = kEpi != GemvEpilogue::kAddTo && norm_s != nullptr &&
+                          detail::NormCopiesAsync(norm_w, norm_type, in);
+  if (norm_async) {
+    detail::CopyNormWeightsAsync(norm_w, norm_type, in, norm_s);
+  } else if (norm_s != nullptr) {
+    detail::StageNormWeights(norm_w, norm_type, in, norm_s);
+  }
   // Under PDL these loads overlap the previous kernel too; x and y come after its end.
   LetDependentsLaunch();
   WaitForPrecedingGrid();
@@ -67,7 +75,11 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
       if (lane == 0 && r < segs.total_rows) prior[d] = *RowOf<kEpi>(segs, r, in).y;
     }
   }
-  detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
+  if (norm_async) {
+    detail::StageInput(x, norm_s, norm_type, eps, in, xs, scratch, nullptr, true);
+  } else {
+    detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
+  }
   probe.Stamp(2);
   if (!any) return;
 

@@ -95,6 +95,13 @@ __device__ __forceinline__ uint4 LoadWeights16(const void* p) {
   return v;
 }
 
+// A 16-byte asynchronous copy from global into shared memory (cp.async, sm_80+): nothing waits for it
+// until cp.async.wait_all.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
 // Asks L2 to fetch [p, p + bytes) from HBM (p and bytes multiples of 16), in bulk prefetches of up to
 // 32 KB (cp.async.bulk.prefetch.L2, sm_90+; nothing on older devices). A hint: nothing waits for it, and
 // results never depend on it. One thread issues it.

@@ -109,8 +109,11 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
 // float4s (x 16-byte aligned, `in` a multiple of 4; four consecutive inputs are four consecutive staged
 // floats, StagedIndex keeps k & 3) and normalized in place by NormalizeStaged. Any block of at least
 // 256 threads; ends with a barrier. `scratch`: 32 floats of shared memory; norm_s: as NormalizeStaged.
+// norm_async: norm_w is a copy in shared memory that this block's CopyNormWeightsAsync is still filling
+// (each thread waits for its own copies before the norm's block reduction, whose barrier publishes them).
 __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, ElemType norm_type, float eps,
-                                           int in, float* xs, float* scratch, const float* norm_s = nullptr) {
+                                           int in, float* xs, float* scratch, const float* norm_s = nullptr,
+                                           bool norm_async = false) {
   constexpr int kPerThread = 8;
   if (norm_w != nullptr && blockDim.x == 256 && in >= 256 && in <= 256 * kPerThread) {
     // RmsNormKernel's block of T = 256 threads, its elements loaded all at once and kept in registers:
@@ -124,6 +127,7 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
     for (int j = 0; j < kPerThread; ++j) {
       if (tid + 256 * j < in) ss = fmaf(v[j], v[j], ss);
     }
+    if (norm_async) asm volatile("cp.async.wait_all;" ::: "memory");
     const float inv = RmsInverse(ss, in, eps, scratch);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
@@ -148,6 +152,7 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
       if (base + j * step < in) *reinterpret_cast<float4*>(xs + StagedIndex(base + j * step)) = v[j];
     }
   }
+  if (norm_async) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
   if (norm_w != nullptr) NormalizeStaged(xs, norm_w, norm_type, eps, in, scratch, norm_s);
 }
@@ -159,6 +164,23 @@ __device__ __forceinline__ void StageInput(const float* x, const void* norm_w, E
 __device__ __forceinline__ void StageNormWeights(const void* norm_w, ElemType norm_type, int in,
                                                  float* norm_s) {
   for (int i = threadIdx.x; i < in; i += blockDim.x) norm_s[i] = LoadAsF32(norm_w, norm_type, i);
+}
+
+// The norm weights' bytes copied as they are into shared memory (dst, 16-byte aligned) by the block,
+// asynchronously (16-byte cp.async): a decode kernel starts the copy before its wait and issues its
+// input's loads after it without waiting for the copy first, so that a block that starts after its
+// predecessor has ended pays one round trip for both instead of one after the other (StageNormWeights
+// stores converted values, so each thread waits for its loads). Needs norm_w 16-byte aligned and
+// in * ElemBytes(norm_type) a multiple of 16 (NormCopiesAsync); StageInput(.., norm_async) reads them.
+__device__ __forceinline__ bool NormCopiesAsync(const void* norm_w, ElemType norm_type, int in) {
+  return reinterpret_cast<uintptr_t>(norm_w) % 16 == 0 && (in * ElemBytes(norm_type)) % 16 == 0;
+}
+__device__ __forceinline__ void CopyNormWeightsAsync(const void* norm_w, ElemType norm_type, int in, void* dst) {
+  const int bytes = in * ElemBytes(norm_type);
+  for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16) {
+    CpAsync16(static_cast<char*>(dst) + off, static_cast<const char*>(norm_w) + off);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
 // The weight matrices of one fused GEMV (rows concatenated) as kernel parameters.

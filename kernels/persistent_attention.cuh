@@ -52,10 +52,7 @@ __host__ __device__ __forceinline__ int KvChunk(int head_dim) {
   return fit < 128 ? fit : 128;
 }
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
+using detail::CpAsync16;
 
 // Starts copying the committed cache rows (slots before pos) of work item `item` into kv_s by the
 // whole block (16-byte cp.async, all in flight at once; cp.async.wait_all + a block barrier before
