@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # A/B of benchmark builds in ONE device call (identical code measures 2-3% apart between device sessions,
-# so only runs side by side can judge a small change). Here: build each variant, strip its
-# e2e_gpu_bench and pack it as .device/<name>.tar.xz (tar cJf .device/v0.tar.xz -C DIR bin/e2e_gpu_bench,
-# DIR/bin holding the binary; keep the carry under 64 MiB: pack nothing else). There (carry [".device"]):
+# so only runs side by side can judge a small change). Here: `tools/ab_prepare.sh REV [REV ...]` builds
+# each revision and packs it as .device/v<i>.tar.xz (bin/ holding the stripped benchmark and any test
+# binaries asked for; by hand: tar cJf .device/v0.tar.xz -C DIR bin). There (carry [".device"]):
 #   FILTER='BM_DecodeTimeline|BM_DraftDecode/ctx:32/' bash tools/ab_bench.sh
-# runs every variant twice, alternating, and prints us a token and the per-kind timeline (pre, gap,
-# stage, rest, tail; bench/e2e_gpu) for each. BENCH=kernels_bench compares kernels_bench builds instead
-# (each variant's bin/ then carries kernels_bench; e.g. FILTER='BM_Gemv/'). JSON results go to $OUT. A variant's bin/ may also carry
-# test binaries to run first (only e2e_gpu_bench is benchmarked); bin.tar.xz (tools/pack_gpu_check.sh's
-# pack, which gpu_check.sh uses) is not a variant.
+# first runs each variant's test binaries (every file in its bin/ but the benchmarks and specgen; gtest
+# filter $TEST_FILTER, default all), then its benchmark, every variant twice, alternating, printing us a
+# token and the per-kind timeline (pre, gap, stage, rest, tail; bench/e2e_gpu) for each.
+# BENCH=kernels_bench compares kernels_bench builds instead (e.g. FILTER='BM_Gemv/'). JSON results and
+# test logs go to $OUT. bin.tar.xz (tools/pack_gpu_check.sh's pack, which gpu_check.sh uses) is not a
+# variant.
 set -u
 export SPECGEN_SOURCE_DIR=$PWD
 source .device/env.sh
@@ -19,6 +20,15 @@ for t in .device/*.tar.xz; do
   v=$(basename "$t" .tar.xz)
   variants+=("$v")
   mkdir -p ".device/$v" && tar xJf "$t" -C ".device/$v"
+done
+[ -f .device/ab_variants.txt ] && cat .device/ab_variants.txt
+for v in "${variants[@]}"; do
+  for t in ".device/$v/bin/"*; do
+    name=$(basename "$t")
+    case "$name" in e2e_gpu_bench | kernels_bench | specgen) continue ;; esac
+    timeout 150 "$t" --gtest_filter="${TEST_FILTER:-*}" > "$OUT/$v-$name.log" 2>&1
+    echo "$v $name rc $? $(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$v-$name.log" | tr '\n' ' ')"
+  done
 done
 F=${FILTER:-BM_DecodeTimeline}
 BENCH=${BENCH:-e2e_gpu_bench}
