@@ -75,7 +75,9 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
       if (lane == 0 && r < segs.total_rows) prior[d] = *RowOf<kEpi>(segs, r, in).y;
     }
   }
-  if (norm_async) {
+  // Two calls rather than one with the pointers selected: the selects cost QKV's kernel 4 registers
+  // (60 -> 64, ptxas), and registers decide which blocks start beside the previous kernel's.
+  if (norm_async) {  // norm_s holds norm_type's bytes, read as they are
     detail::StageInput(x, norm_s, norm_type, eps, in, xs, scratch, nullptr, true);
   } else {
     detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
