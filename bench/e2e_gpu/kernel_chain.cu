@@ -16,6 +16,24 @@ namespace {
 // instructions). The difference is what fetching a kernel's instructions costs on its critical path.
 constexpr int kCodeFmas = 1024;
 
+// The block's sum of in[0..1023]^2, in every thread: what a decode GEMV's prologue does after its wait.
+// kFromL2: the loads skip L1 (ChainFlagKernel's input was not published by a grid boundary).
+template <bool kFromL2>
+__device__ __forceinline__ float BlockSumOfSquares(const float* in) {
+  __shared__ float partial[32];
+  float s = 0.f;
+  for (int i = threadIdx.x; i < 1024; i += blockDim.x) {
+    const float v = kFromL2 ? __ldcg(in + i) : in[i];
+    s += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
+  return t;
+}
+
 template <int kCopy, bool kUnrolled>
 __global__ void ChainLinkKernel(const float* __restrict__ in, float* __restrict__ out, int work) {
   kernels::LetDependentsLaunch();
@@ -24,14 +42,7 @@ __global__ void ChainLinkKernel(const float* __restrict__ in, float* __restrict_
     if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = in[0] + 1.f;
     return;
   }
-  __shared__ float partial[32];
-  float s = 0.f;
-  for (int i = threadIdx.x; i < 1024; i += blockDim.x) s += in[i] * in[i];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
+  float t = BlockSumOfSquares<false>(in);
   if (work >= 2) {
     // 8 chains of 128 dependent FMAs, the same operands in both forms.
     constexpr float kScale = 0.999f + kCopy * 1e-5f;
@@ -74,17 +85,7 @@ __global__ void ChainFlagKernel(const float* __restrict__ in, float* __restrict_
     }
     __syncthreads();
   }
-  __shared__ float partial[32];
-  float s = 0.f;
-  for (int i = threadIdx.x; i < 1024; i += blockDim.x) {
-    const float v = __ldcg(in + i);
-    s += v * v;
-  }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += partial[w];
+  const float t = BlockSumOfSquares<true>(in);
   if (threadIdx.x == 0) {
     __stcg(out + blockIdx.x, t * 1e-6f);
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + link) : "memory");
