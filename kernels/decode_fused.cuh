@@ -110,12 +110,11 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
 // previous kernel, 2 its input staged (GEMV: the activation, normalized; attention: the new K/V rows
 // appended and the queries rotated), 3 block 0's end, 4 the grid's end (the last block's thread 0 to
 // leave), 5 a block count (left at zero); then, in a build with SPECGEN_PROBE_BLOCKS (cmake
-// -DSPECGEN_PROBE_BLOCKS=ON: a diagnostic build, see detail::LaunchProbe), for each
-// of the first kDecodeProbeMaxBlocks blocks b (linear index), at kDecodeProbeHeader + 3 b: its start,
-// its return from the wait, its end (which blocks started beside the previous kernel, which waited for
-// room); zeros otherwise. A
-// graph replays its launches' slots. The caller sizes the buffer for the launches it makes. Host-side
-// setting, not thread-safe: for one benchmark at a time.
+// -DSPECGEN_PROBE_BLOCKS=ON: a diagnostic build, see detail::LaunchProbe), for each of the first
+// kDecodeProbeMaxBlocks blocks b (linear index), at kDecodeProbeHeader + 3 b: its start, its return
+// from the wait, its end (which blocks started beside the previous kernel, which waited for room);
+// zeros otherwise. A graph replays its launches' slots. The caller sizes the buffer for the launches it
+// makes. Host-side setting, not thread-safe: for one benchmark at a time.
 inline constexpr int kDecodeProbeHeader = 6;
 inline constexpr int kDecodeProbeMaxBlocks = 2048;
 inline constexpr int kDecodeProbeFields = kDecodeProbeHeader + 3 * kDecodeProbeMaxBlocks;

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """One short line per benchmark of a Google Benchmark JSON file (--benchmark_format=json or
 --benchmark_out): the counters that say how fast (us a token, tokens/s, share of HBM), and for
-BM_DecodeTimeline the per-kind breakdown (pre, gap, stage, rest, tail in us a layer) and the per-block
-one (grid size, share of blocks started beside the previous kernel, last start and median end after
-its end), which the tabular console output spreads over 50 columns. Usage: summarize_bench.py FILE.json [PREFIX]"""
+BM_DecodeTimeline the per-kind breakdown (pre, gap, stage, rest, tail in us a layer) and, from a
+SPECGEN_PROBE_BLOCKS build, the per-block one (grid size, share of blocks started beside the previous
+kernel, last start and median end after its end), which the tabular console output spreads over 50
+columns. Usage: summarize_bench.py FILE.json [PREFIX]"""
 import json
 import sys
 
@@ -22,7 +23,7 @@ def summarize(bench, prefix=''):
     if 'qkv_gap' in bench:
         line += '\n    ' + ' | '.join(
             k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in FIELDS) for k in KINDS)
-    if 'qkv_blocks' in bench:
+    if bench.get('qkv_blocks'):  # zero unless the kernels stamp every block (SPECGEN_PROBE_BLOCKS)
         line += '\n    blocks/early/last_start/end_p50: ' + ' | '.join(
             k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in BLOCK_FIELDS) for k in KINDS)
     if bench.get('label'):

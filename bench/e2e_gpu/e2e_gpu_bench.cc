@@ -7,7 +7,8 @@
 //    persistent kernel (one cooperative launch per token); the label names the path that actually
 //    ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see
 //    MakeQwenDraft): the floor the chain sets by itself; narrow 2: the full matrices, every layer on
-//    layer 0's (GraphedDraft::ShareLayerWeightsForBenchmark: L2-resident): the decode without HBM. grid: the fused GEMVs' blocks per multiprocessor.
+//    layer 0's (GraphedDraft::ShareLayerWeightsForBenchmark: L2-resident): the decode without HBM.
+//    grid: the fused GEMVs' blocks per multiprocessor.
 //    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth). qkv_rows, gu_rows > 0:
 //    one GEMV shape (GraphedDraft::SetGemvRowsPerWarp) at every position instead of the draft's choice.
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
@@ -328,7 +329,8 @@ BENCHMARK(BM_DecodeTimeline)
     // narrow 1: the shrunk matrices; 2: every layer on layer 0's weights (L2-resident from layer 1 on).
     // qkv_rows / gu_rows: rows a warp (0: the draft's choice).
     ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})
-    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})->Args({0, 32, 4, 3})->Args({0, 32, 2, 1})
+    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})
+    ->Args({0, 32, 4, 3})->Args({0, 32, 2, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 

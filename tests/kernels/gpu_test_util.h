@@ -68,15 +68,15 @@ class DeviceBuffer {
   size_t n_;
 };
 
-// A generator seeded fresh for every test; the seed is printed so a failure can be replayed.
-// A fresh seed each call (printed), or $SPECGEN_TEST_SEED to replay a failure's inputs.
+// A generator seeded fresh for every test, the seed printed; $SPECGEN_TEST_SEED replays a failure's
+// inputs.
 inline std::mt19937_64 FreshRng() {
-  const char* fixed = std::getenv("SPECGEN_TEST_SEED");
-  const uint64_t seed = fixed != nullptr && *fixed != '\0'
-                            ? std::strtoull(fixed, nullptr, 10)
-                            : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const char* env = std::getenv("SPECGEN_TEST_SEED");
+  const bool replay = env != nullptr && *env != '\0';
+  const uint64_t seed = replay ? std::strtoull(env, nullptr, 10)
+                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::printf("[ random seed ] %llu%s\n", static_cast<unsigned long long>(seed),
-              fixed != nullptr && *fixed != '\0' ? " (SPECGEN_TEST_SEED)" : "");
+              replay ? " (SPECGEN_TEST_SEED)" : "");
   return std::mt19937_64(seed);
 }
 
