@@ -9,21 +9,22 @@
 # token and the per-kind timeline (pre, gap, stage, rest, tail; bench/e2e_gpu) for each.
 # BENCH=kernels_bench compares kernels_bench builds instead (e.g. FILTER='BM_Gemv/'). JSON results and
 # test logs go to $OUT. bin.tar.xz (tools/pack_gpu_check.sh's pack, which gpu_check.sh uses) is not a
-# variant.
+# variant. AB_DIR (default .device) is where ab_prepare.sh put the packs.
 set -u
 export SPECGEN_SOURCE_DIR=$PWD
 source .device/env.sh
 OUT=${OUT:-/tmp/ab-bench}; mkdir -p "$OUT"
+dir=${AB_DIR:-.device}
 variants=()
-for t in .device/*.tar.xz; do
+for t in "$dir"/*.tar.xz; do
   [ "$(basename "$t")" = bin.tar.xz ] && continue
   v=$(basename "$t" .tar.xz)
   variants+=("$v")
-  mkdir -p ".device/$v" && tar xJf "$t" -C ".device/$v"
+  mkdir -p "$dir/$v" && tar xJf "$t" -C "$dir/$v"
 done
-[ -f .device/ab_variants.txt ] && cat .device/ab_variants.txt
+[ -f "$dir/ab_variants.txt" ] && cat "$dir/ab_variants.txt"
 for v in "${variants[@]}"; do
-  for t in ".device/$v/bin/"*; do
+  for t in "$dir/$v/bin/"*; do
     name=$(basename "$t")
     case "$name" in e2e_gpu_bench | kernels_bench | specgen) continue ;; esac
     timeout 150 "$t" --gtest_filter="${TEST_FILTER:-*}" > "$OUT/$v-$name.log" 2>&1
@@ -34,7 +35,7 @@ F=${FILTER:-BM_DecodeTimeline}
 BENCH=${BENCH:-e2e_gpu_bench}
 for round in 1 2; do
   for v in "${variants[@]}"; do
-    timeout 150 ".device/$v/bin/$BENCH" --benchmark_filter="$F" --benchmark_format=json 2>/dev/null \
+    timeout 150 "$dir/$v/bin/$BENCH" --benchmark_filter="$F" --benchmark_format=json 2>/dev/null \
       > "$OUT/$v$round.json"
     python3 tools/summarize_bench.py "$OUT/$v$round.json" "$v$round"
   done

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the variants of an A/B here and packs them into .device/ for tools/ab_bench.sh: one variant per
 # git revision, each in its own worktree and Release sm_90 build under $AB_WORK (default /tmp/specgen-ab;
-# a second run rebuilds only what changed). Usage, from anywhere in the checkout:
+# a second run rebuilds only what changed). AB_DIR (default .device; must lie under .device to travel)
+# holds the packs, so that two A/Bs (say of e2e_gpu_bench and of kernels_bench) go in one device call.
+# Usage, from anywhere in the checkout:
 #   tools/ab_prepare.sh REV [REV ...]            e.g. tools/ab_prepare.sh main exp/staged-cpasync
 # Variant i (in the order given) becomes .device/v<i>.tar.xz holding bin/$BENCH (default e2e_gpu_bench)
 # and the test binaries named in $TESTS (e.g. TESTS="graphed_draft_test kernels_test"), stripped; the
@@ -24,8 +26,9 @@ for rev in "${revs[@]}"; do  # every revision checked before anything is built
   shas+=("$sha")
 done
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-mkdir -p "$work" "$top/.device"
-rm -f "$top"/.device/v[0-9]*.tar.xz "$top/.device/ab_variants.txt"
+dir=$top/${AB_DIR:-.device}
+mkdir -p "$work" "$dir"
+rm -f "$dir"/v[0-9]*.tar.xz "$dir/ab_variants.txt"
 for i in "${!shas[@]}"; do
   sha=${shas[$i]} src=$work/src$i build=$work/build$i pack=$work/pack$i log=$work/build$i.log
   if git -C "$src" rev-parse --git-dir > /dev/null 2>&1; then
@@ -49,8 +52,8 @@ for i in "${!shas[@]}"; do
     [ -n "$binary" ] || { echo "v$i: no $name in $build" >&2; exit 1; }
     strip -o "$pack/bin/$name" "$binary"
   done
-  tar cJf "$top/.device/v$i.tar.xz" -C "$pack" bin
-  echo "v$i ${revs[$i]} ${sha:0:10}" >> "$top/.device/ab_variants.txt"
+  tar cJf "$dir/v$i.tar.xz" -C "$pack" bin
+  echo "v$i ${revs[$i]} ${sha:0:10}" >> "$dir/ab_variants.txt"
 done
 # ab_bench.sh sources .device/env.sh (the device's library paths): pack it once if it is not there.
 if [ ! -f "$top/.device/env.sh" ]; then
@@ -58,7 +61,7 @@ if [ ! -f "$top/.device/env.sh" ]; then
   rm -rf "$top/.device/bin" && mkdir -p "$top/.device/bin"
 fi
 size=$(du -sm "$top/.device" | cut -f1)
-cat "$top/.device/ab_variants.txt"
+cat "$dir/ab_variants.txt"
 echo "$size MiB in .device (a call carries at most 64 MiB with the working tree)"
 if [ "$size" -ge 60 ]; then
   echo "too large: move .device/bin.tar.xz aside for the A/B, or pack fewer test binaries" >&2
