@@ -67,7 +67,11 @@ template <ElemType kW, int N>
 cudaError_t LaunchN(const void* w, const float* x, float* y, int out, int in, cudaStream_t stream) {
   // Rows per warp grow with the batch so x loads are shared by more rows; loads in flight per lane
   // stay near 4 x 16 bytes. Neither changes the per-element reduction order.
-  constexpr int R = N <= 2 ? 1 : (N <= 8 ? 2 : 4);
+  // From 3 tokens, 4 rows a warp: a warp reads 2n/R bytes of x from L1 per weight byte, and at R = 2
+  // that read bound the kernel from 5 tokens. H200 A/B (BM_Gemv, GB/s, R = 2 -> 4), 4096 x 4096 at
+  // 4/5/8 tokens: 2255/1610/1183 -> 2207/1756/1762; 14336 x 4096: 2899/2168/1527 -> 3188/2472/2092.
+  // R = 8 from 9 tokens (one chunk in flight, ~255 registers) fell to 558 GB/s at 16: not taken.
+  constexpr int R = N <= 2 ? 1 : 4;
   constexpr int U = N <= 2 ? 4 : 2;
   const int rows_per_block = kWarps * R;
   const unsigned blocks = static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block);
