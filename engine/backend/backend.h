@@ -78,6 +78,18 @@ struct Routing {
   std::vector<float> weight;    // [n_tokens, k]; the factor applied to that expert's output
 };
 
+// One MoE layer's experts, indexed by expert id: gate and up [ffn, hidden], down [hidden, ffn].
+struct ExpertWeights {
+  std::vector<const Weight*> gate, up, down;
+};
+
+// A backend's own form of an ExpertWeights (Backend::PrepareExperts); it refers to, and must not
+// outlive, the weights.
+class ExpertSet {
+ public:
+  virtual ~ExpertSet() = default;
+};
+
 // Geometry of one attention call. The batch's n queries sit at KV rows n_prefix .. n_prefix+n-1 (their
 // K and V are already stored there); every query sees all rows < n_prefix, plus the batch rows allowed
 // by the mask (causal when no explicit mask is given).
@@ -137,6 +149,24 @@ class Backend {
   // stream of the tokens that chose the expert).
   virtual absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                         std::span<const float> scales, Buffer* dst) = 0;
+
+  // --- MoE routing without the host (DESIGN §6 a: the expert-union read is needed only where the host
+  // must fetch experts; with every expert resident the device can route by itself) ---
+  // An MoE layer's experts, prepared once for RouteAndRunExperts (on the GPU: device tables of the
+  // experts' addresses). nullptr when this backend has no such path (the CPU: routing on the host costs
+  // nothing there) or the experts do not suit it; the caller then routes on the host.
+  virtual absl::StatusOr<std::unique_ptr<ExpertSet>> PrepareExperts(const ExpertWeights& experts) {
+    (void)experts;
+    return std::unique_ptr<ExpertSet>();
+  }
+  // out [n, hidden] = the routed experts' weighted sum for each token of x [n, hidden], routed from
+  // router_logits [n, E] as Route would, equal bit for bit to routing on the host (RunRoutedExperts).
+  // Returns false, having done nothing, when this batch is not one the path takes (more than 16 tokens).
+  virtual absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
+                                                  RouterNorm norm, const ExpertSet& experts, Buffer* out) {
+    (void)x, (void)router_logits, (void)k, (void)norm, (void)experts, (void)out;
+    return false;
+  }
 };
 
 }  // namespace specgen

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/backend/routed_experts.h"
 #include "engine/core/status_macros.h"
 
 namespace specgen {
@@ -17,6 +18,8 @@ struct Transformer::LayerWeights {
     std::unique_ptr<Weight> gate, up, down;
   };
   std::vector<Expert> experts;
+  ExpertWeights expert_refs;              // the same, by id, for the routing functions
+  std::unique_ptr<ExpertSet> expert_set;  // the backend's device routing, where it has one
 };
 
 // Activations of one pass, allocated for the largest batch seen and reused (set_rows) after that.
@@ -106,7 +109,11 @@ absl::Status Transformer::UploadWeights() {
         RETURN_IF_ERROR(up(Role::kExpertGate, l, e, &lw.experts[e].gate));
         RETURN_IF_ERROR(up(Role::kExpertUp, l, e, &lw.experts[e].up));
         RETURN_IF_ERROR(up(Role::kExpertDown, l, e, &lw.experts[e].down));
+        lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
+        lw.expert_refs.up.push_back(lw.experts[e].up.get());
+        lw.expert_refs.down.push_back(lw.experts[e].down.get());
       }
+      ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
     } else {
       RETURN_IF_ERROR(up(Role::kFfnGate, l, -1, &lw.gate));
       RETURN_IF_ERROR(up(Role::kFfnUp, l, -1, &lw.up));
@@ -264,35 +271,15 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
-  Routing routing;
-  RETURN_IF_ERROR(be.Route(*s.router_logits, spec.n_experts_used, spec.router_norm, &routing));
-
-  // Group the (token, weight) pairs by expert. Experts run in ascending id and each token's outputs
-  // are summed into a zeroed buffer in that order (as transformers does), so a token's result depends
-  // only on its own routing, never on the other tokens of the batch.
-  std::vector<std::vector<int32_t>> rows(spec.n_experts);
-  std::vector<std::vector<float>> scales(spec.n_experts);
-  for (int64_t i = 0; i < routing.n_tokens; ++i) {
-    for (int64_t j = 0; j < routing.k; ++j) {
-      const int32_t e = routing.expert[i * routing.k + j];
-      rows[e].push_back(static_cast<int32_t>(i));
-      scales[e].push_back(routing.weight[i * routing.k + j]);
-    }
+  bool on_device = false;
+  if (lw.expert_set != nullptr) {
+    ASSIGN_OR_RETURN(on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,
+                                                      spec.router_norm, *lw.expert_set, s.out.get()));
   }
-  RETURN_IF_ERROR(be.Zero(s.out.get()));
-  for (int64_t e = 0; e < spec.n_experts; ++e) {
-    if (rows[e].empty()) continue;
-    const int64_t m = static_cast<int64_t>(rows[e].size());
-    for (Buffer* b : {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()}) {
-      RETURN_IF_ERROR(b->set_rows(m));
-    }
-    const LayerWeights::Expert& ex = lw.experts[e];
-    RETURN_IF_ERROR(be.GatherRows(*s.x, rows[e], s.ex_x.get()));
-    RETURN_IF_ERROR(be.MatMul(*s.ex_x, *ex.gate, s.ex_g.get()));
-    RETURN_IF_ERROR(be.MatMul(*s.ex_x, *ex.up, s.ex_u.get()));
-    RETURN_IF_ERROR(be.SwiGlu(*s.ex_g, *s.ex_u, s.ex_g.get()));
-    RETURN_IF_ERROR(be.MatMul(*s.ex_g, *ex.down, s.ex_y.get()));
-    RETURN_IF_ERROR(be.ScatterAddScaled(*s.ex_y, rows[e], scales[e], s.out.get()));
+  if (!on_device) {
+    RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
+                                     lw.expert_refs, {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()},
+                                     s.out.get()));
   }
   return be.Add(*s.out, s.h.get());
 }

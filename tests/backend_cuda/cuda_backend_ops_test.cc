@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/routed_experts.h"
 #include "engine/core/half.h"
 #include "gtest/gtest.h"
 #include "tests/backend_cuda/gpu_test_env.h"
@@ -363,6 +365,88 @@ TEST_F(CudaOps, RouteGatherScatter) {
   }
   ExpectWithin(ref, Gpu(dst), tol, "ScatterAddScaled");
   EXPECT_FALSE(gpu_->GatherRows(*src.gpu, std::vector<int32_t>{0, 0, 0, n}, g.gpu.get()).ok());
+}
+
+// RouteAndRunExperts (routing on the device, no host wait) against RunRoutedExperts on the same
+// backend (Route read by the host, then GatherRows / MatMul / SwiGlu / ScatterAddScaled per expert):
+// the kernels reduce every dot product in the order MatMul's kernel would and add each token's experts
+// in ascending id with the same fmaf, so the two agree bit for bit; no tolerance. Shapes cover both
+// reduction orders (length % 8 == 0 with bf16/f16: the GEMV's; otherwise, and f32: the row kernel's),
+// one token to the 16 of a verify pass, and every router convention.
+TEST_F(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
+  struct Shape {
+    int hidden, ffn;
+  };
+  const int experts = 12;
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Shape sh : {Shape{64, 40}, Shape{44, 40}, Shape{64, 36}}) {
+      std::vector<HostWeight> host;
+      std::vector<std::unique_ptr<Weight>> uploaded;
+      ExpertWeights refs;
+      for (int e = 0; e < experts; ++e) {
+        for (int part = 0; part < 3; ++part) {
+          host.push_back(part < 2 ? MakeWeight(rng_, dt, sh.ffn, sh.hidden) : MakeWeight(rng_, dt, sh.hidden, sh.ffn));
+          auto w = gpu_->Upload(host.back().View(), "expert");
+          ASSERT_TRUE(w.ok()) << w.status();
+          (part == 0 ? refs.gate : part == 1 ? refs.up : refs.down).push_back(w->get());
+          uploaded.push_back(std::move(*w));
+        }
+      }
+      auto set = gpu_->PrepareExperts(refs);
+      ASSERT_TRUE(set.ok()) << set.status();
+      ASSERT_NE(*set, nullptr) << "one shape and type: the device path must take these experts";
+      for (int n : {1, 2, 5, 16}) {
+        for (auto [k, norm] : {std::pair{3, RouterNorm::kSoftmaxTopKRenormalize},
+                               std::pair{1, RouterNorm::kSoftmaxThenTopK}, std::pair{2, RouterNorm::kTopKThenSoftmax}}) {
+          const std::string what = std::string(Name(dt)) + " hidden " + std::to_string(sh.hidden) + " ffn " +
+                                   std::to_string(sh.ffn) + " n " + std::to_string(n) + " k " + std::to_string(k);
+          auto buffer = [&](int64_t rows, int64_t cols, const std::vector<float>& v) {
+            auto b = *gpu_->NewBuffer(rows, cols);
+            EXPECT_TRUE(gpu_->Write(v, b.get()).ok());
+            return b;
+          };
+          const std::vector<float> nan(size_t(n) * sh.hidden, std::nanf(""));
+          auto x = buffer(n, sh.hidden, Normal(rng_, size_t(n) * sh.hidden));
+          auto logits = buffer(n, experts, Normal(rng_, size_t(n) * experts, 2.0f));
+          auto host_out = buffer(n, sh.hidden, nan), dev_out = buffer(n, sh.hidden, nan);
+          auto xe = *gpu_->NewBuffer(n, sh.hidden), ye = *gpu_->NewBuffer(n, sh.hidden);
+          auto ge = *gpu_->NewBuffer(n, sh.ffn), ue = *gpu_->NewBuffer(n, sh.ffn);
+          ASSERT_TRUE(RunRoutedExperts(*gpu_, *x, *logits, k, norm, refs, {xe.get(), ye.get(), ge.get(), ue.get()},
+                                       host_out.get())
+                          .ok());
+          const SyncCounts before = gpu_->syncs();
+          auto ran = gpu_->RouteAndRunExperts(*x, *logits, k, norm, **set, dev_out.get());
+          ASSERT_TRUE(ran.ok()) << ran.status();
+          ASSERT_TRUE(*ran) << what;
+          EXPECT_EQ(gpu_->syncs().expert_union, before.expert_union) << what << ": the device path read routing";
+          EXPECT_EQ(gpu_->syncs().other, before.other) << what << ": the device path waited";
+          std::vector<float> h(nan.size()), d(nan.size());
+          ASSERT_TRUE(gpu_->Read(*host_out, h).ok());
+          ASSERT_TRUE(gpu_->Read(*dev_out, d).ok());
+          size_t differ = 0, first = 0;
+          for (size_t i = 0; i < h.size(); ++i) {
+            if (std::memcmp(&h[i], &d[i], sizeof(float)) != 0 || std::isnan(d[i])) {
+              if (differ++ == 0) first = i;
+            }
+          }
+          EXPECT_EQ(differ, 0u) << what << ": first at [" << first / sh.hidden << ", " << first % sh.hidden
+                                << "] host " << h[first] << " device " << d[first];
+        }
+      }
+      // A batch beyond 16 tokens is not the device path's: it says so and leaves the output alone.
+      auto x17 = *gpu_->NewBuffer(17, sh.hidden), l17 = *gpu_->NewBuffer(17, experts), o17 = *gpu_->NewBuffer(17, sh.hidden);
+      auto ran = gpu_->RouteAndRunExperts(*x17, *l17, 2, RouterNorm::kSoftmaxThenTopK, **set, o17.get());
+      ASSERT_TRUE(ran.ok());
+      EXPECT_FALSE(*ran);
+    }
+  }
+  // Experts of two shapes: no device set (the caller routes on the host).
+  const HostWeight a = MakeWeight(rng_, DType::kBF16, 40, 64), b = MakeWeight(rng_, DType::kBF16, 48, 64),
+                   c = MakeWeight(rng_, DType::kBF16, 64, 40);
+  auto wa = *gpu_->Upload(a.View(), "a"), wb = *gpu_->Upload(b.View(), "b"), wc = *gpu_->Upload(c.View(), "c");
+  auto mixed = gpu_->PrepareExperts({{wa.get(), wb.get()}, {wa.get(), wa.get()}, {wc.get(), wc.get()}});
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(*mixed, nullptr);
 }
 
 TEST_F(CudaOps, ArenaBudgetIsAStatusNotACrash) {

@@ -205,7 +205,7 @@ TEST_F(GpuBundledPair, RejectionSamplingRunsAndAccepts) {
               stats.mean_accepted_length());
 }
 
-TEST_F(GpuBundledPair, OneHostSyncPerStepPlusExpertUnionReads) {
+TEST_F(GpuBundledPair, OneHostSyncPerStepAndNoExpertUnionReads) {
   int64_t moe_layers = 0;
   for (bool moe : target_->spec().layer_is_moe) moe_layers += moe;
   for (int k : {0, 4}) {
@@ -222,8 +222,10 @@ TEST_F(GpuBundledPair, OneHostSyncPerStepPlusExpertUnionReads) {
       EXPECT_EQ(s.step_result, s.steps);
       EXPECT_EQ(s.other, 0);
       EXPECT_LE(s.max_non_union_per_step, 1);
-      // The target reads its union once per MoE layer per pass; the draft (dense) never.
-      EXPECT_EQ(s.expert_union, s.steps * moe_layers);
+      // Every expert is resident, so the target routes on the device (Backend::RouteAndRunExperts):
+      // the host never reads an expert union during a step (DESIGN §6 a); the draft is dense.
+      EXPECT_GT(moe_layers, 0);
+      EXPECT_EQ(s.expert_union, 0);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
 
 namespace specgen {
@@ -386,41 +387,125 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
       attn_ws_, attn_ws_bytes_, stream_));
 }
 
-absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
+absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buffer& logits, int64_t k,
+                                                                      RouterNorm norm) {
   const int64_t n = logits.rows(), e = logits.cols();
   if (k <= 0 || k > e || k > kernels::kRouterMaxTopK || e > kernels::kRouterMaxExperts) {
     return InvalidArgument("cuda Route: top-", k, " of ", e, " experts");
   }
-  routing->n_tokens = n;
-  routing->k = k;
-  routing->expert.assign(n * k, 0);
-  routing->weight.assign(n * k, 0.0f);
-  if (n == 0) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(n * k) * (sizeof(float) + sizeof(int32_t));
   RETURN_IF_ERROR(EnsureScratch(&route_, &route_bytes_, bytes, "router outputs"));
-  float* d_w = static_cast<float*>(route_);
-  int32_t* d_ids = reinterpret_cast<int32_t*>(d_w + n * k);
+  DeviceRouting r{static_cast<float*>(route_), reinterpret_cast<int32_t*>(static_cast<float*>(route_) + n * k),
+                  bytes};
   const kernels::RouterMode mode = norm == RouterNorm::kSoftmaxThenTopK
                                        ? kernels::RouterMode::kSoftmaxTopK
                                        : norm == RouterNorm::kSoftmaxTopKRenormalize
                                              ? kernels::RouterMode::kSoftmaxTopKRenorm
                                              : kernels::RouterMode::kTopKSoftmax;
+  if (n == 0) return r;
   CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
-                                                 static_cast<int>(e), static_cast<int>(k), mode, d_w,
-                                                 d_ids, stream_));
-  if (bytes > readback_bytes_) {
+                                                 static_cast<int>(e), static_cast<int>(k), mode, r.weights,
+                                                 r.ids, stream_));
+  return r;
+}
+
+absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
+  const int64_t n = logits.rows();
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(logits, k, norm));
+  if (n == 0) {
+    *routing = Routing{0, k, {}, {}};
+    return absl::OkStatus();
+  }
+  if (r.bytes > readback_bytes_) {
     cudaFreeHost(readback_);
     readback_ = nullptr;
     readback_bytes_ = 0;
-    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&readback_), bytes, cudaHostAllocDefault));
-    readback_bytes_ = bytes;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&readback_), r.bytes, cudaHostAllocDefault));
+    readback_bytes_ = r.bytes;
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(readback_, route_, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(readback_, route_, r.bytes, cudaMemcpyDeviceToHost, stream_));
   // The host learns the layer's expert union here (DESIGN §6 a).
   RETURN_IF_ERROR(Synchronize(SyncKind::kExpertUnion));
+  routing->n_tokens = n;
+  routing->k = k;
+  routing->weight.resize(n * k);
+  routing->expert.resize(n * k);
   std::memcpy(routing->weight.data(), readback_, n * k * sizeof(float));
   std::memcpy(routing->expert.data(), readback_ + n * k * sizeof(float), n * k * sizeof(int32_t));
   return absl::OkStatus();
+}
+
+namespace {
+class CudaExpertSet : public ExpertSet {
+ public:
+  CudaExpertSet(const kernels::ExpertTables& tables, DeviceArena* arena, void* block)
+      : tables_(tables), block_(arena, block) {}
+  const kernels::ExpertTables& tables() const { return tables_; }
+
+ private:
+  kernels::ExpertTables tables_;
+  ArenaBlock block_;  // the three address tables
+};
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const ExpertWeights& experts) {
+  const size_t e = experts.gate.size();
+  if (e == 0 || e > static_cast<size_t>(kernels::kRouterMaxExperts) || experts.up.size() != e ||
+      experts.down.size() != e) {
+    return std::unique_ptr<ExpertSet>();
+  }
+  const Weight& g0 = *experts.gate[0];
+  const ElemType type = W(g0).type();
+  std::vector<const void*> addresses;  // gate[0..e), up[0..e), down[0..e)
+  for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
+    for (const Weight* w : *list) {
+      const bool down = list == &experts.down;
+      // One shape and type for all (what the kernels assume); anything else routes on the host.
+      if (w == nullptr || W(*w).type() != type || w->rows() != (down ? g0.cols() : g0.rows()) ||
+          w->cols() != (down ? g0.rows() : g0.cols())) {
+        return std::unique_ptr<ExpertSet>();
+      }
+      addresses.push_back(W(*w).data());
+    }
+  }
+  const size_t bytes = addresses.size() * sizeof(void*);
+  ASSIGN_OR_RETURN(void* block, arena_->Allocate(bytes, "expert address tables"));
+  // Load time, not the step: a plain copy (the host vector dies with this call).
+  const cudaError_t copied = cudaMemcpy(block, addresses.data(), bytes, cudaMemcpyHostToDevice);
+  if (copied != cudaSuccess) {
+    arena_->Free(block);
+    CUDA_RETURN_IF_ERROR(copied);
+  }
+  const auto* table = static_cast<const void* const*>(block);
+  kernels::ExpertTables t;
+  t.gate = table;
+  t.up = table + e;
+  t.down = table + 2 * e;
+  t.experts = static_cast<int>(e);
+  t.hidden = static_cast<int>(g0.cols());
+  t.ffn = static_cast<int>(g0.rows());
+  t.type = type;
+  return std::unique_ptr<ExpertSet>(std::make_unique<CudaExpertSet>(t, arena_.get(), block));
+}
+
+absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
+                                                     RouterNorm norm, const ExpertSet& experts, Buffer* out) {
+  const kernels::ExpertTables& t = static_cast<const CudaExpertSet&>(experts).tables();
+  const int64_t n = x.rows();
+  if (n < 1 || n > kernels::kRoutedExpertsMaxTokens) return false;
+  if (x.cols() != t.hidden || out->cols() != t.hidden || out->rows() != n || router_logits.rows() != n ||
+      router_logits.cols() != t.experts) {
+    return InvalidArgument("cuda RouteAndRunExperts: x [", n, ", ", x.cols(), "], router logits [",
+                           router_logits.rows(), ", ", router_logits.cols(), "], out [", out->rows(), ", ",
+                           out->cols(), "] for ", t.experts, " experts of hidden ", t.hidden);
+  }
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, norm));
+  const size_t ws = kernels::RoutedExpertsWorkspaceBytes(static_cast<int>(n), static_cast<int>(k), t.hidden, t.ffn);
+  RETURN_IF_ERROR(EnsureScratch(&experts_ws_, &experts_ws_bytes_, ws, "the routed experts' workspace"));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchRoutedExperts(t, B(x).data(), static_cast<int>(n), r.ids, r.weights,
+                                                    static_cast<int>(k), experts_ws_, experts_ws_bytes_,
+                                                    B(*out).data(), stream_));
+  return true;
 }
 
 absl::Status CudaBackend::GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) {

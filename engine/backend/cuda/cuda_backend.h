@@ -71,6 +71,12 @@ class CudaBackend : public Backend {
   absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
+  // Every expert of one shape and type: device address tables. Otherwise nullptr (host routing).
+  absl::StatusOr<std::unique_ptr<ExpertSet>> PrepareExperts(const ExpertWeights& experts) override;
+  // 1..16 tokens: router, expert GEMVs and the weighted sum on the device (kernels/routed_experts.cuh),
+  // no host wait.
+  absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
+                                          RouterNorm norm, const ExpertSet& experts, Buffer* out) override;
 
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
@@ -98,6 +104,13 @@ class CudaBackend : public Backend {
  private:
   CudaBackend() = default;
   absl::Status EnsureScratch(void** p, size_t* capacity, size_t bytes, std::string_view what);
+  // The router's top-k on the device, into route_: weights [n, k] then ids [n, k] (`bytes` in all).
+  struct DeviceRouting {
+    float* weights;
+    int32_t* ids;
+    size_t bytes;
+  };
+  absl::StatusOr<DeviceRouting> RouteOnDevice(const Buffer& logits, int64_t k, RouterNorm norm);
 
   int device_ = 0;
   std::unique_ptr<DeviceArena> arena_;
@@ -119,6 +132,8 @@ class CudaBackend : public Backend {
   size_t bf16_x_bytes_ = 0;
   void* route_ = nullptr;
   size_t route_bytes_ = 0;
+  void* experts_ws_ = nullptr;
+  size_t experts_ws_bytes_ = 0;
   const int32_t* device_tokens_ = nullptr;
   SyncCounts syncs_;
 };

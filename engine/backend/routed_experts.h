@@ -1,0 +1,29 @@
+// An MoE layer's experts applied with the routing read by the host: Route, then per expert in ascending
+// id GatherRows, MatMul gate/up, SwiGlu, MatMul down, ScatterAddScaled into a zeroed output. Works on
+// every backend and batch size; Backend::RouteAndRunExperts is the same sum without the host.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/backend/backend.h"
+
+namespace specgen {
+
+// Buffers of at least n rows: x_e, y_e [n, hidden] (one expert's tokens in and out), g_e, u_e [n, ffn].
+struct HostRoutingScratch {
+  Buffer* x_e = nullptr;
+  Buffer* y_e = nullptr;
+  Buffer* g_e = nullptr;
+  Buffer* u_e = nullptr;
+};
+
+// out [n, hidden] = per token of x [n, hidden], the sum over its top-k experts (router_logits [n, E],
+// routed with `norm`) of weight · down(silu(gate x) · up x). Experts run in ascending id and each
+// token's outputs are summed into a zeroed buffer in that order (as transformers does), so a token's
+// result depends only on its own routing, never on the other tokens of the batch.
+absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
+                              RouterNorm norm, const ExpertWeights& experts, const HostRoutingScratch& scratch,
+                              Buffer* out);
+
+}  // namespace specgen

@@ -1,0 +1,253 @@
+#include <algorithm>
+
+#include "kernels/device_util.cuh"
+#include "kernels/routed_experts.cuh"
+#include "kernels/router.cuh"
+
+namespace specgen::kernels {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block of the expert GEMVs: one output row a warp
+constexpr int kMaxT = kRoutedExpertsMaxTokens;
+
+// The routing turned into work lists, in the workspace (S = n k entries):
+//   n_active; per active expert u (ascending id): its id, token count and first slot; per slot (grouped by
+//   expert in ascending id, tokens ascending within an expert, as the host's grouping) its token; per
+//   token its k (slot, weight) pairs in ascending expert id; then the SwiGLU activations [S, ffn] and the
+//   expert outputs [S, hidden].
+struct Plan {
+  int* n_active;
+  int* expert;
+  int* count;
+  int* first;
+  int* slot_token;
+  int* token_slot;
+  float* token_w;
+  float* act;
+  float* y;
+};
+
+__host__ __device__ inline size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
+
+__host__ __device__ inline Plan CarvePlan(void* ws, int s, int ffn) {
+  char* p = static_cast<char*>(ws);
+  Plan plan;
+  const auto take = [&p](size_t bytes) {
+    char* q = p;
+    p += Align16(bytes);
+    return q;
+  };
+  plan.n_active = reinterpret_cast<int*>(take(sizeof(int)));
+  plan.expert = reinterpret_cast<int*>(take(sizeof(int) * s));
+  plan.count = reinterpret_cast<int*>(take(sizeof(int) * s));
+  plan.first = reinterpret_cast<int*>(take(sizeof(int) * s));
+  plan.slot_token = reinterpret_cast<int*>(take(sizeof(int) * s));
+  plan.token_slot = reinterpret_cast<int*>(take(sizeof(int) * s));
+  plan.token_w = reinterpret_cast<float*>(take(sizeof(float) * s));
+  plan.act = reinterpret_cast<float*>(take(sizeof(float) * static_cast<size_t>(s) * ffn));
+  plan.y = reinterpret_cast<float*>(p);
+  return plan;
+}
+
+// One block of kPlanThreads (>= experts, >= n k): counts by direct scans (S <= 512 entries), the
+// active experts' order by a block scan over the experts' presence flags.
+constexpr int kPlanThreads = kRouterMaxExperts;
+__global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __restrict__ ids,
+                                                           const float* __restrict__ w, int n, int k,
+                                                           int experts, Plan plan) {
+  __shared__ int scan[kPlanThreads];
+  const int s = n * k, t = threadIdx.x;
+  int count = 0, before = 0;  // entries routed to expert t; entries routed to experts below t
+  if (t < experts) {
+    for (int i = 0; i < s; ++i) {
+      const int e = ids[i];
+      count += e == t;
+      before += e < t;
+    }
+  }
+  scan[t] = count > 0;
+  __syncthreads();
+  for (int o = 1; o < kPlanThreads; o <<= 1) {  // inclusive scan of the presence flags
+    const int v = t >= o ? scan[t - o] : 0;
+    __syncthreads();
+    scan[t] += v;
+    __syncthreads();
+  }
+  if (count > 0) {
+    const int u = scan[t] - 1;
+    plan.expert[u] = t;
+    plan.count[u] = count;
+    plan.first[u] = before;
+  }
+  if (t == kPlanThreads - 1) *plan.n_active = scan[t];
+  if (t < s) {
+    const int i = t / k, e = ids[t];
+    int slot = 0, rank = 0;  // slot: entries below e, plus earlier tokens of e; rank among token i's
+    for (int j = 0; j < s; ++j) {
+      const int ej = ids[j];
+      slot += ej < e || (ej == e && j / k < i);
+      rank += j / k == i && ej < e;
+    }
+    plan.slot_token[slot] = i;
+    plan.token_slot[i * k + rank] = slot;
+    plan.token_w[i * k + rank] = w[t];
+  }
+}
+
+// sum_k w[k] x_t[k] for the warp's row and each of the m tokens, in the order MatMul's kernel for this
+// shape reduces it: kChunked (bf16/f16, in % 8 == 0: the GEMV of gemv.cu) lane l takes k = 8 l + 256 s
+// + j; otherwise (MatMulRowsKernel) k = l + 32 s; then the same butterfly. Every lane gets the sums.
+template <ElemType kW, bool kChunked>
+__device__ __forceinline__ void RowDots(const void* w_row, const float* const (&x)[kMaxT], int m, int in,
+                                        float (&acc)[kMaxT]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) acc[t] = 0.f;
+  if constexpr (kChunked) {
+    const uint16_t* w = static_cast<const uint16_t*>(w_row);
+    for (int k = lane * 8; k < in; k += 256) {
+      float wf[8];
+      detail::Unpack8<kW>(detail::LoadWeights16(w + k), wf);
+#pragma unroll
+      for (int t = 0; t < kMaxT; ++t) {
+        if (t >= m) break;
+        const float4* xp = reinterpret_cast<const float4*>(x[t] + k);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[t] = __fmaf_rn(wf[j], xv[j], acc[t]);
+      }
+    }
+  } else {
+    for (int k = lane; k < in; k += 32) {
+      const float wk = detail::LoadAsF32(w_row, kW, k);
+#pragma unroll
+      for (int t = 0; t < kMaxT; ++t) {
+        if (t >= m) break;
+        acc[t] = __fmaf_rn(wk, x[t][k], acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) acc[t] = detail::WarpSum(acc[t]);
+}
+
+template <ElemType kW>
+__host__ __device__ constexpr size_t ElemBytes() {
+  return kW == ElemType::kF32 ? 4 : 2;
+}
+
+// grid (ffn / kWarps rounded up, min(n k, experts)): block y = the y-th active expert, warp = one row of
+// gate and up for all the expert's tokens; writes silu(g) u as SwiGluKernel does.
+template <ElemType kW, bool kChunked>
+__global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, const float* __restrict__ x,
+                                                            Plan plan) {
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= tab.ffn) return;
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
+  const float* xs[kMaxT];
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    xs[t] = x + static_cast<int64_t>(t < m ? plan.slot_token[first + t] : 0) * tab.hidden;
+  }
+  const size_t off = static_cast<size_t>(row) * tab.hidden * ElemBytes<kW>();
+  float g[kMaxT], v[kMaxT];
+  RowDots<kW, kChunked>(static_cast<const char*>(tab.gate[e]) + off, xs, m, tab.hidden, g);
+  RowDots<kW, kChunked>(static_cast<const char*>(tab.up[e]) + off, xs, m, tab.hidden, v);
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    if (t >= m) break;
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g[t] / (1.f + expf(-g[t])) * v[t];
+  }
+}
+
+// grid (hidden / kWarps rounded up, min(n k, experts)): one row of down a warp, every token of the expert.
+template <ElemType kW, bool kChunked>
+__global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan plan) {
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= tab.hidden) return;
+  const int m = plan.count[u], first = plan.first[u];
+  const float* xs[kMaxT];
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) xs[t] = plan.act + static_cast<int64_t>(first + (t < m ? t : 0)) * tab.ffn;
+  float y[kMaxT];
+  RowDots<kW, kChunked>(static_cast<const char*>(tab.down[plan.expert[u]]) +
+                            static_cast<size_t>(row) * tab.ffn * ElemBytes<kW>(),
+                        xs, m, tab.ffn, y);
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    if (t >= m) break;
+    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[t];
+  }
+}
+
+// grid (hidden / 256 rounded up, n): out = 0, then += weight * expert output in ascending expert id,
+// with ScatterAddScaledKernel's fmaf.
+__global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (c >= hidden) return;
+  float acc = 0.f;
+  for (int r = 0; r < k; ++r) {
+    const int slot = plan.token_slot[i * k + r];
+    acc = __fmaf_rn(plan.token_w[i * k + r], plan.y[static_cast<int64_t>(slot) * hidden + c], acc);
+  }
+  out[static_cast<int64_t>(i) * hidden + c] = acc;
+}
+
+// kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
+template <ElemType kW, bool kCH, bool kCF>
+cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
+                        cudaStream_t stream) {
+  const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
+  GateUpKernel<kW, kCH><<<dim3((tab.ffn + kWarps - 1) / kWarps, ys), kWarps * 32, 0, stream>>>(tab, x, plan);
+  DownKernel<kW, kCF><<<dim3((tab.hidden + kWarps - 1) / kWarps, ys), kWarps * 32, 0, stream>>>(tab, plan);
+  CombineKernel<<<dim3((tab.hidden + 255) / 256, n), 256, 0, stream>>>(plan, k, tab.hidden, out);
+  return cudaGetLastError();
+}
+
+template <ElemType kW>
+cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
+                       cudaStream_t stream) {
+  const bool ch = tab.hidden % 8 == 0, cf = tab.ffn % 8 == 0;
+  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, stream);
+  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, stream);
+  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, stream);
+  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, stream);
+}
+
+}  // namespace
+
+size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn) {
+  const size_t s = static_cast<size_t>(n) * k;
+  return Align16(sizeof(int)) + 5 * Align16(sizeof(int) * s) + Align16(sizeof(float) * s) +
+         Align16(sizeof(float) * s * ffn) + sizeof(float) * s * hidden;
+}
+
+cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, const int32_t* route_ids,
+                                const float* route_w, int k, void* workspace, size_t workspace_bytes,
+                                float* out, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kRoutedExpertsMaxTokens && k >= 1 && k <= kRouterMaxTopK);
+  SPECGEN_KERNEL_REQUIRE(tab.experts >= k && tab.experts <= kRouterMaxExperts && tab.hidden > 0 && tab.ffn > 0);
+  SPECGEN_KERNEL_REQUIRE(tab.gate && tab.up && tab.down && x && route_ids && route_w && workspace && out);
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= RoutedExpertsWorkspaceBytes(n, k, tab.hidden, tab.ffn));
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
+  PlanKernel<<<1, kPlanThreads, 0, stream>>>(route_ids, route_w, n, k, tab.experts, plan);
+  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV for bf16/f16 when the
+  // reduction length is a multiple of 8, else the row kernel.
+  switch (tab.type) {
+    case ElemType::kF32: return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, stream);
+    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, stream);
+    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace specgen::kernels

@@ -1,0 +1,42 @@
+// An MoE layer's experts applied with the routing decided on the device (DESIGN §6 a: when every expert
+// is resident the host need not learn the expert union, so the pass keeps running without a host wait).
+// Bit for bit the host-routed composition of Backend ops (Route, then per expert in ascending id:
+// GatherRows, MatMul gate/up, SwiGlu, MatMul down, ScatterAddScaled into a zeroed buffer) for 1..16
+// tokens: each dot product is reduced in the order of the GEMV that MatMul would have used, and each
+// token's expert outputs are added in ascending expert id with the same fmaf.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels {
+
+inline constexpr int kRoutedExpertsMaxTokens = 16;
+
+// One MoE layer's experts: device tables of `experts` device addresses each (gate and up [ffn, hidden],
+// down [hidden, ffn], row-major, all of `type`; 16-byte aligned).
+struct ExpertTables {
+  const void* const* gate = nullptr;
+  const void* const* up = nullptr;
+  const void* const* down = nullptr;
+  int experts = 0;
+  int hidden = 0;
+  int ffn = 0;
+  ElemType type = ElemType::kBF16;
+};
+
+size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
+
+// out[t] = sum over token t's k experts e (ascending id) of route_w[t, j] * down_e(silu(gate_e x_t) *
+// up_e x_t), for t < n (1..kRoutedExpertsMaxTokens). route_ids / route_w [n, k] as LaunchRouterTopK
+// writes them (distinct ids per token). x [n, hidden], out [n, hidden] fp32, device. Four launches,
+// no host wait; the grid covers min(n k, experts) experts and blocks of absent ones exit at once.
+cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
+                                const float* route_w, int k, void* workspace, size_t workspace_bytes,
+                                float* out, cudaStream_t stream);
+
+}  // namespace specgen::kernels
