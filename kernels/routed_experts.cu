@@ -104,18 +104,31 @@ __device__ __forceinline__ void RowDots(const void* w_row, const float* const (&
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) acc[t] = 0.f;
   if constexpr (kChunked) {
+    // kAhead chunks of the row loaded before any is used (a warp's loads in flight; the sums still
+    // take the chunks in k order).
+    constexpr int kAhead = 4;
     const uint16_t* w = static_cast<const uint16_t*>(w_row);
-    for (int k = lane * 8; k < in; k += 256) {
-      float wf[8];
-      detail::Unpack8<kW>(detail::LoadWeights16(w + k), wf);
+    for (int k0 = lane * 8; k0 < in; k0 += 256 * kAhead) {
+      uint4 wv[kAhead];
 #pragma unroll
-      for (int t = 0; t < kMaxT; ++t) {
-        if (t >= m) break;
-        const float4* xp = reinterpret_cast<const float4*>(x[t] + k);
-        const float4 a = __ldg(xp), b = __ldg(xp + 1);
-        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      for (int a = 0; a < kAhead; ++a) {
+        wv[a] = k0 + 256 * a < in ? detail::LoadWeights16(w + k0 + 256 * a) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[t] = __fmaf_rn(wf[j], xv[j], acc[t]);
+      for (int a = 0; a < kAhead; ++a) {
+        const int k = k0 + 256 * a;
+        if (k >= in) break;
+        float wf[8];
+        detail::Unpack8<kW>(wv[a], wf);
+#pragma unroll
+        for (int t = 0; t < kMaxT; ++t) {
+          if (t >= m) break;
+          const float4* xp = reinterpret_cast<const float4*>(x[t] + k);
+          const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
+          const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[t] = __fmaf_rn(wf[j], xv[j], acc[t]);
+        }
       }
     }
   } else {
