@@ -3,7 +3,9 @@
 // Philox keys, fed back to the draft and to the target straight from device memory); the target
 // verifies the k+1 positions in one pass whose logits stay on the device; logits processing and the
 // acceptance rule run as kernels; the step's result {n_accepted, tokens, logprobs} comes back in ONE
-// pinned copy, the step's only host wait besides the MoE layers' expert-union reads (DESIGN §6).
+// pinned copy, the step's only host wait (resident MoE experts route on the device; an expert-union
+// read, DESIGN §6 a, happens only where a layer's experts cannot: a verify pass of more than 16
+// positions, or experts of mixed shapes).
 // Same options, Stats and outputs as SpeculativeDecoder (the CPU loop), which it mirrors draw for draw.
 #pragma once
 
@@ -26,7 +28,7 @@ namespace specgen {
 struct StepSyncStats {
   int64_t steps = 0;
   int64_t step_result = 0;        // should equal steps
-  int64_t expert_union = 0;       // per MoE layer per pass, allowed (DESIGN §6 a)
+  int64_t expert_union = 0;       // host-routed MoE layers' reads, allowed (DESIGN §6 a)
   int64_t other = 0;              // should be 0
   int64_t max_non_union_per_step = 0;  // result + other waits of the worst step
 };
