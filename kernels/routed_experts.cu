@@ -94,32 +94,39 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
   }
 }
 
-// sum_k w[k] x_t[k] for the warp's row and each of the m tokens, in the order MatMul's kernel for this
-// shape reduces it: kChunked (bf16/f16, in % 8 == 0: the GEMV of gemv.cu) lane l takes k = 8 l + 256 s
-// + j; otherwise (MatMulRowsKernel) k = l + 32 s; then the same butterfly. Every lane gets the sums.
-template <ElemType kW, bool kChunked>
-__device__ __forceinline__ void RowDots(const void* w_row, const float* const (&x)[kMaxT], int m, int in,
-                                        float (&acc)[kMaxT]) {
+// sum_k w_r[k] x_t[k] for each of the warp's kRows rows (gate and up share their inputs: their loads go
+// out together) and each of the m tokens, in the order MatMul's kernel for this shape reduces it:
+// kChunked (bf16/f16, in % 8 == 0: the GEMV of gemv.cu) lane l takes k = 8 l + 256 s + j; otherwise
+// (MatMulRowsKernel) k = l + 32 s; then the same butterfly. Every lane gets the sums.
+template <ElemType kW, bool kChunked, int kRows>
+__device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const float* const (&x)[kMaxT], int m,
+                                        int in, float (&acc)[kRows][kMaxT]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) acc[t] = 0.f;
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxT; ++t) acc[r][t] = 0.f;
   if constexpr (kChunked) {
-    // kAhead chunks of the row loaded before any is used (a warp's loads in flight; the sums still
+    // kAhead chunks of each row loaded before any is used (a warp's loads in flight; the sums still
     // take the chunks in k order).
     constexpr int kAhead = 4;
-    const uint16_t* w = static_cast<const uint16_t*>(w_row);
     for (int k0 = lane * 8; k0 < in; k0 += 256 * kAhead) {
-      uint4 wv[kAhead];
+      uint4 wv[kRows][kAhead];
 #pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        wv[a] = k0 + 256 * a < in ? detail::LoadWeights16(w + k0 + 256 * a) : make_uint4(0, 0, 0, 0);
-      }
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+          wv[r][a] = k0 + 256 * a < in
+                         ? detail::LoadWeights16(static_cast<const uint16_t*>(w_row[r]) + k0 + 256 * a)
+                         : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
       for (int a = 0; a < kAhead; ++a) {
         const int k = k0 + 256 * a;
         if (k >= in) break;
-        float wf[8];
-        detail::Unpack8<kW>(wv[a], wf);
+        float wf[kRows][8];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) detail::Unpack8<kW>(wv[r][a], wf[r]);
 #pragma unroll
         for (int t = 0; t < kMaxT; ++t) {
           if (t >= m) break;
@@ -127,22 +134,29 @@ __device__ __forceinline__ void RowDots(const void* w_row, const float* const (&
           const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
           const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[t] = __fmaf_rn(wf[j], xv[j], acc[t]);
+          for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
         }
       }
     }
   } else {
     for (int k = lane; k < in; k += 32) {
-      const float wk = detail::LoadAsF32(w_row, kW, k);
+      float wk[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) wk[r] = detail::LoadAsF32(w_row[r], kW, k);
 #pragma unroll
       for (int t = 0; t < kMaxT; ++t) {
         if (t >= m) break;
-        acc[t] = __fmaf_rn(wk, x[t][k], acc[t]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][t] = __fmaf_rn(wk[r], x[t][k], acc[r][t]);
       }
     }
   }
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) acc[t] = detail::WarpSum(acc[t]);
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxT; ++t) acc[r][t] = detail::WarpSum(acc[r][t]);
 }
 
 template <ElemType kW>
@@ -166,14 +180,15 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
     xs[t] = x + static_cast<int64_t>(t < m ? plan.slot_token[first + t] : 0) * tab.hidden;
   }
   const size_t off = static_cast<size_t>(row) * tab.hidden * ElemBytes<kW>();
-  float g[kMaxT], v[kMaxT];
-  RowDots<kW, kChunked>(static_cast<const char*>(tab.gate[e]) + off, xs, m, tab.hidden, g);
-  RowDots<kW, kChunked>(static_cast<const char*>(tab.up[e]) + off, xs, m, tab.hidden, v);
+  const void* const rows[2] = {static_cast<const char*>(tab.gate[e]) + off, static_cast<const char*>(tab.up[e]) + off};
+  float gu[2][kMaxT];
+  RowDots<kW, kChunked, 2>(rows, xs, m, tab.hidden, gu);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) {
     if (t >= m) break;
-    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g[t] / (1.f + expf(-g[t])) * v[t];
+    const float g = gu[0][t];
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
   }
 }
 
@@ -188,15 +203,15 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
   const float* xs[kMaxT];
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) xs[t] = plan.act + static_cast<int64_t>(first + (t < m ? t : 0)) * tab.ffn;
-  float y[kMaxT];
-  RowDots<kW, kChunked>(static_cast<const char*>(tab.down[plan.expert[u]]) +
-                            static_cast<size_t>(row) * tab.ffn * ElemBytes<kW>(),
-                        xs, m, tab.ffn, y);
+  const void* const rows[1] = {static_cast<const char*>(tab.down[plan.expert[u]]) +
+                               static_cast<size_t>(row) * tab.ffn * ElemBytes<kW>()};
+  float y[1][kMaxT];
+  RowDots<kW, kChunked, 1>(rows, xs, m, tab.ffn, y);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) {
     if (t >= m) break;
-    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[t];
+    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[0][t];
   }
 }
 
