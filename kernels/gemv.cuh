@@ -14,6 +14,11 @@ namespace specgen::kernels {
 
 inline constexpr int kGemvMaxTokens = 16;
 
+// Whether LaunchGemv takes a product of w_type weights reduced over `in` values: bf16/f16 in 16-byte
+// loads of 8. The others go to the row kernel (LaunchMatMulRows), whose reduction order differs; every
+// path that must equal MatMul bit for bit (kernels/routed_experts.cu) chooses its order by this.
+constexpr bool GemvTakes(ElemType w_type, int in) { return w_type != ElemType::kF32 && in % 8 == 0; }
+
 // y[t, o] = sum_k x[t, k] * W[o, k]   for t < n, o < out.
 //   w       [out, in] of type w_type (kBF16 or kF16), row-major (HF layout), device, 16-byte aligned
 //   x       [n, in] fp32, device, 16-byte aligned

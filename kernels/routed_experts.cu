@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "kernels/device_util.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
 
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
 
 // sum_k w_r[k] x_t[k] for each of the warp's kRows rows (gate and up share their inputs: their loads go
 // out together) and each of the m tokens, in the order MatMul's kernel for this shape reduces it:
-// kChunked (bf16/f16, in % 8 == 0: the GEMV of gemv.cu) lane l takes k = 8 l + 256 s + j; otherwise
+// kChunked (GemvTakes: the GEMV of gemv.cu) lane l takes k = 8 l + 256 s + j; otherwise
 // (MatMulRowsKernel) k = l + 32 s; then the same butterfly. Every lane gets the sums.
 template <ElemType kW, bool kChunked, int kRows>
 __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const float* const (&x)[kMaxT], int m,
@@ -242,7 +243,7 @@ cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, c
 template <ElemType kW>
 cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
                        cudaStream_t stream) {
-  const bool ch = tab.hidden % 8 == 0, cf = tab.ffn % 8 == 0;
+  const bool ch = GemvTakes(kW, tab.hidden), cf = GemvTakes(kW, tab.ffn);
   if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, stream);
   if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, stream);
   if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, stream);
@@ -268,8 +269,8 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
                          reinterpret_cast<uintptr_t>(x) % 16 == 0);
   const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
   PlanKernel<<<1, kPlanThreads, 0, stream>>>(route_ids, route_w, n, k, tab.experts, plan);
-  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV for bf16/f16 when the
-  // reduction length is a multiple of 8, else the row kernel.
+  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes, else
+  // the row kernel.
   switch (tab.type) {
     case ElemType::kF32: return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, stream);
     case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, stream);

@@ -284,7 +284,7 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   const ElemType type = W(w).type();
   const float* xd = B(x).data();
   float* yd = B(*y).data();
-  if (type == ElemType::kF32 || in % 8 != 0) {
+  if (!kernels::GemvTakes(type, in)) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchMatMulRows(W(w).data(), type, xd, yd, n, out, in, stream_));
   }
   if (n > kernels::kGemvMaxTokens && type == ElemType::kBF16) {
