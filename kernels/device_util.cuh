@@ -136,6 +136,27 @@ __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
   }
 }
 
+// One 8-weight step of a batched GEMV row: acc[r][t] += wf[r][j] * x_t[j] for j = 0..7 in order
+// (__fmaf_rn), rows r < kRows, tokens t < tokens (at most kMaxT), x_t = x_at(t) (8 floats, 16-byte
+// aligned, read through the read-only path). GemvKernel (gemv.cu) and the routed experts
+// (routed_experts.cu) both sum in these steps, which is what keeps an expert's product bit-identical
+// to the Backend's MatMul.
+template <int kRows, int kMaxT, typename XAt>
+__device__ __forceinline__ void FmaChunk8(const float (&wf)[kRows][8], int tokens, XAt x_at,
+                                          float (&acc)[kRows][kMaxT]) {
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    if (t >= tokens) break;
+    const float4* xp = reinterpret_cast<const float4*>(x_at(t));
+    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
+  }
+}
+
 // The GPU's global nanosecond timer (the same clock on every multiprocessor).
 __device__ __forceinline__ unsigned long long GlobalTimer() {
   unsigned long long t;

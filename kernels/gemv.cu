@@ -42,16 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __rest
       float wf[R][8];
 #pragma unroll
       for (int r = 0; r < R; ++r) detail::Unpack8<kW>(wv[u][r], wf[r]);
-#pragma unroll
-      for (int t = 0; t < N; ++t) {
-        const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * in + k);
-        const float4 a = __ldg(xp), b = __ldg(xp + 1);
-        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
-      }
+      detail::FmaChunk8<R, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(t) * in + k; }, acc);
     }
   }
 #pragma unroll

@@ -128,17 +128,7 @@ __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const
         float wf[kRows][8];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) detail::Unpack8<kW>(wv[r][a], wf[r]);
-#pragma unroll
-        for (int t = 0; t < kMaxT; ++t) {
-          if (t >= m) break;
-          const float4* xp = reinterpret_cast<const float4*>(x[t] + k);
-          const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
-          const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
-        }
+        detail::FmaChunk8<kRows, kMaxT>(wf, m, [&](int t) { return x[t] + k; }, acc);
       }
     }
   } else {
