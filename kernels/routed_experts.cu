@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kernels/decode_fused.cuh"  // programmatic dependent launch
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/routed_experts.cuh"
@@ -57,6 +58,8 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
                                                            const float* __restrict__ w, int n, int k,
                                                            int experts, Plan plan) {
   __shared__ int scan[kPlanThreads];
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();  // the router's ids and weights
   const int s = n * k, t = threadIdx.x;
   int count = 0, before = 0;  // entries routed to expert t; entries routed to experts below t
   if (t < experts) {
@@ -160,6 +163,7 @@ __host__ __device__ constexpr size_t ElemBytes() {
 template <ElemType kW, bool kChunked>
 __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, const float* __restrict__ x,
                                                             Plan plan) {
+  WaitForPrecedingGrid();  // the plan
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
@@ -174,6 +178,9 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
   const void* const rows[2] = {static_cast<const char*>(tab.gate[e]) + off, static_cast<const char*>(tab.up[e]) + off};
   float gu[2][kMaxT];
   RowDots<kW, kChunked, 2>(rows, xs, m, tab.hidden, gu);
+  // The down kernel's blocks may be scheduled once every block here has read its weights (earlier, they
+  // would hold multiprocessors that this grid's later waves still need).
+  LetDependentsLaunch();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) {
@@ -186,6 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
 // grid (hidden / kWarps rounded up, min(n k, experts)): one row of down a warp, every token of the expert.
 template <ElemType kW, bool kChunked>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan plan) {
+  WaitForPrecedingGrid();  // the activations
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
@@ -198,6 +206,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
                                static_cast<size_t>(row) * tab.ffn * ElemBytes<kW>()};
   float y[1][kMaxT];
   RowDots<kW, kChunked, 1>(rows, xs, m, tab.ffn, y);
+  LetDependentsLaunch();  // as in GateUpKernel
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) {
@@ -209,6 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
 // grid (hidden / 256 rounded up, n): out = 0, then += weight * expert output in ascending expert id,
 // with ScatterAddScaledKernel's fmaf.
 __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ out) {
+  WaitForPrecedingGrid();  // the expert outputs; what follows is not launched programmatically
   const int c = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
   if (c >= hidden) return;
   float acc = 0.f;
@@ -219,15 +229,41 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
   out[static_cast<int64_t>(i) * hidden + c] = acc;
 }
 
+// Whether the current device takes programmatic dependent launch (sm_90+), asked once. With it, each of
+// the plan, gate/up, down and combine kernels is launched while its predecessor runs: its blocks are
+// scheduled once the predecessor's blocks have done their reads (LetDependentsLaunch) and wait
+// (WaitForPrecedingGrid) before reading anything the predecessor writes, so the four launch gaps of a
+// layer shrink and results do not change.
+bool ProgrammaticLaunch() {
+  static const bool supported = [] {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return supported;
+}
+
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
 template <ElemType kW, bool kCH, bool kCF>
 cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
                         cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
-  GateUpKernel<kW, kCH><<<dim3((tab.ffn + kWarps - 1) / kWarps, ys), kWarps * 32, 0, stream>>>(tab, x, plan);
-  DownKernel<kW, kCF><<<dim3((tab.hidden + kWarps - 1) / kWarps, ys), kWarps * 32, 0, stream>>>(tab, plan);
-  CombineKernel<<<dim3((tab.hidden + 255) / 256, n), 256, 0, stream>>>(plan, k, tab.hidden, out);
-  return cudaGetLastError();
+  const bool pdl = ProgrammaticLaunch();
+  cudaError_t e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
+                                     dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
+  if (e == cudaSuccess) {
+    e = LaunchDecodeKernel(DownKernel<kW, kCF>, dim3((tab.hidden + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
+                           0, stream, pdl, tab, plan);
+  }
+  if (e == cudaSuccess) {
+    e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
+                           tab.hidden, out);
+  }
+  return e;
 }
 
 template <ElemType kW>
@@ -258,7 +294,10 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(x) % 16 == 0);
   const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
-  PlanKernel<<<1, kPlanThreads, 0, stream>>>(route_ids, route_w, n, k, tab.experts, plan);
+  const cudaError_t planned = LaunchDecodeKernel(PlanKernel, dim3(1), dim3(kPlanThreads), 0, stream,
+                                                 ProgrammaticLaunch(), route_ids, route_w, n, k, tab.experts,
+                                                 plan);
+  if (planned != cudaSuccess) return planned;
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes, else
   // the row kernel.
   switch (tab.type) {

@@ -34,7 +34,9 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 // out[t] = sum over token t's k experts e (ascending id) of route_w[t, j] * down_e(silu(gate_e x_t) *
 // up_e x_t), for t < n (1..kRoutedExpertsMaxTokens). route_ids / route_w [n, k] as LaunchRouterTopK
 // writes them (distinct ids per token). x [n, hidden], out [n, hidden] fp32, device. Four launches,
-// no host wait; the grid covers min(n k, experts) experts and blocks of absent ones exit at once.
+// no host wait; the grid covers min(n k, experts) experts and blocks of absent ones exit at once. On
+// sm_90+ the four are launched with programmatic dependent launch (each waits for its predecessor in
+// the kernel, so the launch gaps overlap the previous kernel's tail).
 cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
                                 float* out, cudaStream_t stream);

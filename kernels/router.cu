@@ -1,3 +1,4 @@
+#include "kernels/decode_fused.cuh"  // LetDependentsLaunch
 #include "kernels/device_util.cuh"
 #include "kernels/router.cuh"
 
@@ -27,6 +28,9 @@ __global__ void RouterKernel(const float* __restrict__ logits, int experts, int 
   __shared__ float wv[32];
   __shared__ int wi[32];
   __shared__ int chosen[kRouterMaxTopK];
+  // The routed experts' plan kernel (routed_experts.cu, launched programmatically) may be scheduled
+  // now; it waits for this grid before reading the ids. A no-op before a plainly launched kernel.
+  LetDependentsLaunch();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * experts;
   float mx = -INFINITY;
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
