@@ -11,6 +11,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/split_row_gemv.cuh"
 #include "kernels/persistent_decode.cuh"
 
 namespace specgen {
@@ -270,9 +271,14 @@ absl::Status GraphedDraft::Allocate() {
 // 600 / 657 / 686 at ctx 32 / 128 / 256 (gate/up at 2 row pairs: 609 / 659 / 700), while from ctx 512
 // gate/up at 2 row pairs (192 blocks, one an SM beside O's) wins: 703 / 788 at ctx 512 / 1900 against
 // 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512). Figures in RESULTS_H200.md.
+// The O and down projections as split-row GEMVs (kernels/split_row_gemv.cuh), A/B in one device call, us
+// a token at ctx 32 / 512 / 1900 (two rounds agree within 1%): five fused kernels 587 / 673 / 761; down
+// split 573 / 663 / 754; O split 615 / 657 / 751; both 607 / 648 / 743. A split O's 512 blocks (4 warps
+// a row) crowd out the attention's and gate/up's early blocks at a short context, where the attention
+// is short; from the long-context shape on, its shorter chain wins.
 GraphedDraft::GemvShape GraphedDraft::ShapeFor(int index) const {
   if (has_forced_shape_) return forced_shape_;
-  return index == 0 ? GemvShape{1, 1} : GemvShape{1, 2};
+  return index == 0 ? GemvShape{1, 1, false, true} : GemvShape{1, 2, true, true};
 }
 
 absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
@@ -340,17 +346,27 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
                                                                     H, Hkv, d, scale, stream, &state->pos));
       }
     }
-    const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(attn_, nullptr, ElemType::kF32, o, 1, type(r.o), H * d,
-                                            kernels::GemvEpilogue::kAddTo));
+    if (shape.split_o && kernels::SplitRowAddGemvTakes(H * d, type(r.o))) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchSplitRowAddGemv(attn_, data(r.o), type(r.o), h_, D, H * d, stream, pdl));
+    } else {
+      const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
+      SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(attn_, nullptr, ElemType::kF32, o, 1, type(r.o), H * d,
+                                              kernels::GemvEpilogue::kAddTo));
+    }
     // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
     const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.ffn_norm), type(r.ffn_norm), gate_up, 2,
                                             type(r.gate), D, kernels::GemvEpilogue::kSwiGlu,
                                             shape.gate_up_rows));
-    const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
-    SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(act_, nullptr, ElemType::kF32, down, 1, type(r.down), F,
-                                            kernels::GemvEpilogue::kAddTo));
+    if (shape.split_down && kernels::SplitRowAddGemvTakes(F, type(r.down))) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchSplitRowAddGemv(act_, data(r.down), type(r.down), h_, D, F, stream, pdl));
+    } else {
+      const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
+      SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(act_, nullptr, ElemType::kF32, down, 1, type(r.down), F,
+                                              kernels::GemvEpilogue::kAddTo));
+    }
   }
   const Weight& head = lm_->output_head();
   const kernels::GemvSegment logits[1] = {{CudaBackend::Data(head), logits_, static_cast<int>(head.rows())}};

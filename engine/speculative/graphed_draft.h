@@ -14,8 +14,8 @@
 // fails (fallback_reason() says why).
 // Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
 // GEMV/norm/RoPE code repeats the Backend ops' arithmetic, but the attention (the graph's single-query
-// decode kernel for head_dim 64/128/256, the persistent kernel's own) sums in its own
-// order. The graph and the eager launches of the same kernels agree bit for bit; the persistent kernel
+// decode kernel for head_dim 64/128/256, the persistent kernel's own) and the split-row O and down
+// GEMVs (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and the eager launches of the same kernels agree bit for bit; the persistent kernel
 // is deterministic (same inputs, same bits).
 #pragma once
 
@@ -94,14 +94,19 @@ class GraphedDraft {
   struct GemvShape {
     int qkv_rows = 1;
     int gate_up_rows = 1;
+    bool split_o = false;     // the O projection as a split-row GEMV (kernels/split_row_gemv.cuh)
+    bool split_down = false;  // the down projection as one
   };
   // Benchmarks only, before the first Decode: every layer reads layer 0's weights (a qwen3-0.6b layer's
   // 30 MB stay in L2 from one layer to the next), to measure the decode with its weights out of HBM's
   // way; the logits are then not the model's.
   void ShareLayerWeightsForBenchmark() { share_layer_weights_ = true; }
-  // Benchmarks only, before the first Decode: one shape at every position.
+  // Benchmarks only, before the first Decode: one shape at every position (the residual GEMVs as the
+  // short-context shape has them).
   void SetGemvRowsPerWarp(int qkv, int gate_up) {
-    forced_shape_ = GemvShape{qkv, gate_up};
+    forced_shape_ = ShapeFor(0);
+    forced_shape_.qkv_rows = qkv;
+    forced_shape_.gate_up_rows = gate_up;
     has_forced_shape_ = true;
   }
 

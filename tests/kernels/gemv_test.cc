@@ -1,6 +1,6 @@
 // Small-batch GEMV against a CPU loop, and its batch invariance (bit-exact rows for n = 1..16); the
 // fused decode GEMV (RMSNorm prologue, several matrices, SwiGLU / residual epilogues) bit-identical to
-// the separate kernels it replaces.
+// the separate kernels it replaces; the split-row residual GEMV against a CPU loop.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -11,6 +11,7 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/norm.cuh"
+#include "kernels/split_row_gemv.cuh"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
@@ -159,6 +160,62 @@ TEST(GemvGpu, FusedDecodeGemvEqualsSeparateKernels) {
   CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 132);         // 3 row pairs, some 2
   CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 128);         // 3 row pairs a warp
   CheckFusedGemv(1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 64);          // 3 ahead, 3 after
+}
+
+// y = prior + W x with each row split over warps (split_row_gemv.cuh), against a double loop over the
+// same bf16/f16 weight values; y holds the prior, which must be added exactly once.
+void CheckSplitRow(int rows, int in, ElemType wtype) {
+  auto rng = testing::FreshRng();
+  const auto wf = testing::RandomNormal(rng, size_t(rows) * in, 0.05f);
+  const auto x = testing::RandomNormal(rng, size_t(in));
+  const auto prior = testing::RandomNormal(rng, size_t(rows));
+  std::vector<uint16_t> wbits(wf.size());
+  std::vector<float> wv(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    wbits[i] = wtype == ElemType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
+    wv[i] = wtype == ElemType::kBF16 ? Bf16ToF32(wbits[i]) : F16ToF32(wbits[i]);
+  }
+  std::vector<double> ref(rows), abs_sum(rows);
+  for (int o = 0; o < rows; ++o) {
+    double s = prior[o], a = std::fabs(prior[o]);
+    for (int k = 0; k < in; ++k) {
+      const double p = double(wv[size_t(o) * in + k]) * x[k];
+      s += p;
+      a += std::fabs(p);
+    }
+    ref[o] = s;
+    abs_sum[o] = a;
+  }
+  DeviceBuffer<uint16_t> dw(wbits);
+  DeviceBuffer<float> dx(x), dy(prior);
+  ASSERT_TRUE(SplitRowAddGemvTakes(in, wtype));
+  CUDA_OK(LaunchSplitRowAddGemv(dx.get(), dw.get(), wtype, dy.get(), rows, in, cudaStreamPerThread, false));
+  // Tolerance: as CheckGemv's, fp32 accumulation in some order over in + 1 terms (the prior included):
+  // |error| <= (in + 1) * 2^-24 * (|prior| + sum_k |w_k x_k|). A lost quarter of a row or a prior added
+  // twice errs by ~|w||x| sqrt(in / 4) or |prior|, far above it.
+  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return (in + 1) * 0x1p-24 * abs_sum[i]; },
+                 "split-row gemv rows=" + std::to_string(rows) + " in=" + std::to_string(in));
+  // Deterministic: a second launch from the same prior gives the same bits.
+  const std::vector<float> first = dy.Download();
+  DeviceBuffer<float> dy2(prior);
+  CUDA_OK(LaunchSplitRowAddGemv(dx.get(), dw.get(), wtype, dy2.get(), rows, in, cudaStreamPerThread, false));
+  const std::vector<float> second = dy2.Download();
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+}
+
+TEST(GemvGpu, SplitRowAddGemvMatchesCpu) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckSplitRow(1024, 2048, ElemType::kBF16);  // qwen3-0.6b O
+  CheckSplitRow(1024, 3072, ElemType::kBF16);  // qwen3-0.6b down
+  CheckSplitRow(1023, 1024, ElemType::kF16);   // an odd row count: the last block's second row absent
+  CheckSplitRow(64, 4096, ElemType::kBF16);    // four loads a lane
+  EXPECT_FALSE(SplitRowAddGemvTakes(3000, ElemType::kBF16));
+  EXPECT_FALSE(SplitRowAddGemvTakes(5120, ElemType::kBF16));
+  EXPECT_FALSE(SplitRowAddGemvTakes(1024, ElemType::kF32));
+  DeviceBuffer<uint16_t> w(8 * 1000);
+  DeviceBuffer<float> x(1000), y(8);
+  EXPECT_EQ(LaunchSplitRowAddGemv(x.get(), w.get(), ElemType::kBF16, y.get(), 8, 1000, nullptr, false),
+            cudaErrorInvalidValue);
 }
 
 TEST(GemvGpu, RejectsBadShapes) {
