@@ -1,5 +1,7 @@
 #include "kernels/split_row_gemv.cuh"
 
+#include <type_traits>
+
 #include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, the PDL calls, the probe
 #include "kernels/device_util.cuh"
 
@@ -9,20 +11,19 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kLaneK = 8;              // inputs a 16-byte load holds
 constexpr int kWarpK = 32 * kLaneK;    // inputs a warp covers with one load per lane
-
+constexpr int kRowsPerBlock = kThreads / 32 / kSplitRowWarps;
 
 // Warp w of block b: row b * kRowsPerBlock + w / kSplitRowWarps, quarter q = w % kSplitRowWarps, inputs
 // [q * in / kSplitRowWarps, ..) of which lane l sums k = l * 8 + 256 c + j (c < kChunks, j < 8) in that
 // order with fmaf, then the butterfly; the row's quarters are added in q order to the prior y.
-template <ElemType kW, int kChunks, int kSplit = kSplitRowWarps>
+template <ElemType kW, int kChunks>
 __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, const uint16_t* __restrict__ w,
                                                               float* y, int rows, int in,
                                                               unsigned long long* probe_stamps) {
-  constexpr int kRowsPerBlock = kThreads / 32 / kSplit;
   __shared__ float quarter[kThreads / 32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kRowsPerBlock + warp / kSplit, q = warp % kSplit;
-  const int k0 = q * (in / kSplit) + lane * kLaneK;
+  const int row = blockIdx.x * kRowsPerBlock + warp / kSplitRowWarps, q = warp % kSplitRowWarps;
+  const int k0 = q * (in / kSplitRowWarps) + lane * kLaneK;
   detail::LaunchProbe probe;  // SetDecodeProbe
   probe.Begin(probe_stamps, blockIdx.x == 0);
   // The weights do not depend on the previous kernel: in flight before the wait.
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, co
   if (leader) {
     float s = quarter[warp];
 #pragma unroll
-    for (int i = 1; i < kSplit; ++i) s += quarter[warp + i];
+    for (int i = 1; i < kSplitRowWarps; ++i) s += quarter[warp + i];
     y[row] = prior + s;
   }
 }
@@ -66,18 +67,17 @@ __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, co
 template <ElemType kW>
 cudaError_t LaunchTyped(const float* x, const void* w, float* y, int rows, int in, cudaStream_t stream,
                         bool programmatic) {
-  constexpr int kRowsPerBlock = kThreads / 32 / kSplitRowWarps;
-  const dim3 grid((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  const auto* wp = static_cast<const uint16_t*>(w);
-  switch (in / (kWarpK * kSplitRowWarps)) {
-    case 1: return LaunchDecodeKernel(SplitRowAddKernel<kW, 1>, grid, dim3(kThreads), 0, stream, programmatic,
-                                      x, wp, y, rows, in, NextDecodeProbeSlot());
-    case 2: return LaunchDecodeKernel(SplitRowAddKernel<kW, 2>, grid, dim3(kThreads), 0, stream, programmatic,
-                                      x, wp, y, rows, in, NextDecodeProbeSlot());
-    case 3: return LaunchDecodeKernel(SplitRowAddKernel<kW, 3>, grid, dim3(kThreads), 0, stream, programmatic,
-                                      x, wp, y, rows, in, NextDecodeProbeSlot());
-    case 4: return LaunchDecodeKernel(SplitRowAddKernel<kW, 4>, grid, dim3(kThreads), 0, stream, programmatic,
-                                      x, wp, y, rows, in, NextDecodeProbeSlot());
+  const auto launch = [&](auto chunks) {
+    return LaunchDecodeKernel(SplitRowAddKernel<kW, decltype(chunks)::value>,
+                              dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(kThreads), 0, stream,
+                              programmatic, x, static_cast<const uint16_t*>(w), y, rows, in,
+                              NextDecodeProbeSlot());
+  };
+  switch (in / (kWarpK * kSplitRowWarps)) {  // 16-byte loads a lane (SplitRowAddGemvTakes: 1..4)
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 3: return launch(std::integral_constant<int, 3>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
   }
   return cudaErrorInvalidValue;
 }
