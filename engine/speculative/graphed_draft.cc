@@ -304,6 +304,15 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
     return kernels::LaunchFusedGemv(x, norm_w, norm_type, eps, segs, n, w_type, in, epi, max_blocks_, stream, pdl,
                                     std::max(rows_per_warp, 1));
   };
+  // h_ += W x (the O and down projections): a split-row GEMV where the shape asks for one and takes w,
+  // else the fused GEMV's residual epilogue.
+  const auto residual_gemv = [&](const float* x, const Weight* w, int in, bool split) {
+    if (split && kernels::SplitRowAddGemvTakes(in, type(w))) {
+      return kernels::LaunchSplitRowAddGemv(x, data(w), type(w), h_, D, in, stream, pdl);
+    }
+    const kernels::GemvSegment seg[1] = {{data(w), h_, D}};
+    return layer_gemv(x, nullptr, ElemType::kF32, seg, 1, type(w), in, kernels::GemvEpilogue::kAddTo);
+  };
   const Weight& table = lm_->token_embedding();
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedding(CudaBackend::Data(table), type(&table),
                                                         table.rows(), D, &state->token, 1, h_, stream));
@@ -346,27 +355,13 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape) {
                                                                     H, Hkv, d, scale, stream, &state->pos));
       }
     }
-    if (shape.split_o && kernels::SplitRowAddGemvTakes(H * d, type(r.o))) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(
-          kernels::LaunchSplitRowAddGemv(attn_, data(r.o), type(r.o), h_, D, H * d, stream, pdl));
-    } else {
-      const kernels::GemvSegment o[1] = {{data(r.o), h_, D}};
-      SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(attn_, nullptr, ElemType::kF32, o, 1, type(r.o), H * d,
-                                              kernels::GemvEpilogue::kAddTo));
-    }
+    SPECGEN_CUDA_RETURN_IF_ERROR(residual_gemv(attn_, r.o, H * d, shape.split_o));
     // The up segment's y is unused by kSwiGlu (the product lands in the gate's y).
     const kernels::GemvSegment gate_up[2] = {{data(r.gate), act_, F}, {data(r.up), act_, F}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.ffn_norm), type(r.ffn_norm), gate_up, 2,
                                             type(r.gate), D, kernels::GemvEpilogue::kSwiGlu,
                                             shape.gate_up_rows));
-    if (shape.split_down && kernels::SplitRowAddGemvTakes(F, type(r.down))) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(
-          kernels::LaunchSplitRowAddGemv(act_, data(r.down), type(r.down), h_, D, F, stream, pdl));
-    } else {
-      const kernels::GemvSegment down[1] = {{data(r.down), h_, D}};
-      SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(act_, nullptr, ElemType::kF32, down, 1, type(r.down), F,
-                                              kernels::GemvEpilogue::kAddTo));
-    }
+    SPECGEN_CUDA_RETURN_IF_ERROR(residual_gemv(act_, r.down, F, shape.split_down));
   }
   const Weight& head = lm_->output_head();
   const kernels::GemvSegment logits[1] = {{CudaBackend::Data(head), logits_, static_cast<int>(head.rows())}};

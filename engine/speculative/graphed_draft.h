@@ -15,8 +15,9 @@
 // Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
 // GEMV/norm/RoPE code repeats the Backend ops' arithmetic, but the attention (the graph's single-query
 // decode kernel for head_dim 64/128/256, the persistent kernel's own) and the split-row O and down
-// GEMVs (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and the eager launches of the same kernels agree bit for bit; the persistent kernel
-// is deterministic (same inputs, same bits).
+// GEMVs (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and
+// the eager launches of the same kernels agree bit for bit; the persistent kernel is deterministic
+// (same inputs, same bits).
 #pragma once
 
 #include <cuda_runtime_api.h>
