@@ -318,6 +318,15 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
 
 }  // namespace
 
+bool ProgrammaticLaunchSupported(int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
 void SetDecodeProbe(unsigned long long* stamps) {
   g_decode_probe = stamps;
   g_decode_probe_launches = 0;

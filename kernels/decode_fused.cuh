@@ -37,6 +37,9 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
 // the next one's blocks can be scheduled (and start fetching their weights) during its tail. Both are
 // no-ops for a kernel launched without the attribute. A kernel launched without it still waits for the
 // previous one.
+// Whether `device` takes programmatic dependent launch (compute capability 9.0+); false when it cannot
+// be asked. Launching with the attribute elsewhere is the caller's error.
+bool ProgrammaticLaunchSupported(int device);
 #ifdef __CUDACC__
 __device__ __forceinline__ void WaitForPrecedingGrid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

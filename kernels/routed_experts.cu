@@ -236,13 +236,12 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
 // layer shrink and results do not change.
 bool ProgrammaticLaunch() {
   static const bool supported = [] {
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
-    return major >= 9;
+    return ProgrammaticLaunchSupported(device);
   }();
   return supported;
 }

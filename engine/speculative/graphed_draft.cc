@@ -257,13 +257,12 @@ absl::Status GraphedDraft::Allocate() {
                                                         static_cast<int>(s.head_dim),
                                                         static_cast<double>(s.rope_theta),
                                                         backend_->stream()));
-  int device = 0, sms = 0, major = 0;
+  int device = 0, sms = 0;
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   sms_ = std::max(sms, 1);
   max_blocks_ = sms_ * 8;  // 8 blocks of 256 threads fill a multiprocessor
-  programmatic_ = major >= 9;
+  programmatic_ = kernels::ProgrammaticLaunchSupported(device);
   return absl::OkStatus();
 }
 
