@@ -20,29 +20,42 @@ namespace {
 using testing::DeviceBuffer;
 using testing::ExpectAllClose;
 
+// Weights rounded to wtype (bf16 or f16): the bits the kernel reads and their exact fp32 values, which
+// the references below multiply (so that only the kernels' accumulation order is under test).
+struct RoundedWeights {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+RoundedWeights Round(const std::vector<float>& wf, ElemType wtype) {
+  RoundedWeights w{std::vector<uint16_t>(wf.size()), std::vector<float>(wf.size())};
+  for (size_t i = 0; i < wf.size(); ++i) {
+    w.bits[i] = wtype == ElemType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
+    w.values[i] = wtype == ElemType::kBF16 ? Bf16ToF32(w.bits[i]) : F16ToF32(w.bits[i]);
+  }
+  return w;
+}
+
+// *sum += sum_k w[k] x[k] and *abs_sum += sum_k |w[k] x[k]| over k < in, in double.
+void AddDot(const float* w, const float* x, int in, double* sum, double* abs_sum) {
+  for (int k = 0; k < in; ++k) {
+    const double p = double(w[k]) * x[k];
+    *sum += p;
+    *abs_sum += std::fabs(p);
+  }
+}
+
 void CheckGemv(int n, int out, int in, ElemType wtype) {
   auto rng = testing::FreshRng();
   const auto wf = testing::RandomNormal(rng, size_t(out) * in, 0.05f);
   const auto x = testing::RandomNormal(rng, size_t(n) * in);
-  std::vector<uint16_t> wbits(wf.size());
-  std::vector<float> wv(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    wbits[i] = wtype == ElemType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
-    wv[i] = wtype == ElemType::kBF16 ? Bf16ToF32(wbits[i]) : F16ToF32(wbits[i]);
-  }
+  const RoundedWeights w = Round(wf, wtype);
   std::vector<double> ref(size_t(n) * out), abs_sum(size_t(n) * out);
   for (int t = 0; t < n; ++t)
     for (int o = 0; o < out; ++o) {
-      double s = 0, a = 0;
-      for (int k = 0; k < in; ++k) {
-        const double p = double(wv[size_t(o) * in + k]) * x[size_t(t) * in + k];
-        s += p;
-        a += std::fabs(p);
-      }
-      ref[size_t(t) * out + o] = s;
-      abs_sum[size_t(t) * out + o] = a;
+      const size_t i = size_t(t) * out + o;
+      AddDot(&w.values[size_t(o) * in], &x[size_t(t) * in], in, &ref[i], &abs_sum[i]);
     }
-  DeviceBuffer<uint16_t> dw(wbits);
+  DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<float> dx(x), dy(size_t(n) * out);
   CUDA_OK(LaunchGemv(dw.get(), wtype, dx.get(), dy.get(), n, out, in, cudaStreamPerThread));
   // Tolerance: the reference uses the very same bf16/f16 weight values (the dtype's own rounding,
@@ -169,24 +182,14 @@ void CheckSplitRow(int rows, int in, ElemType wtype) {
   const auto wf = testing::RandomNormal(rng, size_t(rows) * in, 0.05f);
   const auto x = testing::RandomNormal(rng, size_t(in));
   const auto prior = testing::RandomNormal(rng, size_t(rows));
-  std::vector<uint16_t> wbits(wf.size());
-  std::vector<float> wv(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    wbits[i] = wtype == ElemType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
-    wv[i] = wtype == ElemType::kBF16 ? Bf16ToF32(wbits[i]) : F16ToF32(wbits[i]);
-  }
+  const RoundedWeights w = Round(wf, wtype);
   std::vector<double> ref(rows), abs_sum(rows);
   for (int o = 0; o < rows; ++o) {
-    double s = prior[o], a = std::fabs(prior[o]);
-    for (int k = 0; k < in; ++k) {
-      const double p = double(wv[size_t(o) * in + k]) * x[k];
-      s += p;
-      a += std::fabs(p);
-    }
-    ref[o] = s;
-    abs_sum[o] = a;
+    ref[o] = prior[o];
+    abs_sum[o] = std::fabs(prior[o]);
+    AddDot(&w.values[size_t(o) * in], x.data(), in, &ref[o], &abs_sum[o]);
   }
-  DeviceBuffer<uint16_t> dw(wbits);
+  DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<float> dx(x), dy(prior);
   ASSERT_TRUE(SplitRowAddGemvTakes(in, wtype));
   CUDA_OK(LaunchSplitRowAddGemv(dx.get(), dw.get(), wtype, dy.get(), rows, in, cudaStreamPerThread, false));
