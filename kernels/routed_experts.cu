@@ -153,11 +153,6 @@ __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const
     for (int t = 0; t < kMaxT; ++t) acc[r][t] = detail::WarpSum(acc[r][t]);
 }
 
-template <ElemType kW>
-__host__ __device__ constexpr size_t ElemBytes() {
-  return kW == ElemType::kF32 ? 4 : 2;
-}
-
 // grid (ffn / kWarps rounded up, min(n k, experts)): block y = the y-th active expert, warp = one row of
 // gate and up for all the expert's tokens; writes silu(g) u as SwiGluKernel does.
 template <ElemType kW, bool kChunked>
@@ -174,7 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
   for (int t = 0; t < kMaxT; ++t) {
     xs[t] = x + static_cast<int64_t>(t < m ? plan.slot_token[first + t] : 0) * tab.hidden;
   }
-  const size_t off = static_cast<size_t>(row) * tab.hidden * ElemBytes<kW>();
+  const size_t off = static_cast<size_t>(row) * tab.hidden * ElemBytes(kW);
   const void* const rows[2] = {static_cast<const char*>(tab.gate[e]) + off, static_cast<const char*>(tab.up[e]) + off};
   float gu[2][kMaxT];
   RowDots<kW, kChunked, 2>(rows, xs, m, tab.hidden, gu);
@@ -203,7 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) xs[t] = plan.act + static_cast<int64_t>(first + (t < m ? t : 0)) * tab.ffn;
   const void* const rows[1] = {static_cast<const char*>(tab.down[plan.expert[u]]) +
-                               static_cast<size_t>(row) * tab.ffn * ElemBytes<kW>()};
+                               static_cast<size_t>(row) * tab.ffn * ElemBytes(kW)};
   float y[1][kMaxT];
   RowDots<kW, kChunked, 1>(rows, xs, m, tab.ffn, y);
   LetDependentsLaunch();  // as in GateUpKernel
