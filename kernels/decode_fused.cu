@@ -259,6 +259,20 @@ __global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_t
   state->pos = pos;
 }
 
+// LaunchDecodeInput: one block. No early trigger for dependents: the attention reads the position
+// before its PDL wait, so nothing may start before this kernel has ended.
+__global__ void DecodeInputKernel(DecodeInput in) {
+  const int32_t token = in.device_token != nullptr ? *in.device_token : in.host_token;
+  if (threadIdx.x == 0) {
+    in.state->token = token;
+    in.state->pos = in.pos;
+  }
+  const bool valid = token >= 0 && token < in.vocab;
+  for (int i = threadIdx.x; i < in.dim; i += blockDim.x) {
+    in.out[i] = valid ? detail::LoadAsF32(in.table, in.table_type, static_cast<int64_t>(token) * in.dim + i) : NAN;
+  }
+}
+
 // One block of T threads (RmsNormKernel's block for dim = head_dim) per q, k or v head.
 __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float* __restrict__ k,
                                        const float* __restrict__ v, float* q_out,
@@ -341,6 +355,34 @@ cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token
   SPECGEN_KERNEL_REQUIRE(state != nullptr && pos >= 0);
   SetDecodeStateKernel<<<1, 1, 0, stream>>>(state, device_token, host_token, pos);
   return cudaGetLastError();
+}
+
+namespace {
+
+constexpr int kInputThreads = 256;
+
+bool DecodeInputValid(const DecodeInput& in) {
+  return in.state != nullptr && in.pos >= 0 && in.table != nullptr && in.vocab > 0 && in.dim > 0 &&
+         in.out != nullptr;
+}
+
+}  // namespace
+
+cudaError_t LaunchDecodeInput(const DecodeInput& in, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(DecodeInputValid(in));
+  DecodeInputKernel<<<1, kInputThreads, 0, stream>>>(in);
+  return cudaGetLastError();
+}
+
+cudaError_t SetDecodeInputNodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, const DecodeInput& in) {
+  SPECGEN_KERNEL_REQUIRE(exec != nullptr && node != nullptr && DecodeInputValid(in));
+  void* args[] = {const_cast<DecodeInput*>(&in)};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(DecodeInputKernel);
+  p.gridDim = dim3(1);
+  p.blockDim = dim3(kInputThreads);
+  p.kernelParams = args;
+  return cudaGraphExecKernelNodeSetParams(exec, node, &p);
 }
 
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,

@@ -23,10 +23,31 @@ struct DecodeState {
   int32_t pos;    // its position = the KV row it is stored at = the committed cache length
 };
 
-// state->token = device_token ? *device_token : host_token; state->pos = pos. One thread; queued
-// before each replay (outside the graph).
+// state->token = device_token ? *device_token : host_token; state->pos = pos. One thread.
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream);
+
+// A decode step's input, as one kernel: LaunchSetDecodeState's state (token = *device_token when set,
+// else host_token; pos) and LaunchEmbedding's row of that token into out (NaN for a token outside
+// [0, vocab)). The graphed draft's first node: SetDecodeInputNodeArgs gives it each replay's token and
+// position, so a replayed token is one graph launch and nothing else (no state kernel queued between
+// two replays; see GraphedDraft::Decode).
+struct DecodeInput {
+  DecodeState* state = nullptr;
+  const int32_t* device_token = nullptr;  // or null: host_token
+  int32_t host_token = 0;
+  int32_t pos = 0;
+  const void* table = nullptr;  // [vocab, dim] of table_type, device
+  ElemType table_type = ElemType::kBF16;
+  int64_t vocab = 0;
+  int dim = 0;
+  float* out = nullptr;  // [dim] fp32, device
+};
+cudaError_t LaunchDecodeInput(const DecodeInput& in, cudaStream_t stream);
+// Replaces the arguments of a captured LaunchDecodeInput in `exec` (effective from its next launch;
+// launches already queued keep theirs). `node`: that launch's node in the graph `exec` was instantiated
+// from.
+cudaError_t SetDecodeInputNodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, const DecodeInput& in);
 
 // Programmatic dependent launch (PDL, sm_90+): a kernel launched with `programmatic` may start while
 // the stream's previous kernel is still running. Every decode kernel here (and in attention.cu) issues

@@ -32,6 +32,7 @@
 
 namespace specgen {
 namespace kernels {
+struct DecodeInput;
 struct PersistentDecodeParams;
 }  // namespace kernels
 
@@ -124,8 +125,13 @@ class GraphedDraft {
   static constexpr int64_t kLongContext = 384;
   static int ShapeIndex(int64_t pos) { return pos < kLongContext ? 0 : 1; }
   GemvShape ShapeFor(int index) const;
-  absl::Status Enqueue(bool programmatic, const GemvShape& shape);
-  absl::Status Capture(bool programmatic, int index);
+  // The step's first kernel's arguments: the token (*device_token when set, else host_token), its
+  // position, the embedding table and the residual it starts.
+  kernels::DecodeInput InputFor(const int32_t* device_token, int32_t host_token, int32_t pos) const;
+  absl::Status Enqueue(bool programmatic, const GemvShape& shape, const kernels::DecodeInput& input);
+  // Captures Enqueue into graph_[index] / exec_[index], and finds its first node (the input kernel,
+  // whose arguments each replay replaces).
+  absl::Status Capture(bool programmatic, int index, const kernels::DecodeInput& in);
 
   CudaBackend* backend_;
   Transformer* lm_;
@@ -143,6 +149,8 @@ class GraphedDraft {
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
   cudaGraphExec_t exec_[kShapes] = {nullptr, nullptr};  // a graph per shape, captured when first used
+  cudaGraph_t graph_[kShapes] = {nullptr, nullptr};     // kept: input_node_ are its nodes
+  cudaGraphNode_t input_node_[kShapes] = {nullptr, nullptr};  // the graph's LaunchDecodeInput
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState
   float* h_ = nullptr;     // [D] residual stream
