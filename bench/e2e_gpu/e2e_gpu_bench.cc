@@ -11,6 +11,7 @@
 //    grid: the fused GEMVs' blocks per multiprocessor.
 //    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth). qkv_rows, gu_rows > 0:
 //    one GEMV shape (GraphedDraft::SetGemvRowsPerWarp) at every position instead of the draft's choice.
+//  - BM_DraftDecodeQwen3_1_7B: the graph path on synth:qwen3-1.7b (4x the bytes a layer, the same chain).
 //  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
 //    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
 //    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
@@ -69,18 +70,19 @@ std::filesystem::path SourceDir() {
   return SPECGEN_SOURCE_DIR;
 }
 
-// synth:qwen3-0.6b in bf16, resident on a fresh CudaBackend (4 GiB arena) with a 2048-slot cache:
-// the model every draft-decode benchmark here measures. `narrow`: the same 28 layers and kernels with
-// every matrix shrunk (2 query heads, 1 kv head, FFN 256, vocabulary 4096; 0.9 MB a layer), so that a
-// token's time is what the chain of kernels costs by itself, whatever the weight bytes.
+// synth:qwen3-0.6b in bf16 (or the synth model `name`), resident on a fresh CudaBackend (an arena of
+// its weights + 2 GiB) with a 2048-slot cache: the model every draft-decode benchmark here measures.
+// `narrow`: the same 28 layers and kernels with every matrix shrunk (2 query heads, 1 kv head, FFN
+// 256, vocabulary 4096; 0.9 MB a layer), so that a token's time is what the chain of kernels costs by
+// itself, whatever the weight bytes.
 struct QwenDraft {
   ModelSpec spec;
   std::unique_ptr<CudaBackend> backend;
   std::unique_ptr<Transformer> lm;
 };
-absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft(bool narrow) {
+absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft(bool narrow, const std::string& name = "qwen3-0.6b") {
   auto d = std::make_unique<QwenDraft>();
-  ASSIGN_OR_RETURN(d->spec, SynthSpec("qwen3-0.6b"));
+  ASSIGN_OR_RETURN(d->spec, SynthSpec(name));
   if (narrow) {
     d->spec.n_heads = 2;
     d->spec.n_kv_heads = 1;
@@ -88,8 +90,9 @@ absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft(bool narrow) {
     d->spec.vocab_size = 4096;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(d->spec, DType::kBF16, 1));
+  ASSIGN_OR_RETURN(const size_t weight_bytes, SynthBytes(d->spec, DType::kBF16));
   CudaBackendOptions o;
-  o.arena_bytes = size_t{4} << 30;
+  o.arena_bytes = std::max(size_t{4} << 30, weight_bytes + (size_t{2} << 30));
   ASSIGN_OR_RETURN(d->backend, CudaBackend::Create(o));
   TransformerOptions topt;
   topt.max_context = 2048;
@@ -98,12 +101,13 @@ absl::StatusOr<std::unique_ptr<QwenDraft>> MakeQwenDraft(bool narrow) {
   return d;
 }
 // The same, or null with the benchmark marked skipped (no device, or a failure).
-std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state, bool narrow = false) {
+std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state, bool narrow = false,
+                                           const std::string& name = "qwen3-0.6b") {
   if (!CudaBackend::DeviceAvailable()) {
     state.SkipWithError("no CUDA device");
     return nullptr;
   }
-  auto d = MakeQwenDraft(narrow);
+  auto d = MakeQwenDraft(narrow, name);
   if (!d.ok()) {
     state.SkipWithError(std::string(d.status().message()).c_str());
     return nullptr;
@@ -111,28 +115,25 @@ std::unique_ptr<QwenDraft> QwenDraftOrSkip(benchmark::State& state, bool narrow 
   return std::move(d).value();
 }
 
-void BM_DraftDecode(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state, state.range(2) == 1);
-  if (draft == nullptr) return;
+// One draft-decode measurement: 64 tokens decoded from a context of `context`, by `path`
+// (args as BM_DraftDecode's: pdl, grid, qkv_rows / gu_rows, narrow 2 = layer 0's weights throughout).
+void DraftDecode(benchmark::State& state, QwenDraft* draft, int context, DraftDecodePath path, bool pdl,
+                 int grid, int qkv_rows, int gu_rows, bool share_layer_weights) {
   const ModelSpec* spec = &draft->spec;
   std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
   std::unique_ptr<Transformer>* lm = &draft->lm;
   auto bytes = SynthBytes(*spec, DType::kBF16);
   const double table = double(spec->vocab_size) * spec->hidden * 2;
   const double read_bytes = double(*bytes) - (spec->tied_embeddings ? 0.0 : table - spec->hidden * 2);
-  const int context = static_cast<int>(state.range(0));
-  const auto path = static_cast<DraftDecodePath>(state.range(1));
   std::unique_ptr<GraphedDraft> graphed;
   if (path != DraftDecodePath::kTransformer) {
     auto g = GraphedDraft::Create(be->get(), lm->get(), path);
     if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
     graphed = std::move(g).value();
-    if (state.range(3) == 0) graphed->DisableProgrammaticLaunch();
-    if (state.range(4) != 8) graphed->SetGemvBlocksPerSm(static_cast<int>(state.range(4)));
-    if (state.range(5) > 0) {
-      graphed->SetGemvRowsPerWarp(static_cast<int>(state.range(5)), static_cast<int>(state.range(6)));
-    }
-    if (state.range(2) == 2) graphed->ShareLayerWeightsForBenchmark();
+    if (!pdl) graphed->DisableProgrammaticLaunch();
+    if (grid != 8) graphed->SetGemvBlocksPerSm(grid);
+    if (qkv_rows > 0) graphed->SetGemvRowsPerWarp(qkv_rows, gu_rows);
+    if (share_layer_weights) graphed->ShareLayerWeightsForBenchmark();
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);
@@ -180,16 +181,23 @@ void BM_DraftDecode(benchmark::State& state) {
   std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
   if (graphed && graphed->path() != DraftDecodePath::kPersistent) {
     label += graphed->programmatic() ? ", PDL" : ", no PDL";
-    label += ", GEMV grid " + std::to_string(state.range(4)) + "/SM";
-    if (state.range(5) > 0) {
-      label += ", rows a warp QKV " + std::to_string(state.range(5)) + " gate/up " +
-               std::to_string(state.range(6));
+    label += ", GEMV grid " + std::to_string(grid) + "/SM";
+    if (qkv_rows > 0) {
+      label += ", rows a warp QKV " + std::to_string(qkv_rows) + " gate/up " + std::to_string(gu_rows);
     }
   }
   if (graphed && !graphed->fallback_reason().empty()) label += " (fallback: " + graphed->fallback_reason() + ")";
   state.SetLabel(label);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+}
+
+void BM_DraftDecode(benchmark::State& state) {
+  auto draft = QwenDraftOrSkip(state, state.range(2) == 1);
+  if (draft == nullptr) return;
+  DraftDecode(state, draft.get(), static_cast<int>(state.range(0)), static_cast<DraftDecodePath>(state.range(1)),
+              state.range(3) != 0, static_cast<int>(state.range(4)), static_cast<int>(state.range(5)),
+              static_cast<int>(state.range(6)), state.range(2) == 2);
 }
 BENCHMARK(BM_DraftDecode)
     ->ArgNames({"ctx", "path", "narrow", "pdl", "grid", "qkv_rows", "gu_rows"})
@@ -208,6 +216,18 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 2, 0, 1, 8, 2, 1})->Args({512, 2, 0, 1, 8, 2, 1})->Args({1900, 2, 0, 1, 8, 2, 1})
     ->Args({32, 2, 0, 1, 8, 2, 2})->Args({512, 2, 0, 1, 8, 2, 2})->Args({1900, 2, 0, 1, 8, 2, 2})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The same graph-replayed decode (the draft's own GEMV shapes) on synth:qwen3-1.7b in bf16 (hidden
+// 2048, FFN 6144: 3.4 GB of weights read a token, 4x qwen3-0.6b's a layer over the same 28 layers and
+// kernel chain): how the fraction of the HBM floor grows with the bytes each kernel of the chain reads.
+void BM_DraftDecodeQwen3_1_7B(benchmark::State& state) {
+  auto draft = QwenDraftOrSkip(state, false, "qwen3-1.7b");
+  if (draft == nullptr) return;
+  DraftDecode(state, draft.get(), static_cast<int>(state.range(0)), DraftDecodePath::kGraph, true, 8, 0, 0,
+              false);
+}
+BENCHMARK(BM_DraftDecodeQwen3_1_7B)
+    ->ArgNames({"ctx"})->Arg(32)->Arg(512)->Arg(1900)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
 // (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once) at context ctx,
