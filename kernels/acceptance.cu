@@ -79,7 +79,9 @@ __global__ void AcceptFinishKernel(const float* __restrict__ q, const float* __r
     }
     if (lane == 0) {
       emit_s[i] = emit;
-      logprob_s[i] = emit >= 0 ? logf(pi[emit]) : -INFINITY;
+      // Greedy emits the argmax of the one-hot p_i, whose log-probability is log 1 = 0: p is not read
+      // (so it may be the raw logits, see LaunchAcceptance).
+      logprob_s[i] = emit < 0 ? -INFINITY : mode == AcceptKernelMode::kGreedy ? 0.f : logf(pi[emit]);
       accept_s[i] = accept;
     }
   }

@@ -35,7 +35,9 @@ size_t AcceptanceWorkspaceBytes(int k);
 // absolute position first_position + i; draft x_i (i < k) sits at that same position.
 //   q       [k, vocab] fp32 probabilities the drafts were drawn from, device (read in kRejection
 //           only; may be null otherwise)
-//   p       [k+1, vocab] fp32 processed target probabilities, device
+//   p       [k+1, vocab] fp32 processed target probabilities, device; in kGreedy only their
+//           argmax is used, so the raw logits may be passed instead (the same tokens; logprobs 0, the
+//           log of the one-hot's 1)
 //   drafts  [k] int32 draft tokens, device (an id outside [0, vocab) is rejected)
 //   k       0..kAcceptMaxDraft
 //   seed    the sampling seed (SamplingParams::seed)

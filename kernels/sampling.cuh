@@ -43,7 +43,8 @@ size_t SampleWorkspaceBytes(int rows);
 // tokens[r] = a draw from the distribution proportional to weights[r, :] (>= 0, need not be
 // normalized): argmax over ids with weight > 0 of log(weight) + Gumbel(seed, first_position + r,
 // purpose, id), ties to the lower id, -1 if all weights are 0 (= specgen::SampleGumbelMax).
-// greedy: tokens[r] = argmax of weights[r, :] (ties to the lowest id), no randomness.
+// greedy: tokens[r] = argmax of weights[r, :] (ties to the lowest id), no randomness; here the weights
+// may be any floats (raw logits too: the argmax of the logits is that of their one-hot processing).
 //   purpose  a specgen::RandomPurpose value (kTargetSample = 1, kDraftSample = 2, ...)
 //   tokens   [rows] int32, device
 cudaError_t LaunchSampleTokens(const float* weights, int rows, int vocab, bool greedy,

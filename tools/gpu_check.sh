@@ -39,7 +39,7 @@ if [ "$what" != tests ]; then
     --benchmark_out_format=json > "$OUT/bench_e2e.log" 2>&1
   echo "bench_e2e $?" >> "$rc"
   timeout 120 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true \
-    --benchmark_filter='Gemv|RoutedExperts|Attention|ProcessAndSample|VerifySampling|Acceptance' \
+    --benchmark_filter='Gemv|RoutedExperts|Attention|ProcessAndSample|GreedyDraftDraw|VerifySampling|Acceptance' \
     --benchmark_out="$OUT/bench_kernels.json" --benchmark_out_format=json > "$OUT/bench_kernels.log" 2>&1
   echo "bench_kernels $?" >> "$rc"
 fi

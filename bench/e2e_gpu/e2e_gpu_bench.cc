@@ -29,6 +29,8 @@
 //    traffic that is not the chain's does to its L2 round trips.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
+//  - BM_SpeculativeSynthPair: a Qwen3-sized pair (synth qwen3-0.6b draft, qwen3-1.7b target, random
+//    weights) through the same loop: what a step costs at a 151936-token vocabulary.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
 //    same loop), acceptance rate, τ, host syncs per step (result copies + other waits; should be 1)
@@ -807,6 +809,53 @@ BENCHMARK(BM_SpeculativeGeneration)
     ->ArgNames({"k", "greedy"})
     ->Args({0, 1})->Args({2, 1})->Args({4, 1})->Args({6, 1})->Args({0, 0})->Args({4, 0})
     ->Unit(benchmark::kMillisecond)->Iterations(4);
+
+// A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
+// (bf16, 151936-token vocabulary, random weights: their drafts are nearly always rejected, so a step
+// is k draft tokens, one verify pass and the acceptance), greedy, 64 new tokens after a 32-token
+// prompt. ms_per_step is what the loop costs per step at real sizes (arg k; k = 0: the target alone).
+void BM_SpeculativeSynthPair(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  auto make = [](const char* name, CudaBackend* be) -> absl::StatusOr<std::unique_ptr<Transformer>> {
+    ASSIGN_OR_RETURN(const ModelSpec spec, SynthSpec(name));
+    ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> weights, SynthWeights(spec, DType::kBF16, 1));
+    TransformerOptions topt;
+    topt.max_context = 512;
+    return Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights)), be, topt);
+  };
+  CudaBackendOptions o;
+  o.arena_bytes = size_t{8} << 30;
+  auto be = CudaBackend::Create(o);
+  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  auto target = make("qwen3-1.7b", be->get());
+  auto draft = make("qwen3-0.6b", be->get());
+  if (!target.ok() || !draft.ok()) return state.SkipWithError("cannot make the synthetic pair");
+  const int k = static_cast<int>(state.range(0));
+  SpeculativeOptions opt;
+  opt.draft_max = k;
+  opt.max_new_tokens = 64;
+  opt.sampling = SamplingParams::Greedy();
+  auto dec = DeviceSpeculativeDecoder::Create(be->get(), target->get(), k > 0 ? draft->get() : nullptr, opt);
+  if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
+  std::vector<int32_t> prompt(32);
+  for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919 + 11) % 151936;
+  int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    auto out = (*dec)->Generate(prompt);
+    if (!out.ok()) return state.SkipWithError(std::string(out.status().message()).c_str());
+    const SpeculativeStats& st = (*dec)->stats();
+    tokens += st.tokens;
+    seconds += st.total_seconds;
+    drafted += st.drafted;
+    accepted += st.accepted;
+    steps += (*dec)->syncs().steps;
+  }
+  state.counters["tokens_per_s"] = tokens / seconds;
+  state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
+  state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
+}
+BENCHMARK(BM_SpeculativeSynthPair)->ArgNames({"k"})->Arg(0)->Arg(4)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace specgen

@@ -245,6 +245,33 @@ BENCHMARK(BM_ProcessAndSample)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The greedy draft's draw of one token over a 151936-token vocabulary, as DeviceSpeculativeDecoder
+// makes it: arg 0 processing to the one-hot q, then the argmax draw over it (before); arg 1 the argmax
+// draw over the raw logits alone (greedy acceptance never reads q). GB/s = logits read / time.
+void BM_GreedyDraftDraw(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const bool process = state.range(0) == 0;
+  float* logits = nullptr;
+  const int copies = AllocLogitCopies(1, &logits);
+  float* probs = static_cast<float*>(DeviceAlloc(size_t(kVocab) * 4, 0));
+  int32_t* tok = static_cast<int32_t*>(DeviceAlloc(4, 0));
+  void* ws = DeviceAlloc(SampleWorkspaceBytes(1), 0);
+  if (!copies || !probs || !tok || !ws) return state.SkipWithError("cudaMalloc failed");
+  const SamplingConfig greedy{0.f, 0, 1.f, 0.f};
+  const double seconds = TimeLoop(state, 20, [&](int i) {
+    const float* row = logits + size_t(i % copies) * kVocab;
+    if (process) {
+      LaunchProcessLogits(row, 1, kVocab, greedy, probs, nullptr);
+      row = probs;
+    }
+    LaunchSampleTokens(row, 1, kVocab, true, 7, 1000 + i, 2, tok, ws, SampleWorkspaceBytes(1), nullptr);
+  }, double(kVocab) * 4);
+  state.SetLabel(process ? "process + draw (before)" : "draw over the logits");
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws})
+    cudaFree(p);
+}
+BENCHMARK(BM_GreedyDraftDraw)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // args: rows, mode: processing alone and the keyed draw alone (on processed rows), to split the cost.
 void BM_ProcessOnly(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");

@@ -168,6 +168,37 @@ TEST(SamplingGpu, KeyedDrawsMatchCpuTokenForToken) {
   }
 }
 
+// The greedy draft's shortcut (DeviceSpeculativeDecoder::Propose): the argmax draw over the raw
+// logits (negative, -inf, exact ties) is the token that processing + the draw over the one-hot rows
+// gives, and the CPU reference's argmax.
+TEST(SamplingGpu, GreedyDrawOverRawLogitsEqualsDrawOverProcessedRows) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  for (int v : {151936, 1001, 3}) {
+    const int rows = 5;
+    auto logits = RandomLogits(rng, rows, v, /*ties=*/true);  // many exact ties at the maximum
+    for (int i = 0; i < v; ++i) logits[size_t(1) * v + i] = -INFINITY;  // row 1: no finite logit
+    for (int i = 0; i < v; i += 2) logits[size_t(2) * v + i] = -INFINITY;
+    for (int i = 0; i < v; ++i) logits[size_t(3) * v + i] = -3.f - 1e-3f * static_cast<float>(i % 7);
+    DeviceBuffer<float> dl(logits), dp(logits.size());
+    DeviceBuffer<int32_t> direct(rows), processed(rows);
+    DeviceBuffer<uint8_t> ws(SampleWorkspaceBytes(rows));
+    const SamplingParams greedy = Params(0.0f, 0, 1.0f, 0.0f, 9);
+    direct.Poison();
+    processed.Poison();
+    CUDA_OK(LaunchSampleTokens(dl.get(), rows, v, true, 9, 100, 2, direct.get(), ws.get(), ws.size(), nullptr));
+    CUDA_OK(LaunchProcessLogits(dl.get(), rows, v, ToConfig(greedy), dp.get(), nullptr));
+    CUDA_OK(LaunchSampleTokens(dp.get(), rows, v, true, 9, 100, 2, processed.get(), ws.get(), ws.size(),
+                               nullptr));
+    const auto a = direct.Download(), b = processed.Download();
+    for (int r = 0; r < rows; ++r) {
+      const std::span<const float> row(&logits[size_t(r) * v], v);
+      EXPECT_EQ(a[r], b[r]) << "vocab " << v << " row " << r;
+      EXPECT_EQ(a[r], Argmax(row)) << "vocab " << v << " row " << r;
+    }
+  }
+}
+
 // Rows of q and p with real overlap: softmaxes of correlated logits, processed like the engine does.
 struct AcceptCase {
   std::vector<float> q, p;
@@ -237,6 +268,42 @@ TEST(AcceptanceGpu, MatchesCpuAcceptTokenForToken) {
   }
   std::printf("[ acceptance ] %d cases, %d drafts accepted\n", cases, total_accepted);
   EXPECT_GT(total_accepted, 0);  // the cases exercise acceptance, not only rejection
+}
+
+// Greedy acceptance over the target's raw logits (DeviceSpeculativeDecoder skips their processing)
+// decides exactly as over the processed one-hot rows: the same counts, tokens and logprobs (0).
+TEST(AcceptanceGpu, GreedyOverRawLogitsEqualsGreedyOverProcessedRows) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int v = 151936;
+  for (int k : {0, 1, 4, 8}) {
+    const auto logits = RandomLogits(rng, k + 1, v, /*ties=*/true);
+    std::vector<int32_t> drafts(k);
+    const int agree = k == 0 ? 0 : static_cast<int>(rng() % (k + 1));  // drafts that match the argmax
+    for (int i = 0; i < k; ++i) {
+      const int32_t top = Argmax(std::span<const float>(&logits[size_t(i) * v], v));
+      drafts[i] = i < agree ? top : (top + 1 + static_cast<int32_t>(rng() % 1000)) % v;
+    }
+    DeviceBuffer<float> dl(logits), dp(logits.size());
+    DeviceBuffer<int32_t> dd(drafts.empty() ? std::vector<int32_t>{0} : drafts);
+    DeviceBuffer<AcceptanceResult> raw(1), processed(1);
+    DeviceBuffer<uint8_t> ws(AcceptanceWorkspaceBytes(k));
+    CUDA_OK(LaunchProcessLogits(dl.get(), k + 1, v, ToConfig(Params(0.f, 0, 1.f, 0.f, 3)), dp.get(), nullptr));
+    CUDA_OK(LaunchAcceptance(nullptr, dl.get(), dd.get(), k, v, AcceptKernelMode::kGreedy, 3, 500, raw.get(),
+                             ws.get(), ws.size(), nullptr));
+    CUDA_OK(LaunchAcceptance(nullptr, dp.get(), dd.get(), k, v, AcceptKernelMode::kGreedy, 3, 500,
+                             processed.get(), ws.get(), ws.size(), nullptr));
+    const AcceptanceResult a = raw.Download()[0], b = processed.Download()[0];
+    EXPECT_EQ(a.n_accepted, agree) << "k " << k;
+    EXPECT_EQ(a.n_accepted, b.n_accepted) << "k " << k;
+    ASSERT_EQ(a.n_tokens, b.n_tokens) << "k " << k;
+    for (int i = 0; i <= kAcceptMaxDraft; ++i) {
+      EXPECT_EQ(a.tokens[i], b.tokens[i]) << "k " << k << " token " << i;
+      EXPECT_EQ(a.logprobs[i], b.logprobs[i]) << "k " << k << " logprob " << i;
+    }
+    // The token after the accepted drafts is the argmax of its row.
+    EXPECT_EQ(a.tokens[a.n_accepted], Argmax(std::span<const float>(&logits[size_t(a.n_accepted) * v], v)));
+  }
 }
 
 // ---- The two processing paths (a cluster of blocks per row on sm_90+, one block per row elsewhere)
