@@ -213,33 +213,46 @@ int AllocLogitCopies(int rows, float** out) {
 }
 
 // args: rows, mode (0 plain T=1, 1 T=0.8 top-k 40 top-p 0.95 min-p 0.05), path (0 default: the
-// cluster kernel on sm_90; 1 the one-block-per-row kernel, for comparison). Processing + one keyed
+// cluster kernel on sm_90; 1 the one-block-per-row kernel, for comparison; 2 LaunchProcessLogitsTopK,
+// the top-k-first path the speculative loop takes where it applies). Processing + one keyed
 // draw per row: the draft's per-token sampling cost (rows 1) and the target's k+1 rows. GB/s =
 // logits read (rows x 151936 x 4 B) / time.
 void BM_ProcessAndSample(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const int rows = state.range(0);
   const SamplingConfig cfg = BenchConfig(state.range(1));
-  const auto process = state.range(2) == 0 ? &LaunchProcessLogits
-                                           : &detail::LaunchProcessLogitsOneBlock;
+  const int path = static_cast<int>(state.range(2));
   float* logits = nullptr;
   const int copies = AllocLogitCopies(rows, &logits);
   float* probs = static_cast<float*>(DeviceAlloc(size_t(rows) * kVocab * 4, 0));
   int32_t* tok = static_cast<int32_t*>(DeviceAlloc(rows * 4, 0));
   void* ws = DeviceAlloc(SampleWorkspaceBytes(rows), 0);
-  if (!copies || !probs || !tok || !ws) return state.SkipWithError("cudaMalloc failed");
+  const size_t topk_bytes = ProcessTopKWorkspaceBytes(rows, kVocab);
+  void* topk_ws = DeviceAlloc(topk_bytes, 0);
+  if (!copies || !probs || !tok || !ws || !topk_ws) return state.SkipWithError("cudaMalloc failed");
   const double seconds = TimeLoop(state, 20, [&](int i) {
-    process(logits + size_t(i % copies) * rows * kVocab, rows, kVocab, cfg, probs, nullptr);
+    const float* l = logits + size_t(i % copies) * rows * kVocab;
+    if (path == 2) {
+      LaunchProcessLogitsTopK(l, rows, kVocab, cfg, probs, topk_ws, topk_bytes, nullptr);
+    } else if (path == 1) {
+      detail::LaunchProcessLogitsOneBlock(l, rows, kVocab, cfg, probs, nullptr);
+    } else {
+      LaunchProcessLogits(l, rows, kVocab, cfg, probs, nullptr);
+    }
     LaunchSampleTokens(probs, rows, kVocab, false, 7, 1000 + i, 1, tok, ws,
                        SampleWorkspaceBytes(rows), nullptr);
   }, double(rows) * kVocab * 4);
   StepRatios(state, seconds);
-  state.counters["cluster_path"] = state.range(2) == 0 && detail::ProcessLogitsUsesClusters(kVocab);
-  for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws})
+  state.counters["cluster_path"] = path == 0 && detail::ProcessLogitsUsesClusters(kVocab);
+  state.counters["topk_first"] = path == 2 && ProcessTopKApplies(kVocab, cfg);
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws, topk_ws})
     cudaFree(p);
 }
 BENCHMARK(BM_ProcessAndSample)
     ->ArgsProduct({{1, 5, 9}, {0, 1}, {0}})
+    ->Args({1, 1, 2})
+    ->Args({5, 1, 2})
+    ->Args({9, 1, 2})
     ->Args({1, 1, 1})
     ->Args({9, 1, 1})
     ->UseManualTime()
@@ -266,6 +279,7 @@ void BM_GreedyDraftDraw(benchmark::State& state) {
     }
     LaunchSampleTokens(row, 1, kVocab, true, 7, 1000 + i, 2, tok, ws, SampleWorkspaceBytes(1), nullptr);
   }, double(kVocab) * 4);
+  StepRatios(state, seconds);
   state.SetLabel(process ? "process + draw (before)" : "draw over the logits");
   for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws})
     cudaFree(p);

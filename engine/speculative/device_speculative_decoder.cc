@@ -113,7 +113,10 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   ASSIGN_OR_RETURN(result_, a.Allocate(sizeof(kernels::AcceptanceResult), "acceptance result"));
   accept_ws_bytes_ = std::max<size_t>(kernels::AcceptanceWorkspaceBytes(kMax), 256);
   ASSIGN_OR_RETURN(accept_ws_, a.Allocate(accept_ws_bytes_, "acceptance workspace"));
-  sample_ws_bytes_ = std::max<size_t>(kernels::SampleWorkspaceBytes(1), 256);
+  // Shared by the processing of up to kMax + 1 rows and the draft's draw: they run one after the
+  // other on the one stream.
+  sample_ws_bytes_ = std::max({kernels::SampleWorkspaceBytes(1),
+                               kernels::ProcessTopKWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256}});
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
@@ -191,7 +194,8 @@ absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& seque
     const float* weights = last;
     if (!greedy) {
       float* q_row = q_ + static_cast<size_t>(i) * v;
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogits(last, 1, v, config, q_row, stream));
+      SPECGEN_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchProcessLogitsTopK(last, 1, v, config, q_row, sample_ws_, sample_ws_bytes_, stream));
       weights = q_row;
     }
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(
@@ -257,8 +261,9 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     // one-hot processing: the target's k + 1 rows are not processed.
     const float* p = CudaBackend::Data(*logits);
     if (mode != kernels::AcceptKernelMode::kGreedy) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogits(p, k + 1, static_cast<int>(vocab),
-                                                                ToConfig(options_.sampling), p_, stream));
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogitsTopK(p, k + 1, static_cast<int>(vocab),
+                                                                    ToConfig(options_.sampling), p_, sample_ws_,
+                                                                    sample_ws_bytes_, stream));
       p = p_;
     }
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAcceptance(

@@ -86,7 +86,18 @@ bool AmbiguousCut(std::span<const float> logits, const SamplingParams& p) {
   return false;
 }
 
-void CheckProcess(int rows, int vocab, const SamplingParams& params, bool ties) {
+using ProcessLauncher = cudaError_t (*)(const float*, int, int, SamplingConfig, float*, cudaStream_t);
+
+// LaunchProcessLogitsTopK with a workspace of its own, in the launcher shape of the other paths.
+cudaError_t LaunchTopKFirst(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+                            cudaStream_t stream) {
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ProcessTopKWorkspaceBytes(rows, vocab), 16));
+  const cudaError_t e = LaunchProcessLogitsTopK(logits, rows, vocab, config, probs, ws.get(), ws.size(), stream);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(stream);  // before the workspace goes
+}
+
+void CheckProcess(int rows, int vocab, const SamplingParams& params, bool ties,
+                  ProcessLauncher launch = &LaunchProcessLogits) {
   auto rng = testing::FreshRng();
   // Inputs whose kept set is a numeric tie (AmbiguousCut) are drawn again: the check below is exact
   // about the kept set everywhere else (a top-p cut over the full vocabulary is a tie in ~1% of rows).
@@ -102,7 +113,7 @@ void CheckProcess(int rows, int vocab, const SamplingParams& params, bool ties) 
     std::printf("[ redraw ] a numeric tie at a cut (%s)\n", ToString(params).c_str());
   }
   DeviceBuffer<float> dl(logits), dp(logits.size());
-  CUDA_OK(LaunchProcessLogits(dl.get(), rows, vocab, ToConfig(params), dp.get(), nullptr));
+  CUDA_OK(launch(dl.get(), rows, vocab, ToConfig(params), dp.get(), nullptr));
   const auto got = dp.Download();
   std::vector<double> ref(logits.size());
   std::vector<float> row;
@@ -135,6 +146,24 @@ TEST(SamplingGpu, ProcessLogitsMatchesCpuReference) {
   CheckProcess(2, v, Params(0.0f, 40, 0.9f, 0.1f, 0), false);    // greedy: one-hot
   CheckProcess(3, 5000, Params(0.9f, 37, 0.8f, 0.0f, 0), true);  // ties at the top-k/top-p cuts
   CheckProcess(3, 5000, Params(0.0f, 0, 1.0f, 0.0f, 0), true);   // greedy ties → lowest id
+}
+
+// The top-k-first path where it applies (a top-k of up to kTopKMaxCandidates / slices ids).
+TEST(SamplingGpu, TopKFirstMatchesCpuReference) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  const int v = 151936;
+  for (const SamplingParams& p : {Params(0.8f, 40, 0.95f, 0.05f, 0), Params(1.0f, 50, 1.0f, 0.0f, 0),
+                                  Params(0.7f, 20, 0.5f, 0.1f, 0), Params(1.2f, 1, 1.0f, 0.0f, 0),
+                                  Params(0.9f, 54, 0.9f, 0.0f, 0)}) {
+    ASSERT_TRUE(ProcessTopKApplies(v, ToConfig(p))) << ToString(p);
+    CheckProcess(3, v, p, false, &LaunchTopKFirst);
+  }
+  EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 1000, 0.95f, 0.0f, 0))));  // too many candidates
+  EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.0f, 40, 1.0f, 0.0f, 0))));     // greedy
+  EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 0, 0.95f, 0.0f, 0))));     // no top-k
+  CheckProcess(3, 5000, Params(0.9f, 37, 0.8f, 0.0f, 0), true, &LaunchTopKFirst);   // ties at the cuts
+  CheckProcess(4, 2049, Params(1.0f, 3, 0.9f, 0.0f, 0), true, &LaunchTopKFirst);   // a one-id last slice
+  CheckProcess(2, 100, Params(1.0f, 99, 1.0f, 0.2f, 0), false, &LaunchTopKFirst);  // top-k drops one id
 }
 
 TEST(SamplingGpu, KeyedDrawsMatchCpuTokenForToken) {
@@ -311,14 +340,13 @@ TEST(AcceptanceGpu, GreedyOverRawLogitsEqualsGreedyOverProcessedRows) {
 // splits across blocks), one finite logit, filters that are off, vocabularies shorter than the
 // cluster or not a multiple of 4.
 
-using ProcessLauncher = cudaError_t (*)(const float*, int, int, SamplingConfig, float*, cudaStream_t);
-
 struct ProcessPath {
   ProcessLauncher launch;
   const char* name;
 };
 constexpr ProcessPath kPaths[] = {{&LaunchProcessLogits, "default"},
-                                  {&detail::LaunchProcessLogitsOneBlock, "one-block"}};
+                                  {&detail::LaunchProcessLogitsOneBlock, "one-block"},
+                                  {&LaunchTopKFirst, "top-k first"}};
 
 std::vector<float> RunProcess(const ProcessPath& path, const std::vector<float>& logits, int rows,
                               int vocab, const SamplingParams& params) {
@@ -418,14 +446,16 @@ TEST(SamplingGpu, ProcessLogitsBatchInvariantAndPathsAgree) {
     }
     // The paths keep the same ids; they add the final double sum in different fixed orders (relative
     // difference <= V 2^-53 ~ 2e-11), so a quotient's fp32 rounding may differ by one ulp (2^-23).
-    size_t kept_differ = 0, value_differ = 0;
-    for (size_t i = 0; i < by_path[0].size(); ++i) {
-      const float a = by_path[0][i], b = by_path[1][i];
-      kept_differ += (a > 0) != (b > 0);
-      value_differ += !(std::fabs(double(a) - double(b)) <= 0x1p-23 * double(b));
+    for (size_t other = 1; other < by_path.size(); ++other) {
+      size_t kept_differ = 0, value_differ = 0;
+      for (size_t i = 0; i < by_path[0].size(); ++i) {
+        const float a = by_path[0][i], b = by_path[other][i];
+        kept_differ += (a > 0) != (b > 0);
+        value_differ += !(std::fabs(double(a) - double(b)) <= 0x1p-23 * double(b));
+      }
+      EXPECT_EQ(kept_differ, 0u) << kPaths[other].name << " " << ToString(params);
+      EXPECT_EQ(value_differ, 0u) << kPaths[other].name << " " << ToString(params);
     }
-    EXPECT_EQ(kept_differ, 0u) << ToString(params);
-    EXPECT_EQ(value_differ, 0u) << ToString(params);
   }
 }
 
