@@ -66,6 +66,14 @@ cudaError_t LaunchSampleTokens(const float* weights, int rows, int vocab, bool g
                                int32_t* tokens, void* workspace, size_t workspace_bytes,
                                cudaStream_t stream);
 
+// LaunchProcessLogitsTopK then LaunchSampleTokens (greedy when temperature <= 0), the draft's per-token
+// step: where ProcessTopKApplies the draw is made over the kept ids inside the processing's last
+// kernel (the same token: only kept ids have weight), else by the two calls.
+size_t ProcessAndSampleWorkspaceBytes(int rows, int vocab);
+cudaError_t LaunchProcessAndSample(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+                                   uint64_t seed, int64_t first_position, uint32_t purpose, int32_t* tokens,
+                                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 namespace detail {
 // A partial winner of one split: the exact (double) score and its id; id -1 = none.
 struct SamplePartial {

@@ -15,8 +15,10 @@
 // A row's result never depends on the number of rows.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "engine/sampling/keyed_random.h"
 #include "kernels/device_util.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/sampling_common.cuh"
@@ -204,15 +206,27 @@ __global__ void __launch_bounds__(kSliceThreads)
   GatherAtLeast(keys, n, thr, c, &count);
 }
 
-// 3. One block per row: the row's top-k, top-p, min-p, normalization, and the kept probabilities.
+// Where SelectKernel's draw goes (tokens null: no draw).
+struct Draw {
+  int32_t* tokens;
+  uint64_t seed;
+  int64_t first_position;
+  uint32_t purpose;
+};
+
+// 3. One block per row: the row's top-k, top-p, min-p, normalization, and the kept probabilities;
+// with a draw, tokens[row] = LaunchSampleTokens' keyed Gumbel-max over them (only kept ids have
+// weight, so it scores only those, with the exact double score the full-row draw decides by).
 __global__ void __launch_bounds__(kSelectThreads)
     SelectKernel(int vocab, int slices, SamplingConfig cfg, const uint64_t* __restrict__ cand,
-                 float* __restrict__ probs) {
+                 float* __restrict__ probs, Draw draw) {
   __shared__ uint64_t keys[kTopKMaxCandidates];
   __shared__ uint64_t top[kTopKMaxK];
   __shared__ SelectShared sel;
   __shared__ int count, kept_s;
   __shared__ double sum_s;
+  __shared__ double sv[32];
+  __shared__ int si[32];
   const int row = blockIdx.x, k = cfg.top_k, total = slices * k;
   const uint64_t* c = cand + static_cast<int64_t>(row) * total;
   for (int t = threadIdx.x; t < total; t += blockDim.x) keys[t] = c[t];
@@ -269,8 +283,25 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   __syncthreads();
   float* out = probs + static_cast<int64_t>(row) * vocab;
+  double best = 0.0;
+  int best_id = -1;
   for (int i = threadIdx.x; i < kept_s; i += blockDim.x) {
-    out[KeyId(top[i])] = static_cast<float>(static_cast<double>(KeyWeight(top[i])) / sum_s);
+    const int id = KeyId(top[i]);
+    const float p = static_cast<float>(static_cast<double>(KeyWeight(top[i])) / sum_s);
+    out[id] = p;
+    if (draw.tokens != nullptr && p > 0.f) {
+      const PhiloxCounter bits = KeyedBlock(draw.seed, draw.first_position + row,
+                                            static_cast<RandomPurpose>(draw.purpose), static_cast<uint32_t>(id >> 2));
+      const double score = log(static_cast<double>(p)) + GumbelFromBits(bits.v[id & 3]);
+      if (Better(score, id, best, best_id)) {
+        best = score;
+        best_id = id;
+      }
+    }
+  }
+  if (draw.tokens != nullptr) {
+    BlockBest(best, best_id, sv, si);
+    if (threadIdx.x == 0) draw.tokens[row] = best_id;
   }
 }
 
@@ -287,9 +318,9 @@ size_t ProcessTopKWorkspaceBytes(int rows, int vocab) {
          (static_cast<size_t>(Slices(vocab)) * sizeof(MaxPartial) + kTopKMaxCandidates * sizeof(uint64_t));
 }
 
-cudaError_t LaunchProcessLogitsTopK(const float* logits, int rows, int vocab, SamplingConfig config,
-                                   float* probs, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (!ProcessTopKApplies(vocab, config)) return LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
+namespace {
+cudaError_t LaunchTopK(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+                       const Draw& draw, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(rows >= 0 && rows <= 65535);
   if (rows == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs && workspace);
@@ -302,8 +333,34 @@ cudaError_t LaunchProcessLogitsTopK(const float* logits, int rows, int vocab, Sa
   SliceMaxKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, partials);
   SliceTopKKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, config.temperature, config.top_k, partials,
                                                       cand, probs);
-  SelectKernel<<<rows, kSelectThreads, 0, stream>>>(vocab, slices, config, cand, probs);
+  SelectKernel<<<rows, kSelectThreads, 0, stream>>>(vocab, slices, config, cand, probs, draw);
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t LaunchProcessLogitsTopK(const float* logits, int rows, int vocab, SamplingConfig config,
+                                   float* probs, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!ProcessTopKApplies(vocab, config)) return LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
+  return LaunchTopK(logits, rows, vocab, config, probs, Draw{}, workspace, workspace_bytes, stream);
+}
+
+size_t ProcessAndSampleWorkspaceBytes(int rows, int vocab) {
+  return std::max(ProcessTopKWorkspaceBytes(rows, vocab), SampleWorkspaceBytes(rows));
+}
+
+cudaError_t LaunchProcessAndSample(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+                                   uint64_t seed, int64_t first_position, uint32_t purpose, int32_t* tokens,
+                                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessAndSampleWorkspaceBytes(rows, vocab));
+  if (ProcessTopKApplies(vocab, config)) {
+    SPECGEN_KERNEL_REQUIRE(tokens != nullptr);
+    return LaunchTopK(logits, rows, vocab, config, probs, Draw{tokens, seed, first_position, purpose}, workspace,
+                      workspace_bytes, stream);
+  }
+  const cudaError_t e = LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
+  if (e != cudaSuccess) return e;
+  return LaunchSampleTokens(probs, rows, vocab, config.temperature <= 0.f, seed, first_position, purpose, tokens,
+                            workspace, workspace_bytes, stream);
 }
 
 }  // namespace specgen::kernels

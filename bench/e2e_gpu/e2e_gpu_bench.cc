@@ -811,9 +811,9 @@ BENCHMARK(BM_SpeculativeGeneration)
     ->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
-// (bf16, 151936-token vocabulary, random weights: their drafts are nearly always rejected, so a step
-// is k draft tokens, one verify pass and the acceptance), greedy, 64 new tokens after a 32-token
-// prompt. ms_per_step is what the loop costs per step at real sizes (arg k; k = 0: the target alone).
+// (bf16, 151936-token vocabulary, random weights), 64 new tokens after a 32-token
+// prompt. ms_per_step is what the loop costs per step at real sizes (args: k, 0 = the target alone;
+// greedy 1, or 0 for the CLI's sampling defaults, rejection acceptance).
 void BM_SpeculativeSynthPair(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   auto make = [](const char* name, CudaBackend* be) -> absl::StatusOr<std::unique_ptr<Transformer>> {
@@ -835,6 +835,10 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   opt.draft_max = k;
   opt.max_new_tokens = 64;
   opt.sampling = SamplingParams::Greedy();
+  if (state.range(1) == 0) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
+    opt.sampling = SamplingParams();
+    opt.sampling.temperature = 0.8f;
+  }
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target->get(), k > 0 ? draft->get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   std::vector<int32_t> prompt(32);
@@ -855,7 +859,9 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
   state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
 }
-BENCHMARK(BM_SpeculativeSynthPair)->ArgNames({"k"})->Arg(0)->Arg(4)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_SpeculativeSynthPair)
+    ->ArgNames({"k", "greedy"})->Args({0, 1})->Args({4, 1})->Args({0, 0})->Args({4, 0})
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace specgen

@@ -214,7 +214,8 @@ int AllocLogitCopies(int rows, float** out) {
 
 // args: rows, mode (0 plain T=1, 1 T=0.8 top-k 40 top-p 0.95 min-p 0.05), path (0 default: the
 // cluster kernel on sm_90; 1 the one-block-per-row kernel, for comparison; 2 LaunchProcessLogitsTopK,
-// the top-k-first path the speculative loop takes where it applies). Processing + one keyed
+// the top-k-first path the speculative loop takes where it applies; 3 LaunchProcessAndSample, the
+// draft's step in one call, the draw inside the top-k path). Processing + one keyed
 // draw per row: the draft's per-token sampling cost (rows 1) and the target's k+1 rows. GB/s =
 // logits read (rows x 151936 x 4 B) / time.
 void BM_ProcessAndSample(benchmark::State& state) {
@@ -227,11 +228,15 @@ void BM_ProcessAndSample(benchmark::State& state) {
   float* probs = static_cast<float*>(DeviceAlloc(size_t(rows) * kVocab * 4, 0));
   int32_t* tok = static_cast<int32_t*>(DeviceAlloc(rows * 4, 0));
   void* ws = DeviceAlloc(SampleWorkspaceBytes(rows), 0);
-  const size_t topk_bytes = ProcessTopKWorkspaceBytes(rows, kVocab);
+  const size_t topk_bytes = ProcessAndSampleWorkspaceBytes(rows, kVocab);
   void* topk_ws = DeviceAlloc(topk_bytes, 0);
   if (!copies || !probs || !tok || !ws || !topk_ws) return state.SkipWithError("cudaMalloc failed");
   const double seconds = TimeLoop(state, 20, [&](int i) {
     const float* l = logits + size_t(i % copies) * rows * kVocab;
+    if (path == 3) {  // the draft's step in one call: processing and the draw
+      LaunchProcessAndSample(l, rows, kVocab, cfg, probs, 7, 1000 + i, 1, tok, topk_ws, topk_bytes, nullptr);
+      return;
+    }
     if (path == 2) {
       LaunchProcessLogitsTopK(l, rows, kVocab, cfg, probs, topk_ws, topk_bytes, nullptr);
     } else if (path == 1) {
@@ -253,6 +258,8 @@ BENCHMARK(BM_ProcessAndSample)
     ->Args({1, 1, 2})
     ->Args({5, 1, 2})
     ->Args({9, 1, 2})
+    ->Args({1, 1, 3})
+    ->Args({1, 0, 3})
     ->Args({1, 1, 1})
     ->Args({9, 1, 1})
     ->UseManualTime()

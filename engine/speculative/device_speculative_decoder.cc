@@ -115,7 +115,7 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   ASSIGN_OR_RETURN(accept_ws_, a.Allocate(accept_ws_bytes_, "acceptance workspace"));
   // Shared by the processing of up to kMax + 1 rows and the draft's draw: they run one after the
   // other on the one stream.
-  sample_ws_bytes_ = std::max({kernels::SampleWorkspaceBytes(1),
+  sample_ws_bytes_ = std::max({kernels::ProcessAndSampleWorkspaceBytes(1, static_cast<int>(v)),
                                kernels::ProcessTopKWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256}});
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(
@@ -191,16 +191,15 @@ absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& seque
     // that processing would write (the same (value, id) order, ties to the lower id), and greedy
     // acceptance never reads q (only rejection does): the draw skips the processing (~31 us a token
     // over a 151936-token vocabulary on the H200).
-    const float* weights = last;
-    if (!greedy) {
-      float* q_row = q_ + static_cast<size_t>(i) * v;
-      SPECGEN_CUDA_RETURN_IF_ERROR(
-          kernels::LaunchProcessLogitsTopK(last, 1, v, config, q_row, sample_ws_, sample_ws_bytes_, stream));
-      weights = q_row;
+    if (greedy) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(last, 1, v, true, options_.sampling.seed, len + i,
+                                                               purpose, batch_ + 1 + i, sample_ws_, sample_ws_bytes_,
+                                                               stream));
+    } else {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessAndSample(
+          last, 1, v, config, q_ + static_cast<size_t>(i) * v, options_.sampling.seed, len + i, purpose,
+          batch_ + 1 + i, sample_ws_, sample_ws_bytes_, stream));
     }
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(
-        weights, 1, v, greedy, options_.sampling.seed, len + i, purpose, batch_ + 1 + i, sample_ws_,
-        sample_ws_bytes_, stream));
   }
   draft_valid_ = len + k - 1;  // the draft now holds the sequence and x_1..x_{k-1}
   return absl::OkStatus();

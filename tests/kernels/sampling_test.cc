@@ -228,6 +228,43 @@ TEST(SamplingGpu, GreedyDrawOverRawLogitsEqualsDrawOverProcessedRows) {
   }
 }
 
+// The draft's one-call step: the same probabilities as LaunchProcessLogitsTopK and the same tokens as
+// LaunchSampleTokens over them, whether the draw is made inside the top-k path or by the two calls.
+TEST(SamplingGpu, ProcessAndSampleDrawsAsTheTwoCalls) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  for (int v : {151936, 5000}) {
+    const int rows = 4;
+    const auto logits = RandomLogits(rng, rows, v, /*ties=*/v == 5000);
+    DeviceBuffer<float> dl(logits), p1(logits.size()), p2(logits.size());
+    DeviceBuffer<int32_t> t1(rows), t2(rows);
+    DeviceBuffer<uint8_t> ws(ProcessAndSampleWorkspaceBytes(rows, v));
+    for (const SamplingParams& params :
+         {Params(0.8f, 40, 0.95f, 0.05f, rng()), Params(1.0f, 64, 1.0f, 0.0f, rng()), Params(1.0f, 0, 1.0f, 0.0f, rng()),
+          Params(0.7f, 1000, 0.9f, 0.0f, rng()), Params(0.0f, 40, 1.0f, 0.0f, rng())}) {
+      const int64_t pos0 = static_cast<int64_t>(rng() % 100000);
+      const uint32_t purpose = static_cast<uint32_t>(RandomPurpose::kDraftSample);
+      t1.Poison();
+      t2.Poison();
+      CUDA_OK(LaunchProcessAndSample(dl.get(), rows, v, ToConfig(params), p1.get(), params.seed, pos0, purpose,
+                                     t1.get(), ws.get(), ws.size(), nullptr));
+      CUDA_OK(LaunchProcessLogitsTopK(dl.get(), rows, v, ToConfig(params), p2.get(), ws.get(), ws.size(), nullptr));
+      CUDA_OK(LaunchSampleTokens(p2.get(), rows, v, params.greedy(), params.seed, pos0, purpose, t2.get(), ws.get(),
+                                 ws.size(), nullptr));
+      const auto a = p1.Download(), b = p2.Download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << ToString(params);
+      const auto ta = t1.Download(), tb = t2.Download();
+      for (int r = 0; r < rows; ++r) {
+        EXPECT_EQ(ta[r], tb[r]) << ToString(params) << " vocab " << v << " row " << r;
+        const std::span<const float> row(&b[size_t(r) * v], v);
+        EXPECT_EQ(ta[r], params.greedy() ? Argmax(row)
+                                         : SampleGumbelMax(row, params.seed, pos0 + r, RandomPurpose::kDraftSample))
+            << ToString(params) << " row " << r;
+      }
+    }
+  }
+}
+
 // Rows of q and p with real overlap: softmaxes of correlated logits, processed like the engine does.
 struct AcceptCase {
   std::vector<float> q, p;
