@@ -35,7 +35,7 @@ if [ "$what" != bench ]; then
     > "$OUT/logits_cpu.txt" 2>&1
 fi
 if [ "$what" != tests ]; then
-  timeout 150 e2e_gpu_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_e2e.json" \
+  timeout 240 e2e_gpu_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_e2e.json" \
     --benchmark_out_format=json > "$OUT/bench_e2e.log" 2>&1
   echo "bench_e2e $?" >> "$rc"
   timeout 120 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true \
