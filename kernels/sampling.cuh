@@ -36,10 +36,10 @@ cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, Sampli
 // The same processing by top-k first, for the common configs (temperature > 0 and a top-k of up to
 // 64 ids, with or without top-p / min-p): the row is spread over one block per 2048 ids, each keeping
 // its own top-k (a radix select), and one block per row finishes over those candidates
-// (sampling_topk.cu). The
-// same kept sets as LaunchProcessLogits; the kept weights are summed in another fixed order, so a
-// probability may differ from it by one fp32 ulp. A row's result never depends on `rows`. Where
-// ProcessTopKApplies is false this is LaunchProcessLogits (the workspace is then not used).
+// (sampling_topk.cu). The same kept sets as LaunchProcessLogits; the kept weights are summed in
+// another fixed order, so a probability may differ from it by one fp32 ulp. A row's result never
+// depends on `rows`. Where ProcessTopKApplies is false this is LaunchProcessLogits (the workspace is
+// then not used).
 //   workspace  ProcessTopKWorkspaceBytes(rows, vocab) bytes of device scratch, 16-byte aligned
 inline constexpr int kTopKMaxCandidates = 4096;  // slices (vocab / 2048, rounded up) x top_k, at most
 bool ProcessTopKApplies(int vocab, SamplingConfig config);

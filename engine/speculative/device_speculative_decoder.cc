@@ -189,8 +189,8 @@ absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& seque
     }
     // Greedy: the draft's token is the argmax of its logits, which is the argmax of the one-hot q
     // that processing would write (the same (value, id) order, ties to the lower id), and greedy
-    // acceptance never reads q (only rejection does): the draw skips the processing (~31 us a token
-    // over a 151936-token vocabulary on the H200).
+    // acceptance never reads q (only rejection does): the draw skips the processing (22.7 -> 9.9 us a
+    // token over a 151936-token vocabulary on the H200). Otherwise processing and draw are one call.
     if (greedy) {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(last, 1, v, true, options_.sampling.seed, len + i,
                                                                purpose, batch_ + 1 + i, sample_ws_, sample_ws_bytes_,
