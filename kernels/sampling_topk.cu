@@ -53,11 +53,10 @@ __device__ __forceinline__ int KeyId(uint64_t key) {
 }
 
 // The k-th largest of keys[0..n) (1 <= k <= n; distinct, but for 0-pads below the k-th), by the whole
-// block: a radix select, one
-// byte a pass from the top, over the bytes below those every key shares (the upper bytes of a slice's
-// ids are one value). Exactly k keys are >= the result. The histogram's adds are gathered per warp
-// (__match_any_sync), since a byte is often one value for most keys. `hist`: 256 counters of shared
-// memory; `sh`: the pass's chosen digit and rank.
+// block: a radix select, one byte a pass from the top, over the bytes below those every key shares
+// (the upper bytes of a slice's ids are one value). Exactly k keys are >= the result. The histogram's
+// adds are gathered per warp (__match_any_sync), since a byte is often one value for most keys. `sh`:
+// the histogram, the keys' range and the pass's chosen digit and rank.
 struct SelectShared {
   unsigned hist[256];
   uint64_t lo, hi;
