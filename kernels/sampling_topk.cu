@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "engine/sampling/keyed_random.h"
+#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, WaitForPrecedingGrid, LetDependentsLaunch
 #include "kernels/device_util.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/sampling_common.cuh"
@@ -150,6 +151,7 @@ __global__ void __launch_bounds__(kSliceThreads)
   __shared__ int si[32];
   const int s = blockIdx.x, row = blockIdx.y, lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
   const float* l = logits + static_cast<int64_t>(row) * vocab;
+  LetDependentsLaunch();  // the slice kernel's blocks load their logits meanwhile
   double best = 0.0;
   int best_id = -1;
   for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
@@ -174,7 +176,18 @@ __global__ void __launch_bounds__(kSliceThreads)
   __shared__ SelectShared sel;
   __shared__ int count;
   const int s = blockIdx.x, row = blockIdx.y, slices = gridDim.x;
-  const int lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
+  const int lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds), n = hi - lo;
+  const float* l = logits + static_cast<int64_t>(row) * vocab;
+  // The slice's logits (written before the max kernel started) are read before waiting for it.
+  constexpr int kPer = kSliceIds / kSliceThreads;
+  float x[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int t = threadIdx.x + j * kSliceThreads;
+    x[j] = t < n ? l[lo + t] : 0.f;
+  }
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();
   double best = 0.0;
   int best_id = -1;
   const MaxPartial* mp = partials + static_cast<int64_t>(row) * slices;
@@ -186,14 +199,15 @@ __global__ void __launch_bounds__(kSliceThreads)
   }
   BlockBest(best, best_id, sv, si);
   const double max_logit = best, inv_t = 1.0 / static_cast<double>(temperature);
-  const float* l = logits + static_cast<int64_t>(row) * vocab;
   float* out = probs + static_cast<int64_t>(row) * vocab;
-  const int n = hi - lo;
-  for (int t = threadIdx.x; t < n; t += blockDim.x) {
-    const int i = lo + t;
-    const float w = expf(static_cast<float>((static_cast<double>(l[i]) - max_logit) * inv_t));
-    keys[t] = Key(w, i);
-    out[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int t = threadIdx.x + j * kSliceThreads;
+    if (t < n) {
+      const float w = expf(static_cast<float>((static_cast<double>(x[j]) - max_logit) * inv_t));
+      keys[t] = Key(w, lo + t);
+      out[lo + t] = 0.f;
+    }
   }
   if (threadIdx.x == 0) count = 0;
   __syncthreads();
@@ -229,6 +243,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ int si[32];
   const int row = blockIdx.x, k = cfg.top_k, total = slices * k;
   const uint64_t* c = cand + static_cast<int64_t>(row) * total;
+  WaitForPrecedingGrid();
   for (int t = threadIdx.x; t < total; t += blockDim.x) keys[t] = c[t];
   if (threadIdx.x == 0) count = 0;
   __syncthreads();
@@ -330,11 +345,18 @@ cudaError_t LaunchTopK(const float* logits, int rows, int vocab, SamplingConfig 
   auto* partials = static_cast<MaxPartial*>(workspace);
   auto* cand = reinterpret_cast<uint64_t*>(partials + static_cast<size_t>(rows) * slices);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+  // The slice and select kernels start under programmatic dependent launch (sm_90+): each waits for
+  // its predecessor before reading what it wrote (see decode_fused.cuh).
+  int device = 0;
+  const bool pdl = cudaGetDevice(&device) == cudaSuccess && ProgrammaticLaunchSupported(device);
   SliceMaxKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, partials);
-  SliceTopKKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, config.temperature, config.top_k, partials,
-                                                      cand, probs);
-  SelectKernel<<<rows, kSelectThreads, 0, stream>>>(vocab, slices, config, cand, probs, draw);
-  return cudaGetLastError();
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  e = LaunchDecodeKernel(SliceTopKKernel, grid, dim3(kSliceThreads), 0, stream, pdl, logits, vocab,
+                         config.temperature, config.top_k, static_cast<const MaxPartial*>(partials), cand, probs);
+  if (e != cudaSuccess) return e;
+  return LaunchDecodeKernel(SelectKernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads), 0, stream, pdl,
+                            vocab, slices, config, static_cast<const uint64_t*>(cand), probs, draw);
 }
 }  // namespace
 
