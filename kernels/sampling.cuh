@@ -34,7 +34,8 @@ cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, Sampli
                                 float* probs, cudaStream_t stream);
 
 // The same processing by top-k first, for the common configs (temperature > 0 and a top-k of up to
-// 64 ids, with or without top-p / min-p): the row is spread over one block per 2048 ids, each keeping
+// 64 ids with at most kTopKMaxCandidates candidates, 54 ids at a 151936-token vocabulary; with or
+// without top-p / min-p): the row is spread over one block per 2048 ids, each keeping
 // its own top-k (a radix select), and one block per row finishes over those candidates
 // (sampling_topk.cu). The same kept sets as LaunchProcessLogits; the kept weights are summed in
 // another fixed order, so a probability may differ from it by one fp32 ulp. A row's result never
