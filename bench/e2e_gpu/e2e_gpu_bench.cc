@@ -744,6 +744,43 @@ void BM_PersistentPhases(benchmark::State& state) {
 }
 BENCHMARK(BM_PersistentPhases)->ArgNames({"prefetch"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// Generates from prompts[0], [1], .. (round robin) once per benchmark iteration with `dec` and sets
+// the loop's counters: tokens/s, acceptance, tau, host syncs and expert-union reads per step, ms per
+// step, and (with a draft) which draft decode path ran.
+void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
+                       const std::vector<std::vector<int32_t>>& prompts, bool has_draft) {
+  int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0, result_syncs = 0, other = 0, unions = 0;
+  double seconds = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    auto out = dec->Generate(prompts[i++ % prompts.size()]);
+    if (!out.ok()) return state.SkipWithError(std::string(out.status().message()).c_str());
+    const SpeculativeStats& s = dec->stats();
+    const StepSyncStats& y = dec->syncs();
+    tokens += s.tokens;
+    seconds += s.total_seconds;
+    drafted += s.drafted;
+    accepted += s.accepted;
+    steps += y.steps;
+    result_syncs += y.step_result;
+    other += y.other;
+    unions += y.expert_union;
+  }
+  state.counters["tokens_per_s"] = tokens / seconds;
+  state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
+  state.counters["tau"] = steps ? double(tokens) / steps : 0.0;
+  state.counters["syncs_per_step"] = steps ? double(result_syncs + other) / steps : 0.0;
+  state.counters["union_reads_per_step"] = steps ? double(unions) / steps : 0.0;
+  state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
+  const DraftDecodeStats d = dec->draft_decode_stats();
+  state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
+  state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
+  if (has_draft) {
+    state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
+                   (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
+  }
+}
+
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const auto models = SourceDir() / "models";
@@ -774,36 +811,7 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.accept = AcceptMode::kRejection;
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
-  int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0, result_syncs = 0, other = 0, unions = 0;
-  double seconds = 0;
-  size_t i = 0;
-  for (auto _ : state) {
-    auto out = (*dec)->Generate(prompts[i++ % prompts.size()]);
-    if (!out.ok()) return state.SkipWithError(std::string(out.status().message()).c_str());
-    const SpeculativeStats& s = (*dec)->stats();
-    const StepSyncStats& y = (*dec)->syncs();
-    tokens += s.tokens;
-    seconds += s.total_seconds;
-    drafted += s.drafted;
-    accepted += s.accepted;
-    steps += y.steps;
-    result_syncs += y.step_result;
-    other += y.other;
-    unions += y.expert_union;
-  }
-  state.counters["tokens_per_s"] = tokens / seconds;
-  state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
-  state.counters["tau"] = steps ? double(tokens) / steps : 0.0;
-  state.counters["syncs_per_step"] = steps ? double(result_syncs + other) / steps : 0.0;
-  state.counters["union_reads_per_step"] = steps ? double(unions) / steps : 0.0;
-  state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
-  const DraftDecodeStats d = (*dec)->draft_decode_stats();
-  state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
-  state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
-  if (k > 0) {
-    state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
-                   (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
-  }
+  MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
 BENCHMARK(BM_SpeculativeGeneration)
     ->ArgNames({"k", "greedy"})
@@ -844,21 +852,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   std::vector<int32_t> prompt(32);
   for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919 + 11) % 151936;
-  int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0;
-  double seconds = 0;
-  for (auto _ : state) {
-    auto out = (*dec)->Generate(prompt);
-    if (!out.ok()) return state.SkipWithError(std::string(out.status().message()).c_str());
-    const SpeculativeStats& st = (*dec)->stats();
-    tokens += st.tokens;
-    seconds += st.total_seconds;
-    drafted += st.drafted;
-    accepted += st.accepted;
-    steps += (*dec)->syncs().steps;
-  }
-  state.counters["tokens_per_s"] = tokens / seconds;
-  state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
-  state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
+  MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
     ->ArgNames({"k", "greedy"})->Args({0, 1})->Args({4, 1})->Args({0, 0})->Args({4, 0})
