@@ -573,8 +573,8 @@ cudaError_t LaunchClusterProcess(const float* logits, int rows, int vocab, Sampl
 // ---- Gumbel-max / argmax partials ----
 
 constexpr int kPartThreads = 256;
-constexpr float kScoreMargin = 1e-3f;  // >> the fp32 score error (< 1e-4), so the exact winner is
-                                       // always among the candidates re-scored in double
+using detail::FastScore;
+using detail::kScoreMargin;
 
 __device__ __forceinline__ float Weight(const float* p, const float* q, int64_t i,
                                         detail::WeightKind kind) {
@@ -594,17 +594,6 @@ __device__ __forceinline__ bool LoadFour(const float* p, const float* q, int b, 
     any |= wv[j] > 0.f;
   }
   return any;
-}
-
-// fp32 approximation of log(w) + Gumbel(bits), within 1e-4 of the double value for w > 0.
-__device__ __forceinline__ float FastScore(float w, uint32_t x) {
-  float e;  // -log(u), u = (x + 0.5) 2^-32
-  if (x < 0x80000000u) {
-    e = -__logf(static_cast<float>((static_cast<double>(x) + 0.5) * 0x1p-32));
-  } else {
-    e = -log1pf(-static_cast<float>((4294967296.0 - static_cast<double>(x) - 0.5) * 0x1p-32));
-  }
-  return __logf(w) - __logf(e);
 }
 
 __global__ void __launch_bounds__(kPartThreads)

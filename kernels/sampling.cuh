@@ -33,20 +33,24 @@ struct SamplingConfig {
 cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, SamplingConfig config,
                                 float* probs, cudaStream_t stream);
 
-// The same processing by top-k first, for the common configs (temperature > 0 and a top-k of up to
-// 64 ids with at most kTopKMaxCandidates candidates, 54 ids at a 151936-token vocabulary; with or
-// without top-p / min-p): the row is spread over one block per 2048 ids, each keeping
-// its own top-k (a radix select), and one block per row finishes over those candidates
-// (sampling_topk.cu). The same kept sets as LaunchProcessLogits; the kept weights are summed in
-// another fixed order, so a probability may differ from it by one fp32 ulp. A row's result never
-// depends on `rows`. Where ProcessTopKApplies is false this is LaunchProcessLogits (the workspace is
-// then not used).
-//   workspace  ProcessTopKWorkspaceBytes(rows, vocab) bytes of device scratch, 16-byte aligned
+// The same processing spread over one block per 2048 ids of a row (the split paths), for the common
+// configs:
+// - top-k first (sampling_topk.cu; ProcessTopKApplies): temperature > 0 and a top-k of up to 64 ids
+//   with at most kTopKMaxCandidates candidates, 54 ids at a 151936-token vocabulary, with or without
+//   top-p / min-p: each slice keeps its own top-k (a radix select) and one block per row finishes
+//   over those candidates;
+// - temperature only (sampling_plain.cu; ProcessPlainApplies): temperature > 0, no top-k (0 or >=
+//   vocab), no top-p, min-p or not: the max, the kept sum and the normalization, a kernel each.
+// The same kept sets as LaunchProcessLogits; the kept weights are summed in another fixed order, so a
+// probability may differ from it by one fp32 ulp. A row's result never depends on `rows`. Where
+// neither applies this is LaunchProcessLogits (the workspace is then not used).
+//   workspace  ProcessSplitWorkspaceBytes(rows, vocab) bytes of device scratch, 16-byte aligned
 inline constexpr int kTopKMaxCandidates = 4096;  // slices (vocab / 2048, rounded up) x top_k, at most
 bool ProcessTopKApplies(int vocab, SamplingConfig config);
-size_t ProcessTopKWorkspaceBytes(int rows, int vocab);
-cudaError_t LaunchProcessLogitsTopK(const float* logits, int rows, int vocab, SamplingConfig config,
-                                   float* probs, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+bool ProcessPlainApplies(int vocab, SamplingConfig config);
+size_t ProcessSplitWorkspaceBytes(int rows, int vocab);
+cudaError_t LaunchProcessLogitsSplit(const float* logits, int rows, int vocab, SamplingConfig config,
+                                     float* probs, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Splits of one row's vocabulary in the parallel Gumbel-max / argmax (fixed, so results never depend
 // on the launch shape).
@@ -67,15 +71,22 @@ cudaError_t LaunchSampleTokens(const float* weights, int rows, int vocab, bool g
                                int32_t* tokens, void* workspace, size_t workspace_bytes,
                                cudaStream_t stream);
 
-// LaunchProcessLogitsTopK then LaunchSampleTokens (greedy when temperature <= 0), the draft's per-token
-// step: where ProcessTopKApplies the draw is made over the kept ids inside the processing's last
-// kernel (the same token: only kept ids have weight), else by the two calls.
+// LaunchProcessLogitsSplit then LaunchSampleTokens (greedy when temperature <= 0), the draft's per-token
+// step: where a split path applies the draw is made inside it (the same token: the same scores over
+// the same probabilities), else by the two calls.
 size_t ProcessAndSampleWorkspaceBytes(int rows, int vocab);
 cudaError_t LaunchProcessAndSample(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
                                    uint64_t seed, int64_t first_position, uint32_t purpose, int32_t* tokens,
                                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 namespace detail {
+// The temperature-only split path alone (LaunchProcessLogitsSplit and LaunchProcessAndSample take it
+// where ProcessPlainApplies): probs as LaunchProcessLogits, and with tokens set the keyed draw of
+// LaunchSampleTokens over them. cudaErrorInvalidValue where it does not apply.
+size_t ProcessPlainWorkspaceBytes(int rows, int vocab);
+cudaError_t LaunchProcessPlain(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+                               int32_t* tokens, uint64_t seed, int64_t first_position, uint32_t purpose,
+                               void* workspace, size_t workspace_bytes, cudaStream_t stream);
 // A partial winner of one split: the exact (double) score and its id; id -1 = none.
 struct SamplePartial {
   double score;

@@ -52,4 +52,19 @@ __device__ __forceinline__ void BlockBest(double& v, int& id, double* scratch_v,
   __syncthreads();
 }
 
+// The keyed Gumbel-max draw's scores: FastScore, an fp32 approximation of log(w) + Gumbel(bits) within
+// 1e-4 of the double value for w > 0, picks the candidates; those within kScoreMargin of the best
+// fp32 score (>> the fp32 error, so the exact winner is always among them) are scored again in double,
+// log(double(w)) + GumbelFromBits(bits), as the CPU reference scores every id.
+constexpr float kScoreMargin = 1e-3f;
+__device__ __forceinline__ float FastScore(float w, uint32_t x) {
+  float e;  // -log(u), u = (x + 0.5) 2^-32
+  if (x < 0x80000000u) {
+    e = -__logf(static_cast<float>((static_cast<double>(x) + 0.5) * 0x1p-32));
+  } else {
+    e = -log1pf(-static_cast<float>((4294967296.0 - static_cast<double>(x) - 0.5) * 0x1p-32));
+  }
+  return __logf(w) - __logf(e);
+}
+
 }  // namespace specgen::kernels::detail

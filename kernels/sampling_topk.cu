@@ -1,4 +1,5 @@
-// Top-k-first logits processing (LaunchProcessLogitsTopK): the row is spread over one block per 2048
+// Top-k-first logits processing (LaunchProcessLogitsSplit where ProcessTopKApplies; the entry points
+// also route the temperature-only configs to sampling_plain.cu): the row is spread over one block per 2048
 // ids instead of one cluster of 8 blocks, because a top-k of a few dozen ids needs only each slice's
 // own top-k, not a radix select over the whole row:
 //   1. every slice's (max logit, id);
@@ -23,26 +24,45 @@
 #include "kernels/device_util.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/sampling_common.cuh"
+#include "kernels/sampling_slices.cuh"
 
 namespace specgen::kernels {
+namespace detail {
+
+// 1. Every slice's (max logit, id) (declared in sampling_slices.cuh).
+__global__ void __launch_bounds__(kSliceThreads)
+    SliceMaxKernel(const float* __restrict__ logits, int vocab, MaxPartial* __restrict__ partials) {
+  __shared__ double sv[32];
+  __shared__ int si[32];
+  const int s = blockIdx.x, row = blockIdx.y, lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
+  const float* l = logits + static_cast<int64_t>(row) * vocab;
+  LetDependentsLaunch();
+  double best = 0.0;
+  int best_id = -1;
+  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    if (Better(l[i], i, best, best_id)) {
+      best = l[i];
+      best_id = i;
+    }
+  }
+  BlockBest(best, best_id, sv, si);
+  if (threadIdx.x == 0) partials[static_cast<int64_t>(row) * gridDim.x + s] = MaxPartial{best, best_id, 0};
+}
+
+}  // namespace detail
 namespace {
 
 using detail::Better;
 using detail::BlockBest;
 using detail::Mass;
 
-constexpr int kSliceIds = 2048;       // ids a slice block holds (its keys in shared memory)
-constexpr int kSliceThreads = 512;
+using detail::kSliceIds;
+using detail::kSliceThreads;
+using detail::MaxPartial;
+using detail::Slices;
+using detail::SliceMaxKernel;
 constexpr int kSelectThreads = 1024;  // the row's final selection: up to kTopKMaxCandidates keys
 constexpr int kTopKMaxK = 64;         // the largest top-k this path takes (its sort of the row's top-k)
-
-__host__ __device__ constexpr int Slices(int vocab) { return (vocab + kSliceIds - 1) / kSliceIds; }
-
-struct MaxPartial {
-  double value;
-  int32_t id;
-  int32_t pad;
-};
 
 // The sort key of (w, id): larger for larger w, then for the lower id; 0 (below every real key) pads.
 __device__ __forceinline__ uint64_t Key(float w, int id) {
@@ -144,26 +164,6 @@ __device__ __forceinline__ void GatherAtLeast(const uint64_t* keys, int n, uint6
   }
 }
 
-// 1. partials[row][s] = the (max logit, id) of slice s (ties to the lower id).
-__global__ void __launch_bounds__(kSliceThreads)
-    SliceMaxKernel(const float* __restrict__ logits, int vocab, MaxPartial* __restrict__ partials) {
-  __shared__ double sv[32];
-  __shared__ int si[32];
-  const int s = blockIdx.x, row = blockIdx.y, lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
-  const float* l = logits + static_cast<int64_t>(row) * vocab;
-  LetDependentsLaunch();  // the slice kernel's blocks load their logits meanwhile
-  double best = 0.0;
-  int best_id = -1;
-  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    if (Better(l[i], i, best, best_id)) {
-      best = l[i];
-      best_id = i;
-    }
-  }
-  BlockBest(best, best_id, sv, si);
-  if (threadIdx.x == 0) partials[static_cast<int64_t>(row) * gridDim.x + s] = MaxPartial{best, best_id, 0};
-}
-
 // 2. Slice s of the row: its probabilities zeroed and its top k keys (descending, 0-padded) at
 // cand[row][s * k ..).
 __global__ void __launch_bounds__(kSliceThreads)
@@ -188,17 +188,8 @@ __global__ void __launch_bounds__(kSliceThreads)
   }
   LetDependentsLaunch();
   WaitForPrecedingGrid();
-  double best = 0.0;
-  int best_id = -1;
-  const MaxPartial* mp = partials + static_cast<int64_t>(row) * slices;
-  for (int t = threadIdx.x; t < slices; t += blockDim.x) {
-    if (Better(mp[t].value, mp[t].id, best, best_id)) {
-      best = mp[t].value;
-      best_id = mp[t].id;
-    }
-  }
-  BlockBest(best, best_id, sv, si);
-  const double max_logit = best, inv_t = 1.0 / static_cast<double>(temperature);
+  const double max_logit = detail::RowMax(partials + static_cast<int64_t>(row) * slices, slices, sv, si).value;
+  const double inv_t = 1.0 / static_cast<double>(temperature);
   float* out = probs + static_cast<int64_t>(row) * vocab;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
@@ -328,9 +319,10 @@ bool ProcessTopKApplies(int vocab, SamplingConfig config) {
          static_cast<int64_t>(Slices(vocab)) * config.top_k <= kTopKMaxCandidates;
 }
 
-size_t ProcessTopKWorkspaceBytes(int rows, int vocab) {
-  return static_cast<size_t>(rows) *
-         (static_cast<size_t>(Slices(vocab)) * sizeof(MaxPartial) + kTopKMaxCandidates * sizeof(uint64_t));
+size_t ProcessSplitWorkspaceBytes(int rows, int vocab) {
+  const size_t topk =
+      static_cast<size_t>(rows) * (static_cast<size_t>(Slices(vocab)) * sizeof(MaxPartial) + kTopKMaxCandidates * sizeof(uint64_t));
+  return std::max(topk, detail::ProcessPlainWorkspaceBytes(rows, vocab));
 }
 
 namespace {
@@ -339,7 +331,7 @@ cudaError_t LaunchTopK(const float* logits, int rows, int vocab, SamplingConfig 
   SPECGEN_KERNEL_REQUIRE(rows >= 0 && rows <= 65535);
   if (rows == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs && workspace);
-  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessTopKWorkspaceBytes(rows, vocab));
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessSplitWorkspaceBytes(rows, vocab));
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
   const int slices = Slices(vocab);
   auto* partials = static_cast<MaxPartial*>(workspace);
@@ -360,20 +352,29 @@ cudaError_t LaunchTopK(const float* logits, int rows, int vocab, SamplingConfig 
 }
 }  // namespace
 
-cudaError_t LaunchProcessLogitsTopK(const float* logits, int rows, int vocab, SamplingConfig config,
+cudaError_t LaunchProcessLogitsSplit(const float* logits, int rows, int vocab, SamplingConfig config,
                                    float* probs, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (ProcessPlainApplies(vocab, config)) {
+    return detail::LaunchProcessPlain(logits, rows, vocab, config, probs, nullptr, 0, 0, 0, workspace, workspace_bytes,
+                                      stream);
+  }
   if (!ProcessTopKApplies(vocab, config)) return LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
   return LaunchTopK(logits, rows, vocab, config, probs, Draw{}, workspace, workspace_bytes, stream);
 }
 
 size_t ProcessAndSampleWorkspaceBytes(int rows, int vocab) {
-  return std::max(ProcessTopKWorkspaceBytes(rows, vocab), SampleWorkspaceBytes(rows));
+  return std::max(ProcessSplitWorkspaceBytes(rows, vocab), SampleWorkspaceBytes(rows));
 }
 
 cudaError_t LaunchProcessAndSample(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
                                    uint64_t seed, int64_t first_position, uint32_t purpose, int32_t* tokens,
                                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessAndSampleWorkspaceBytes(rows, vocab));
+  if (ProcessPlainApplies(vocab, config)) {
+    SPECGEN_KERNEL_REQUIRE(tokens != nullptr);
+    return detail::LaunchProcessPlain(logits, rows, vocab, config, probs, tokens, seed, first_position, purpose,
+                                      workspace, workspace_bytes, stream);
+  }
   if (ProcessTopKApplies(vocab, config)) {
     SPECGEN_KERNEL_REQUIRE(tokens != nullptr);
     return LaunchTopK(logits, rows, vocab, config, probs, Draw{tokens, seed, first_position, purpose}, workspace,

@@ -820,9 +820,10 @@ BENCHMARK(BM_SpeculativeGeneration)
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
 // (bf16, 151936-token vocabulary), 64 new tokens after a 32-token prompt. ms_per_step is what the loop
-// costs per step at real sizes (args: k, 0 = the target alone; greedy 1, or 0 for the CLI's sampling
-// defaults, rejection acceptance). Their random weights give both models the same token (acceptance
-// 1.0 on the H200): this measures cost, not acceptance.
+// costs per step at real sizes (args: k, 0 = the target alone; sampling 0 greedy, 1 the CLI's defaults,
+// 2 temperature 1 alone (vLLM's defaults: the temperature-only split path); rejection acceptance).
+// Their random weights give both models the same token (acceptance 1.0 on the H200): this measures
+// cost, not acceptance.
 void BM_SpeculativeSynthPair(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   auto make = [](const char* name, CudaBackend* be) -> absl::StatusOr<std::unique_ptr<Transformer>> {
@@ -844,9 +845,11 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   opt.draft_max = k;
   opt.max_new_tokens = 64;
   opt.sampling = SamplingParams::Greedy();
-  if (state.range(1) == 0) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
+  if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
     opt.sampling.temperature = 0.8f;
+  } else if (state.range(1) == 2) {
+    opt.sampling = SamplingParams::Plain(1.0f, 1);
   }
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target->get(), k > 0 ? draft->get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
@@ -855,7 +858,8 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
-    ->ArgNames({"k", "greedy"})->Args({0, 1})->Args({4, 1})->Args({0, 0})->Args({4, 0})
+    ->ArgNames({"k", "sampling"})->Args({0, 0})->Args({4, 0})->Args({0, 1})->Args({4, 1})->Args({0, 2})
+    ->Args({4, 2})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

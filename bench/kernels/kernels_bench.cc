@@ -213,9 +213,9 @@ int AllocLogitCopies(int rows, float** out) {
 }
 
 // args: rows, mode (0 plain T=1, 1 T=0.8 top-k 40 top-p 0.95 min-p 0.05), path (0 default: the
-// cluster kernel on sm_90; 1 the one-block-per-row kernel, for comparison; 2 LaunchProcessLogitsTopK,
-// the top-k-first path the speculative loop takes where it applies; 3 LaunchProcessAndSample, the
-// draft's step in one call, the draw inside the top-k path). Processing + one keyed
+// cluster kernel on sm_90; 1 the one-block-per-row kernel, for comparison; 2 LaunchProcessLogitsSplit,
+// the split path the speculative loop takes (top-k first for mode 1, temperature only for mode 0);
+// 3 LaunchProcessAndSample, the draft's step in one call, the draw inside the split path). Processing + one keyed
 // draw per row: the draft's per-token sampling cost (rows 1) and the target's k+1 rows. GB/s =
 // logits read (rows x 151936 x 4 B) / time.
 void BM_ProcessAndSample(benchmark::State& state) {
@@ -238,7 +238,7 @@ void BM_ProcessAndSample(benchmark::State& state) {
       return;
     }
     if (path == 2) {
-      LaunchProcessLogitsTopK(l, rows, kVocab, cfg, probs, topk_ws, topk_bytes, nullptr);
+      LaunchProcessLogitsSplit(l, rows, kVocab, cfg, probs, topk_ws, topk_bytes, nullptr);
     } else if (path == 1) {
       detail::LaunchProcessLogitsOneBlock(l, rows, kVocab, cfg, probs, nullptr);
     } else {
@@ -250,6 +250,7 @@ void BM_ProcessAndSample(benchmark::State& state) {
   StepRatios(state, seconds);
   state.counters["cluster_path"] = path == 0 && detail::ProcessLogitsUsesClusters(kVocab);
   state.counters["topk_first"] = path == 2 && ProcessTopKApplies(kVocab, cfg);
+  state.counters["plain_split"] = path >= 2 && ProcessPlainApplies(kVocab, cfg);
   for (void* p : {static_cast<void*>(logits), static_cast<void*>(probs), static_cast<void*>(tok), ws, topk_ws})
     cudaFree(p);
 }
@@ -258,6 +259,9 @@ BENCHMARK(BM_ProcessAndSample)
     ->Args({1, 1, 2})
     ->Args({5, 1, 2})
     ->Args({9, 1, 2})
+    ->Args({1, 0, 2})
+    ->Args({5, 0, 2})
+    ->Args({9, 0, 2})
     ->Args({1, 1, 3})
     ->Args({1, 0, 3})
     ->Args({1, 1, 1})
@@ -298,19 +302,30 @@ void BM_ProcessOnly(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const int rows = state.range(0);
   const SamplingConfig cfg = BenchConfig(state.range(1));
+  const bool split = state.range(2) != 0;
   float* logits = nullptr;
   const int copies = AllocLogitCopies(rows, &logits);
   float* probs = static_cast<float*>(DeviceAlloc(size_t(rows) * kVocab * 4, 0));
-  if (!copies || !probs) return state.SkipWithError("cudaMalloc failed");
-  TimeLoop(state, 20, [&](int i) {
-    LaunchProcessLogits(logits + size_t(i % copies) * rows * kVocab, rows, kVocab, cfg, probs,
-                        nullptr);
+  const size_t ws_bytes = ProcessSplitWorkspaceBytes(rows, kVocab);
+  void* ws = DeviceAlloc(ws_bytes, 0);
+  if (!copies || !probs || !ws) return state.SkipWithError("cudaMalloc failed");
+  const double seconds = TimeLoop(state, 20, [&](int i) {
+    const float* l = logits + size_t(i % copies) * rows * kVocab;
+    if (split) {
+      LaunchProcessLogitsSplit(l, rows, kVocab, cfg, probs, ws, ws_bytes, nullptr);
+    } else {
+      LaunchProcessLogits(l, rows, kVocab, cfg, probs, nullptr);
+    }
   }, double(rows) * kVocab * 4);
+  StepRatios(state, seconds);
   cudaFree(logits);
   cudaFree(probs);
+  cudaFree(ws);
 }
+// args: rows, mode (as BM_ProcessAndSample), split (0 LaunchProcessLogits, 1 LaunchProcessLogitsSplit:
+// what a verify pass's k + 1 rows cost the speculative loop).
 BENCHMARK(BM_ProcessOnly)
-    ->ArgsProduct({{1, 9}, {0, 1}})
+    ->ArgsProduct({{1, 5, 9}, {0, 1}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

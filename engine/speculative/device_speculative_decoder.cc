@@ -116,7 +116,7 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   // Shared by the processing of up to kMax + 1 rows and the draft's draw: they run one after the
   // other on the one stream.
   sample_ws_bytes_ = std::max({kernels::ProcessAndSampleWorkspaceBytes(1, static_cast<int>(v)),
-                               kernels::ProcessTopKWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256}});
+                               kernels::ProcessSplitWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256}});
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
@@ -260,7 +260,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     // one-hot processing: the target's k + 1 rows are not processed.
     const float* p = CudaBackend::Data(*logits);
     if (mode != kernels::AcceptKernelMode::kGreedy) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogitsTopK(p, k + 1, static_cast<int>(vocab),
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogitsSplit(p, k + 1, static_cast<int>(vocab),
                                                                     ToConfig(options_.sampling), p_, sample_ws_,
                                                                     sample_ws_bytes_, stream));
       p = p_;

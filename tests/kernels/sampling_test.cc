@@ -88,11 +88,12 @@ bool AmbiguousCut(std::span<const float> logits, const SamplingParams& p) {
 
 using ProcessLauncher = cudaError_t (*)(const float*, int, int, SamplingConfig, float*, cudaStream_t);
 
-// LaunchProcessLogitsTopK with a workspace of its own, in the launcher shape of the other paths.
-cudaError_t LaunchTopKFirst(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
+// LaunchProcessLogitsSplit (top-k first or temperature only, where either applies) with a workspace of its
+// own, in the launcher shape of the other paths.
+cudaError_t LaunchSplit(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
                             cudaStream_t stream) {
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(ProcessTopKWorkspaceBytes(rows, vocab), 16));
-  const cudaError_t e = LaunchProcessLogitsTopK(logits, rows, vocab, config, probs, ws.get(), ws.size(), stream);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ProcessSplitWorkspaceBytes(rows, vocab), 16));
+  const cudaError_t e = LaunchProcessLogitsSplit(logits, rows, vocab, config, probs, ws.get(), ws.size(), stream);
   return e != cudaSuccess ? e : cudaStreamSynchronize(stream);  // before the workspace goes
 }
 
@@ -156,14 +157,31 @@ TEST(SamplingGpu, TopKFirstMatchesCpuReference) {
                                   Params(0.7f, 20, 0.5f, 0.1f, 0), Params(1.2f, 1, 1.0f, 0.0f, 0),
                                   Params(0.9f, 54, 0.9f, 0.0f, 0)}) {
     ASSERT_TRUE(ProcessTopKApplies(v, ToConfig(p))) << ToString(p);
-    CheckProcess(3, v, p, false, &LaunchTopKFirst);
+    CheckProcess(3, v, p, false, &LaunchSplit);
   }
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 1000, 0.95f, 0.0f, 0))));  // too many candidates
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.0f, 40, 1.0f, 0.0f, 0))));     // greedy
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 0, 0.95f, 0.0f, 0))));     // no top-k
-  CheckProcess(3, 5000, Params(0.9f, 37, 0.8f, 0.0f, 0), true, &LaunchTopKFirst);   // ties at the cuts
-  CheckProcess(4, 2049, Params(1.0f, 3, 0.9f, 0.0f, 0), true, &LaunchTopKFirst);   // a one-id last slice
-  CheckProcess(2, 100, Params(1.0f, 99, 1.0f, 0.2f, 0), false, &LaunchTopKFirst);  // top-k drops one id
+  CheckProcess(3, 5000, Params(0.9f, 37, 0.8f, 0.0f, 0), true, &LaunchSplit);   // ties at the cuts
+  CheckProcess(4, 2049, Params(1.0f, 3, 0.9f, 0.0f, 0), true, &LaunchSplit);   // a one-id last slice
+  CheckProcess(2, 100, Params(1.0f, 99, 1.0f, 0.2f, 0), false, &LaunchSplit);  // top-k drops one id
+}
+
+// The temperature-only split path where it applies (no top-k, no top-p; min-p or not).
+TEST(SamplingGpu, PlainSplitMatchesCpuReference) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  const int v = 151936;
+  for (const SamplingParams& p : {Params(1.0f, 0, 1.0f, 0.0f, 0), Params(0.7f, 0, 1.0f, 0.05f, 0),
+                                  Params(1.3f, v, 1.0f, 0.0f, 0), Params(0.5f, 0, 1.0f, 0.5f, 0)}) {
+    ASSERT_TRUE(ProcessPlainApplies(v, ToConfig(p))) << ToString(p);
+    CheckProcess(3, v, p, false, &LaunchSplit);
+  }
+  EXPECT_FALSE(ProcessPlainApplies(v, ToConfig(Params(0.8f, 0, 0.95f, 0.0f, 0))));  // top-p
+  EXPECT_FALSE(ProcessPlainApplies(v, ToConfig(Params(0.8f, 40, 1.0f, 0.0f, 0))));  // top-k
+  EXPECT_FALSE(ProcessPlainApplies(v, ToConfig(Params(0.0f, 0, 1.0f, 0.0f, 0))));   // greedy
+  CheckProcess(3, 5000, Params(0.9f, 0, 1.0f, 0.1f, 0), true, &LaunchSplit);   // ties at the min-p cut
+  CheckProcess(4, 2049, Params(1.0f, 0, 1.0f, 0.0f, 0), true, &LaunchSplit);   // a one-id last slice
+  CheckProcess(2, 7, Params(2.0f, 0, 1.0f, 0.0f, 0), false, &LaunchSplit);     // one partial slice
 }
 
 TEST(SamplingGpu, KeyedDrawsMatchCpuTokenForToken) {
@@ -228,7 +246,7 @@ TEST(SamplingGpu, GreedyDrawOverRawLogitsEqualsDrawOverProcessedRows) {
   }
 }
 
-// The draft's one-call step: the same probabilities as LaunchProcessLogitsTopK and the same tokens as
+// The draft's one-call step: the same probabilities as LaunchProcessLogitsSplit and the same tokens as
 // LaunchSampleTokens over them, whether the draw is made inside the top-k path or by the two calls.
 TEST(SamplingGpu, ProcessAndSampleDrawsAsTheTwoCalls) {
   SPECGEN_SKIP_WITHOUT_GPU();
@@ -241,14 +259,15 @@ TEST(SamplingGpu, ProcessAndSampleDrawsAsTheTwoCalls) {
     DeviceBuffer<uint8_t> ws(ProcessAndSampleWorkspaceBytes(rows, v));
     for (const SamplingParams& params :
          {Params(0.8f, 40, 0.95f, 0.05f, rng()), Params(1.0f, 64, 1.0f, 0.0f, rng()), Params(1.0f, 0, 1.0f, 0.0f, rng()),
-          Params(0.7f, 1000, 0.9f, 0.0f, rng()), Params(0.0f, 40, 1.0f, 0.0f, rng())}) {
+          Params(0.7f, 0, 1.0f, 0.05f, rng()), Params(0.7f, 1000, 0.9f, 0.0f, rng()),
+          Params(0.0f, 40, 1.0f, 0.0f, rng())}) {
       const int64_t pos0 = static_cast<int64_t>(rng() % 100000);
       const uint32_t purpose = static_cast<uint32_t>(RandomPurpose::kDraftSample);
       t1.Poison();
       t2.Poison();
       CUDA_OK(LaunchProcessAndSample(dl.get(), rows, v, ToConfig(params), p1.get(), params.seed, pos0, purpose,
                                      t1.get(), ws.get(), ws.size(), nullptr));
-      CUDA_OK(LaunchProcessLogitsTopK(dl.get(), rows, v, ToConfig(params), p2.get(), ws.get(), ws.size(), nullptr));
+      CUDA_OK(LaunchProcessLogitsSplit(dl.get(), rows, v, ToConfig(params), p2.get(), ws.get(), ws.size(), nullptr));
       CUDA_OK(LaunchSampleTokens(p2.get(), rows, v, params.greedy(), params.seed, pos0, purpose, t2.get(), ws.get(),
                                  ws.size(), nullptr));
       const auto a = p1.Download(), b = p2.Download();
@@ -383,7 +402,7 @@ struct ProcessPath {
 };
 constexpr ProcessPath kPaths[] = {{&LaunchProcessLogits, "default"},
                                   {&detail::LaunchProcessLogitsOneBlock, "one-block"},
-                                  {&LaunchTopKFirst, "top-k first"}};
+                                  {&LaunchSplit, "split"}};
 
 std::vector<float> RunProcess(const ProcessPath& path, const std::vector<float>& logits, int rows,
                               int vocab, const SamplingParams& params) {
