@@ -47,6 +47,27 @@ __device__ __forceinline__ void LoadSlice(const float* l, int lo, int hi, float 
   }
 }
 
+// A slice kernel's start: its logits read before the PDL wait, then the row's max logit (from
+// SliceMaxKernel's partials, complete once the wait returns) and 1 / T.
+struct SliceStart {
+  int lo, hi;
+  float x[kPer];
+  double max_logit, inv_t;
+};
+__device__ __forceinline__ SliceStart BeginSlice(const float* logits, int vocab, float temperature,
+                                                 const MaxPartial* partials, double* sv, int* si) {
+  SliceStart st;
+  const int s = blockIdx.x, row = blockIdx.y, slices = gridDim.x;
+  st.lo = s * kSliceIds;
+  st.hi = min(vocab, st.lo + kSliceIds);
+  LoadSlice(logits + static_cast<int64_t>(row) * vocab, st.lo, st.hi, st.x);
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();
+  st.max_logit = detail::RowMax(partials + static_cast<int64_t>(row) * slices, slices, sv, si).value;
+  st.inv_t = 1.0 / static_cast<double>(temperature);
+  return st;
+}
+
 // The other paths' weight of a logit (exp of the fp32-rounded double argument) and min-p's test.
 __device__ __forceinline__ float PlainWeight(float logit, double max_logit, double inv_t) {
   return expf(static_cast<float>((static_cast<double>(logit) - max_logit) * inv_t));
@@ -61,24 +82,17 @@ __global__ void __launch_bounds__(kSliceThreads)
                    const MaxPartial* __restrict__ partials, double* __restrict__ sums) {
   __shared__ double sv[32];
   __shared__ int si[32];
-  const int s = blockIdx.x, row = blockIdx.y, slices = gridDim.x;
-  const int lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
-  float x[kPer];
-  LoadSlice(logits + static_cast<int64_t>(row) * vocab, lo, hi, x);
-  LetDependentsLaunch();
-  WaitForPrecedingGrid();
-  const double max_logit = detail::RowMax(partials + static_cast<int64_t>(row) * slices, slices, sv, si).value;
-  const double inv_t = 1.0 / static_cast<double>(temperature);
+  const SliceStart st = BeginSlice(logits, vocab, temperature, partials, sv, si);
   double sum = 0.0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int i = lo + kPer * static_cast<int>(threadIdx.x) + j;
-    if (i >= hi) continue;
-    const float w = PlainWeight(x[j], max_logit, inv_t);
+    const int i = st.lo + kPer * static_cast<int>(threadIdx.x) + j;
+    if (i >= st.hi) continue;
+    const float w = PlainWeight(st.x[j], st.max_logit, st.inv_t);
     if (KeptByMinP(w, min_p)) sum += static_cast<double>(w);
   }
   sum = detail::BlockSum(sum, sv);
-  if (threadIdx.x == 0) sums[static_cast<int64_t>(row) * slices + s] = sum;
+  if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = sum;
 }
 
 // Where PlainNormalizeKernel's draw goes (tokens null: no draw).
@@ -98,13 +112,8 @@ __global__ void __launch_bounds__(kSliceThreads)
   __shared__ int si[32];
   __shared__ float sf[32];
   const int s = blockIdx.x, row = blockIdx.y, slices = gridDim.x;
-  const int lo = s * kSliceIds, hi = min(vocab, lo + kSliceIds);
-  float x[kPer];
-  LoadSlice(logits + static_cast<int64_t>(row) * vocab, lo, hi, x);
-  LetDependentsLaunch();
-  WaitForPrecedingGrid();
-  const double max_logit = detail::RowMax(partials + static_cast<int64_t>(row) * slices, slices, sv, si).value;
-  const double inv_t = 1.0 / static_cast<double>(temperature);
+  const SliceStart st = BeginSlice(logits, vocab, temperature, partials, sv, si);
+  const int lo = st.lo, hi = st.hi;
   // Every block of the row adds the same values in the same order: the same S everywhere.
   double total = 0.0;
   for (int t = threadIdx.x; t < slices; t += blockDim.x) total += sums[static_cast<int64_t>(row) * slices + t];
@@ -114,7 +123,7 @@ __global__ void __launch_bounds__(kSliceThreads)
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int i = lo + kPer * static_cast<int>(threadIdx.x) + j;
-    const float w = PlainWeight(x[j], max_logit, inv_t);
+    const float w = PlainWeight(st.x[j], st.max_logit, st.inv_t);
     q[j] = i < hi && KeptByMinP(w, min_p) ? static_cast<float>(static_cast<double>(w) / total) : 0.f;
     if (i < hi) out[i] = q[j];
   }
