@@ -36,7 +36,7 @@ cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, Sampli
 // The same processing spread over one block per 2048 ids of a row (the split paths), for the common
 // configs:
 // - top-k first (sampling_topk.cu; ProcessTopKApplies): temperature > 0 and a top-k of up to 64 ids
-//   with at most kTopKMaxCandidates candidates, 54 ids at a 151936-token vocabulary, with or without
+//   with at most kTopKMaxCandidates candidates (every top-k up to 64 at a 151936-token vocabulary), with or without
 //   top-p / min-p: each slice keeps its own top-k (a radix select) and one block per row finishes
 //   over those candidates;
 // - temperature only (sampling_plain.cu; ProcessPlainApplies): temperature > 0, no top-k (0 or >=
@@ -45,7 +45,9 @@ cudaError_t LaunchProcessLogits(const float* logits, int rows, int vocab, Sampli
 // probability may differ from it by one fp32 ulp. A row's result never depends on `rows`. Where
 // neither applies this is LaunchProcessLogits (the workspace is then not used).
 //   workspace  ProcessSplitWorkspaceBytes(rows, vocab) bytes of device scratch, 16-byte aligned
-inline constexpr int kTopKMaxCandidates = 4096;  // slices (vocab / 2048, rounded up) x top_k, at most
+// Slices (vocab / 2048, rounded up) x top_k, at most: 75 x 64 (a 151936-token vocabulary, Qwen's, at
+// the largest top-k), the select kernel's keys then 38 KB of its shared memory.
+inline constexpr int kTopKMaxCandidates = 4800;
 bool ProcessTopKApplies(int vocab, SamplingConfig config);
 bool ProcessPlainApplies(int vocab, SamplingConfig config);
 size_t ProcessSplitWorkspaceBytes(int rows, int vocab);

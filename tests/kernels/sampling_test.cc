@@ -155,11 +155,12 @@ TEST(SamplingGpu, TopKFirstMatchesCpuReference) {
   const int v = 151936;
   for (const SamplingParams& p : {Params(0.8f, 40, 0.95f, 0.05f, 0), Params(1.0f, 50, 1.0f, 0.0f, 0),
                                   Params(0.7f, 20, 0.5f, 0.1f, 0), Params(1.2f, 1, 1.0f, 0.0f, 0),
-                                  Params(0.9f, 54, 0.9f, 0.0f, 0)}) {
+                                  Params(0.9f, 54, 0.9f, 0.0f, 0), Params(0.8f, 64, 0.95f, 0.05f, 0)}) {
     ASSERT_TRUE(ProcessTopKApplies(v, ToConfig(p))) << ToString(p);
     CheckProcess(3, v, p, false, &LaunchSplit);
   }
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 1000, 0.95f, 0.0f, 0))));  // too many candidates
+  EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 65, 0.95f, 0.0f, 0))));    // past its sort of 64
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.0f, 40, 1.0f, 0.0f, 0))));     // greedy
   EXPECT_FALSE(ProcessTopKApplies(v, ToConfig(Params(0.8f, 0, 0.95f, 0.0f, 0))));     // no top-k
   CheckProcess(3, 5000, Params(0.9f, 37, 0.8f, 0.0f, 0), true, &LaunchSplit);   // ties at the cuts
