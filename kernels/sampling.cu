@@ -634,11 +634,7 @@ __global__ void __launch_bounds__(kPartThreads)
         if (wv[j] > 0.f) fbest = fmaxf(fbest, FastScore(wv[j], bits.v[j]));
       }
     }
-    fbest = detail::WarpMax(fbest);
-    if ((threadIdx.x & 31) == 0) sf[threadIdx.x >> 5] = fbest;
-    __syncthreads();
-    fbest = -INFINITY;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) fbest = fmaxf(fbest, sf[w]);
+    fbest = detail::BlockMax(fbest, sf);
     // Pass 2: exact double scores (as the CPU reference computes them) for the near-best.
     if (fbest > -INFINITY) {
       for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {

@@ -32,6 +32,7 @@ using detail::kSliceIds;
 using detail::kSliceThreads;
 using detail::MaxPartial;
 using detail::SamplePartial;
+using detail::SliceDraw;
 using detail::Slices;
 
 // A thread's ids: lo + 4 t .. lo + 4 t + 3, the four ids of one Philox block of the keyed draw.
@@ -95,19 +96,11 @@ __global__ void __launch_bounds__(kSliceThreads)
   if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = sum;
 }
 
-// Where PlainNormalizeKernel's draw goes (tokens null: no draw).
-struct PlainDraw {
-  int32_t* tokens;
-  uint64_t seed;
-  int64_t first_position;
-  uint32_t purpose;
-};
-
 // 3. Slice s's probabilities; with a draw, its best (exact score, id) at cand[row][s] (id -1: none).
 __global__ void __launch_bounds__(kSliceThreads)
     PlainNormalizeKernel(const float* __restrict__ logits, int vocab, float temperature, float min_p,
                          const MaxPartial* __restrict__ partials, const double* __restrict__ sums,
-                         float* __restrict__ probs, PlainDraw draw, SamplePartial* __restrict__ cand) {
+                         float* __restrict__ probs, SliceDraw draw, SamplePartial* __restrict__ cand) {
   __shared__ double sv[32];
   __shared__ int si[32];
   __shared__ float sf[32];
@@ -139,11 +132,7 @@ __global__ void __launch_bounds__(kSliceThreads)
     fast[j] = q[j] > 0.f ? detail::FastScore(q[j], bits.v[j]) : -INFINITY;
     fbest = fmaxf(fbest, fast[j]);
   }
-  fbest = detail::WarpMax(fbest);
-  if ((threadIdx.x & 31) == 0) sf[threadIdx.x >> 5] = fbest;
-  __syncthreads();
-  fbest = -INFINITY;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) fbest = fmaxf(fbest, sf[w]);
+  fbest = detail::BlockMax(fbest, sf);
   double best = 0.0;
   int best_id = -1;
 #pragma unroll
@@ -196,21 +185,16 @@ cudaError_t LaunchProcessPlain(const float* logits, int rows, int vocab, Samplin
                                int32_t* tokens, uint64_t seed, int64_t first_position, uint32_t purpose,
                                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(ProcessPlainApplies(vocab, config));
-  SPECGEN_KERNEL_REQUIRE(rows >= 0 && rows <= 65535);
-  if (rows == 0) return cudaSuccess;
-  SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs && workspace);
-  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessPlainWorkspaceBytes(rows, vocab));
-  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
+  const cudaError_t checked =
+      detail::CheckSplitArgs(logits, rows, probs, workspace, workspace_bytes, ProcessPlainWorkspaceBytes(rows, vocab));
+  if (checked != cudaSuccess || rows == 0) return checked;
   const int slices = Slices(vocab);
   const size_t n = static_cast<size_t>(rows) * slices;
   auto* partials = static_cast<MaxPartial*>(workspace);
   auto* cand = reinterpret_cast<SamplePartial*>(partials + n);
   auto* sums = reinterpret_cast<double*>(cand + n);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
-  // The kernels after the first start under programmatic dependent launch (sm_90+): each waits for
-  // its predecessor before reading what it wrote (see decode_fused.cuh).
-  int device = 0;
-  const bool pdl = cudaGetDevice(&device) == cudaSuccess && ProgrammaticLaunchSupported(device);
+  const bool pdl = detail::SplitLaunchesProgrammatic();
   detail::SliceMaxKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, partials);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
@@ -219,7 +203,7 @@ cudaError_t LaunchProcessPlain(const float* logits, int rows, int vocab, Samplin
   if (e != cudaSuccess) return e;
   e = LaunchDecodeKernel(PlainNormalizeKernel, grid, dim3(kSliceThreads), 0, stream, pdl, logits, vocab,
                          config.temperature, config.min_p, static_cast<const MaxPartial*>(partials),
-                         static_cast<const double*>(sums), probs, PlainDraw{tokens, seed, first_position, purpose},
+                         static_cast<const double*>(sums), probs, SliceDraw{tokens, seed, first_position, purpose},
                          cand);
   if (e != cudaSuccess || tokens == nullptr) return e;
   return LaunchDecodeKernel(PlainDrawKernel, dim3(static_cast<unsigned>(rows)), dim3(32), 0, stream, pdl,

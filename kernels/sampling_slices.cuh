@@ -7,7 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // LetDependentsLaunch
+#include "kernels/decode_fused.cuh"  // LetDependentsLaunch, ProgrammaticLaunchSupported
+#include "kernels/device_util.cuh"   // SPECGEN_KERNEL_REQUIRE
 #include "kernels/sampling_common.cuh"
 
 namespace specgen::kernels::detail {
@@ -21,6 +22,36 @@ struct MaxPartial {
   double value;
   int32_t id;
   int32_t pad;
+};
+
+// A split path's launch arguments: rows in [0, 65535] (a grid dimension), and for rows > 0 distinct
+// logits and probs and a 16-byte aligned workspace of at least `needed` bytes. cudaSuccess when they
+// hold (the caller returns at once for rows == 0), else cudaErrorInvalidValue.
+inline cudaError_t CheckSplitArgs(const float* logits, int rows, const float* probs, const void* workspace,
+                                  size_t workspace_bytes, size_t needed) {
+  SPECGEN_KERNEL_REQUIRE(rows >= 0 && rows <= 65535);
+  if (rows == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs && workspace);
+  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= needed);
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
+  return cudaSuccess;
+}
+
+// Whether the split paths' kernels after the first start under programmatic dependent launch: on
+// sm_90+ (the current device), each waiting for its predecessor before reading what it wrote (see
+// decode_fused.cuh).
+inline bool SplitLaunchesProgrammatic() {
+  int device = 0;
+  return cudaGetDevice(&device) == cudaSuccess && ProgrammaticLaunchSupported(device);
+}
+
+// Where a split path's keyed draw goes (tokens null: no draw): tokens[row] from keys (seed,
+// first_position + row, purpose), as LaunchSampleTokens.
+struct SliceDraw {
+  int32_t* tokens;
+  uint64_t seed;
+  int64_t first_position;
+  uint32_t purpose;
 };
 
 // partials[row][s] = the (max logit, id) of slice s (ties to the lower id); grid (slices, rows) of

@@ -61,6 +61,7 @@ using detail::kSliceThreads;
 using detail::MaxPartial;
 using detail::Slices;
 using detail::SliceMaxKernel;
+using detail::SliceDraw;
 constexpr int kSelectThreads = 1024;  // the row's final selection: up to kTopKMaxCandidates keys
 constexpr int kTopKMaxK = 64;         // the largest top-k this path takes (its sort of the row's top-k)
 
@@ -211,20 +212,12 @@ __global__ void __launch_bounds__(kSliceThreads)
   GatherAtLeast(keys, n, thr, c, &count);
 }
 
-// Where SelectKernel's draw goes (tokens null: no draw).
-struct Draw {
-  int32_t* tokens;
-  uint64_t seed;
-  int64_t first_position;
-  uint32_t purpose;
-};
-
 // 3. One block per row: the row's top-k, top-p, min-p, normalization, and the kept probabilities;
 // with a draw, tokens[row] = LaunchSampleTokens' keyed Gumbel-max over them (only kept ids have
 // weight, so it scores only those, with the exact double score the full-row draw decides by).
 __global__ void __launch_bounds__(kSelectThreads)
     SelectKernel(int vocab, int slices, SamplingConfig cfg, const uint64_t* __restrict__ cand,
-                 float* __restrict__ probs, Draw draw) {
+                 float* __restrict__ probs, SliceDraw draw) {
   __shared__ uint64_t keys[kTopKMaxCandidates];
   __shared__ uint64_t top[kTopKMaxK];
   __shared__ SelectShared sel;
@@ -327,20 +320,15 @@ size_t ProcessSplitWorkspaceBytes(int rows, int vocab) {
 
 namespace {
 cudaError_t LaunchTopK(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
-                       const Draw& draw, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(rows >= 0 && rows <= 65535);
-  if (rows == 0) return cudaSuccess;
-  SPECGEN_KERNEL_REQUIRE(logits && probs && logits != probs && workspace);
-  SPECGEN_KERNEL_REQUIRE(workspace_bytes >= ProcessSplitWorkspaceBytes(rows, vocab));
-  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
+                       const SliceDraw& draw, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const cudaError_t checked =
+      detail::CheckSplitArgs(logits, rows, probs, workspace, workspace_bytes, ProcessSplitWorkspaceBytes(rows, vocab));
+  if (checked != cudaSuccess || rows == 0) return checked;
   const int slices = Slices(vocab);
   auto* partials = static_cast<MaxPartial*>(workspace);
   auto* cand = reinterpret_cast<uint64_t*>(partials + static_cast<size_t>(rows) * slices);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
-  // The slice and select kernels start under programmatic dependent launch (sm_90+): each waits for
-  // its predecessor before reading what it wrote (see decode_fused.cuh).
-  int device = 0;
-  const bool pdl = cudaGetDevice(&device) == cudaSuccess && ProgrammaticLaunchSupported(device);
+  const bool pdl = detail::SplitLaunchesProgrammatic();  // the slice and select kernels
   SliceMaxKernel<<<grid, kSliceThreads, 0, stream>>>(logits, vocab, partials);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
@@ -359,7 +347,7 @@ cudaError_t LaunchProcessLogitsSplit(const float* logits, int rows, int vocab, S
                                       stream);
   }
   if (!ProcessTopKApplies(vocab, config)) return LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
-  return LaunchTopK(logits, rows, vocab, config, probs, Draw{}, workspace, workspace_bytes, stream);
+  return LaunchTopK(logits, rows, vocab, config, probs, SliceDraw{}, workspace, workspace_bytes, stream);
 }
 
 size_t ProcessAndSampleWorkspaceBytes(int rows, int vocab) {
@@ -377,7 +365,7 @@ cudaError_t LaunchProcessAndSample(const float* logits, int rows, int vocab, Sam
   }
   if (ProcessTopKApplies(vocab, config)) {
     SPECGEN_KERNEL_REQUIRE(tokens != nullptr);
-    return LaunchTopK(logits, rows, vocab, config, probs, Draw{tokens, seed, first_position, purpose}, workspace,
+    return LaunchTopK(logits, rows, vocab, config, probs, SliceDraw{tokens, seed, first_position, purpose}, workspace,
                       workspace_bytes, stream);
   }
   const cudaError_t e = LaunchProcessLogits(logits, rows, vocab, config, probs, stream);
