@@ -437,17 +437,19 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   float* acc_s = reinterpret_cast<float*>(dec_dyn_s);  // [kDecWarps][D]
   __shared__ float m_s[kDecWarps], l_s[kDecWarps];
   __shared__ int last_s;
-  const int qh = blockIdx.x, chunk = blockIdx.y;
+  // blockIdx.z: the query of a batch (LaunchDecodeAttentionBatch; 0 for the single-query launches).
+  const int qh = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+  const int qt = t * heads + qh;  // the (query, head) row of q, out, the counters and the partials
   const int G = heads / kv_heads, kvh = qh / G;
   const bool writes_rows = qh % G == 0;  // the kv head's first block appends the new K/V rows
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   detail::LaunchProbe probe;  // SetDecodeProbe
-  probe.Begin(probe_stamps, qh == 0 && chunk == 0);
+  probe.Begin(probe_stamps, qh == 0 && chunk == 0 && t == 0);
   // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
   // newest were written by earlier launches: both are read before waiting for the previous kernel, so
   // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
   // prologue below. The newest row (slot len - 1), this launch's or the previous kernel's, after.
-  const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1;  // slots the query sees
+  const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1 + t;  // slots the query sees
   const int chunk_slots = DecodeChunkSlots(len, D);
   const int c0 = chunk * chunk_slots;
   if (c0 >= len) return;
@@ -538,7 +540,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   probe.Stamp(2);  // the new K/V rows appended and the query rotated (fused prologue)
   float qv[kPer];
   StagedToF32<ElemType::kF32, kPer>(
-      reinterpret_cast<const char*>((fused ? q_rot : q + static_cast<int64_t>(qh) * D) + lane * kPer), qv);
+      reinterpret_cast<const char*>((fused ? q_rot : q + static_cast<int64_t>(qt) * D) + lane * kPer), qv);
   float m = -INFINITY, l = 0.f, acc[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.f;
@@ -595,8 +597,9 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   __syncthreads();
   // The chunk's result per dim d, warps merged in order (warp 0 holds slot c0, so the max is finite and
   // ll >= 1).
-  float* ws_ml = ws;                                         // [heads][chunks][2]
-  float* ws_acc = ws + static_cast<size_t>(heads) * chunks * 2;  // [heads][chunks][D]
+  const int rows = heads * gridDim.z;                          // (query, head) rows
+  float* ws_ml = ws;                                          // [rows][chunks][2]
+  float* ws_acc = ws + static_cast<size_t>(rows) * chunks * 2;  // [rows][chunks][D]
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float mm = -INFINITY;
     for (int w = 0; w < kDecWarps; ++w) mm = fmaxf(mm, m_s[w]);
@@ -612,12 +615,12 @@ __global__ void __launch_bounds__(kDecThreads, 2)
       aa = mw == -INFINITY ? aa : a_next;
     }
     if (n_chunks == 1) {
-      out[static_cast<int64_t>(qh) * D + d] = aa / ll;
+      out[static_cast<int64_t>(qt) * D + d] = aa / ll;
     } else {
-      ws_acc[(static_cast<int64_t>(qh) * chunks + chunk) * D + d] = aa;
+      ws_acc[(static_cast<int64_t>(qt) * chunks + chunk) * D + d] = aa;
       if (d == 0) {
-        ws_ml[(static_cast<int64_t>(qh) * chunks + chunk) * 2] = mm;
-        ws_ml[(static_cast<int64_t>(qh) * chunks + chunk) * 2 + 1] = ll;
+        ws_ml[(static_cast<int64_t>(qt) * chunks + chunk) * 2] = mm;
+        ws_ml[(static_cast<int64_t>(qt) * chunks + chunk) * 2 + 1] = ll;
       }
     }
   }
@@ -625,14 +628,14 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   // The last of the head's n_chunks blocks to get here merges every chunk, in chunk order.
   __threadfence();  // this thread's partial writes are visible device-wide before the count
   __syncthreads();
-  if (threadIdx.x == 0) last_s = atomicAdd(&counters[qh], 1u) == static_cast<unsigned>(n_chunks - 1);
+  if (threadIdx.x == 0) last_s = atomicAdd(&counters[qt], 1u) == static_cast<unsigned>(n_chunks - 1);
   __syncthreads();
   if (!last_s) return;
   __threadfence();  // the other blocks' partials, counted before our increment, are visible
   // Every chunk's partials are loaded at once (one round trip to L2, not one per chunk), then merged in
   // chunk order.
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    const int64_t base = static_cast<int64_t>(qh) * chunks;
+    const int64_t base = static_cast<int64_t>(qt) * chunks;
     float mc[kDecodeSplits], lc[kDecodeSplits], ac[kDecodeSplits];
 #pragma unroll
     for (int c = 0; c < kDecodeSplits; ++c) {
@@ -656,16 +659,16 @@ __global__ void __launch_bounds__(kDecThreads, 2)
         aa = fmaf(ac[c], f, aa);
       }
     }
-    out[static_cast<int64_t>(qh) * D + d] = aa / ll;
+    out[static_cast<int64_t>(qt) * D + d] = aa / ll;
   }
-  if (threadIdx.x == 0) counters[qh] = 0u;  // ready for the next launch (a later kernel)
+  if (threadIdx.x == 0) counters[qt] = 0u;  // ready for the next launch (a later kernel)
 }
 
 template <ElemType kT, int D>
 cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, float* out, int max_past,
                               int heads, int kv_heads, float scale, void* workspace,
                               const int32_t* d_n_past, cudaStream_t stream, bool programmatic,
-                              const DecodeRopeAppend& rope) {
+                              const DecodeRopeAppend& rope, int queries) {
   // acc_s, plus q_rot for the fused prologue: 9 KB for D = 256.
   constexpr size_t kMaxSmem = sizeof(float) * (kDecWarps + 1) * D;
   static const cudaError_t ready = [] {
@@ -678,10 +681,12 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   }();
   const size_t smem = sizeof(float) * (kDecWarps + (rope.q_raw != nullptr ? 1 : 0)) * D;
   if (smem > 48 * 1024 && ready != cudaSuccess) return ready;
-  const int chunks = std::min(kDecodeSplits, (max_past + DecodeUnitSlots(D)) / DecodeUnitSlots(D));
+  // Sized for the batch's last query, which sees max_past + queries slots.
+  const int chunks =
+      std::min(kDecodeSplits, (max_past + queries - 1 + DecodeUnitSlots(D)) / DecodeUnitSlots(D));
   auto* counters = static_cast<unsigned*>(workspace);
-  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
-  return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks), dim3(kDecThreads), smem,
+  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads * queries));
+  return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks, queries), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
                             chunks, d_n_past, out, rope, NextDecodeProbeSlot());
 }
@@ -728,11 +733,12 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
   return cudaErrorInvalidValue;
 }
 
-size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim) {
+size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim, int queries) {
   (void)max_keys;
   (void)kv_heads;
   const size_t chunks = kDecodeSplits;  // at most, whatever the length
-  return DecodeCounterBytes(heads) + static_cast<size_t>(heads) * chunks * (head_dim + 2) * sizeof(float);
+  const int rows = heads * queries;
+  return DecodeCounterBytes(rows) + static_cast<size_t>(rows) * chunks * (head_dim + 2) * sizeof(float);
 }
 
 namespace {
@@ -740,8 +746,10 @@ namespace {
 cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
                             float* out, int max_past, int heads, int kv_heads, int head_dim, float scale,
                             void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
-                            cudaStream_t stream, bool programmatic, const DecodeRopeAppend& rope) {
-  SPECGEN_KERNEL_REQUIRE(max_past >= 0);
+                            cudaStream_t stream, bool programmatic, const DecodeRopeAppend& rope,
+                            int queries = 1) {
+  SPECGEN_KERNEL_REQUIRE(max_past >= 0 && queries >= 1 && queries <= kDecodeMaxQueries);
+  SPECGEN_KERNEL_REQUIRE(queries == 1 || (rope.q_raw == nullptr && d_n_past == nullptr));
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
   SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
@@ -752,11 +760,11 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
                          reinterpret_cast<uintptr_t>(v_cache) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(workspace) % 16 == 0);
   SPECGEN_KERNEL_REQUIRE(workspace_bytes >=
-                         DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim));
+                         DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + queries, head_dim, queries));
 #define SPECGEN_DEC_CASE(T, D)                                                                       \
   if (kv_type == T && head_dim == D)                                                                 \
     return LaunchDecodeTyped<T, D>(q, k_cache, v_cache, out, max_past, heads, kv_heads, scale,       \
-                                   workspace, d_n_past, stream, programmatic, rope);
+                                   workspace, d_n_past, stream, programmatic, rope, queries);
   SPECGEN_DEC_CASE(ElemType::kF32, 64)
   SPECGEN_DEC_CASE(ElemType::kF32, 128)
   SPECGEN_DEC_CASE(ElemType::kF32, 256)
@@ -786,6 +794,15 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
   SPECGEN_KERNEL_REQUIRE((rope.q_norm == nullptr) == (rope.k_norm == nullptr));
   return DecodeAttention(nullptr, k_cache, v_cache, ElemType::kF32, out, max_past, heads, kv_heads, head_dim,
                          scale, workspace, workspace_bytes, d_n_past, stream, programmatic, rope);
+}
+
+cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, const void* v_cache,
+                                       ElemType kv_type, float* out, int n_past, int queries, int heads,
+                                       int kv_heads, int head_dim, float scale, void* workspace,
+                                       size_t workspace_bytes, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(q != nullptr);
+  return DecodeAttention(q, k_cache, v_cache, kv_type, out, n_past, heads, kv_heads, head_dim, scale, workspace,
+                         workspace_bytes, nullptr, stream, false, DecodeRopeAppend{}, queries);
 }
 
 }  // namespace specgen::kernels

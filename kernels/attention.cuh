@@ -77,7 +77,8 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
 //              once before the first launch (it holds per-query-head counters that every launch
 //              leaves at zero); one launch at a time per workspace.
-size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim);
+//   (queries: LaunchDecodeAttentionBatch's batch; 1 for the single-query launches.)
+size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int head_dim, int queries = 1);
 cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const void* v_cache,
                                   ElemType kv_type, float* out, int max_past, int heads, int kv_heads,
                                   int head_dim, float scale, void* workspace, size_t workspace_bytes,
@@ -107,5 +108,22 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
                                   int max_past, int heads, int kv_heads, int head_dim, float scale,
                                   void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
                                   cudaStream_t stream, bool programmatic);
+
+// The same kernel over a causal batch of `queries` new positions (the Backend's attention for a
+// verification pass or a one-token step; the caller stores the batch's K/V rows first): query t sees
+// slots 0 .. n_past + t. Query t's output equals, bit for bit, a single-query launch's with n_past + t
+// (the reduction order depends only on the keys a query sees), so it does not depend on the batch it
+// came in: what keeps target-only and speculative greedy runs token-identical. Launched plainly (no
+// PDL).
+//   q, out     [queries, heads, head_dim] fp32, device, 16-byte aligned
+//   queries    1..kDecodeMaxQueries
+//   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, n_past + queries, head_dim, queries)
+//              bytes, ZEROED once before the first launch (per-(query, head) counters every launch
+//              leaves at zero); one launch at a time per workspace.
+inline constexpr int kDecodeMaxQueries = 16;
+cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, const void* v_cache,
+                                       ElemType kv_type, float* out, int n_past, int queries, int heads,
+                                       int kv_heads, int head_dim, float scale, void* workspace,
+                                       size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace specgen::kernels

@@ -341,6 +341,18 @@ bool ProgrammaticLaunchSupported(int device) {
   return major >= 9;
 }
 
+bool ProgrammaticLaunchOnCurrentDevice() {
+  static const bool supported = [] {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return ProgrammaticLaunchSupported(device);
+  }();
+  return supported;
+}
+
 void SetDecodeProbe(unsigned long long* stamps) {
   g_decode_probe = stamps;
   g_decode_probe_launches = 0;

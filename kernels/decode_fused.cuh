@@ -61,6 +61,9 @@ cudaError_t SetDecodeInputNodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, c
 // Whether `device` takes programmatic dependent launch (compute capability 9.0+); false when it cannot
 // be asked. Launching with the attribute elsewhere is the caller's error.
 bool ProgrammaticLaunchSupported(int device);
+// The same for the device current when first asked, remembered for the process: what the Backend
+// op launchers (norm, GEMV) use, which know no device of their own (specgen drives one GPU).
+bool ProgrammaticLaunchOnCurrentDevice();
 #ifdef __CUDACC__
 __device__ __forceinline__ void WaitForPrecedingGrid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

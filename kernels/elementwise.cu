@@ -1,3 +1,4 @@
+#include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/elementwise.cuh"
 
@@ -6,7 +7,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The kernels here call LetDependentsLaunch() first: the Backend's RMSNorm and GEMV that follow them
+// are launched with programmatic dependent launch and fetch their weights during these kernels (they
+// wait for them to end before reading what they wrote; see decode_fused.cuh).
+
 __global__ void SwiGluKernel(const float* gate, const float* up, float* out, int64_t n) {
+  LetDependentsLaunch();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
@@ -15,6 +21,7 @@ __global__ void SwiGluKernel(const float* gate, const float* up, float* out, int
 }
 
 __global__ void AddKernel(const float* a, const float* b, float* out, int64_t n) {
+  LetDependentsLaunch();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = a[i] + b[i];
@@ -24,6 +31,7 @@ __global__ void AddKernel(const float* a, const float* b, float* out, int64_t n)
 // One block per token.
 __global__ void EmbeddingKernel(const void* __restrict__ table, ElemType table_type, int64_t vocab,
                                 int dim, const int32_t* __restrict__ ids, float* __restrict__ out) {
+  LetDependentsLaunch();
   const int32_t id = ids[blockIdx.x];
   float* row = out + static_cast<int64_t>(blockIdx.x) * dim;
   const bool valid = id >= 0 && id < vocab;

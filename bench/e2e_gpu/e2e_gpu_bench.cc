@@ -29,6 +29,8 @@
 //    traffic that is not the chain's does to its L2 round trips.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
+//  - BM_TargetPass: one Transformer pass of n tokens (a verification, or the target alone) as the
+//    speculative loop runs it (Backend ops, launched one by one), against its weights' HBM floor.
 //  - BM_SpeculativeSynthPair: a Qwen3-sized pair (synth qwen3-0.6b draft, qwen3-1.7b target, random
 //    weights) through the same loop: what a step costs at a 151936-token vocabulary.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
@@ -40,6 +42,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -780,6 +783,79 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
                    (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
   }
 }
+
+// One Transformer::ForwardResident pass of n tokens (the speculative loop's verify at n = k + 1, the
+// target alone at n = 1) after a 32-token prompt, launched op by op and waited for as the loop does, on
+// synth:qwen3-1.7b (model 0), synth:qwen3-0.6b (1) or the bundled tiny-target (2): us_per_pass, and
+// for the synthetic models its floor (every weight read once at 4.2 TB/s) and the share of it reached.
+// ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it).
+void BM_TargetPass(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const int which = static_cast<int>(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  CudaBackendOptions o;
+  o.arena_bytes = size_t{8} << 30;
+  auto be = CudaBackend::Create(o);
+  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  absl::StatusOr<std::unique_ptr<LoadedModel>> weights;
+  double floor_us = 0;
+  if (which == 2) {
+    weights = LoadModel((SourceDir() / "models" / "tiny-target").string());
+  } else {
+    auto spec = SynthSpec(which == 0 ? "qwen3-1.7b" : "qwen3-0.6b");
+    if (!spec.ok()) return state.SkipWithError(std::string(spec.status().message()).c_str());
+    weights = SynthWeights(*spec, DType::kBF16, 1);
+    if (auto bytes = SynthBytes(*spec, DType::kBF16); bytes.ok()) {
+      // An untied input table is read one row a token, not whole (as BM_DraftDecode counts).
+      const double table = double(spec->vocab_size) * spec->hidden * 2;
+      const double read = double(*bytes) - (spec->tied_embeddings ? 0.0 : table - spec->hidden * 2.0 * n);
+      floor_us = read / kHbmBytesPerSecond * 1e6;
+    }
+  }
+  if (!weights.ok()) return state.SkipWithError(std::string(weights.status().message()).c_str());
+  TransformerOptions topt;
+  topt.max_context = 512;
+  auto lm = Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(weights).value()), be->get(), topt);
+  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  Transformer& t = **lm;
+  const int64_t vocab = t.vocab_size();
+  std::vector<int32_t> prompt(32), prompt_pos(32), tokens(n), positions(n);
+  for (int i = 0; i < 32; ++i) {
+    prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
+    prompt_pos[i] = i;
+  }
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int32_t>((i * 104729 + 5) % vocab);
+    positions[i] = 32 + i;
+  }
+  if (auto r = t.ForwardResident(prompt, prompt_pos, {}); !r.ok()) {
+    return state.SkipWithError(std::string(r.status().message()).c_str());
+  }
+  double seconds = 0;
+  int64_t passes = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < 8; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto out = t.ForwardResident(tokens, positions, {});
+      absl::Status st = out.status();
+      if (st.ok()) st = (*be)->Synchronize(SyncKind::kOther);
+      if (st.ok()) st = t.Truncate(32);
+      if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    passes += 8;
+  }
+  const double us = seconds * 1e6 / passes;
+  state.counters["us_per_pass"] = us;
+  if (floor_us > 0) {
+    state.counters["floor_us"] = floor_us;
+    state.counters["hbm_fraction"] = floor_us / us;
+  }
+}
+BENCHMARK(BM_TargetPass)
+    ->ArgNames({"model", "n"})->Args({0, 1})->Args({0, 5})->Args({0, 9})->Args({1, 1})->Args({1, 2})
+    ->Args({2, 1})->Args({2, 5})
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");

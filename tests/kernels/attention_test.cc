@@ -288,6 +288,60 @@ TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
 }
 
+// LaunchDecodeAttentionBatch (the Backend's attention for 1..16 causal queries) against single-query
+// launches, one per query t with n_past + t (each checked against the CPU reference by
+// DecodeSingleQuery): the same bits, so a position's output does not depend on the batch it is in.
+void CheckDecodeBatch(int n_past, int queries, int heads, int kv_heads, int d, ElemType kv) {
+  auto rng = testing::FreshRng();
+  const int capacity = n_past + queries;
+  const size_t row = size_t(heads) * d;
+  const auto q = testing::RandomNormal(rng, size_t(queries) * row);
+  auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  const auto kb = testing::ToBf16(k), vb = testing::ToBf16(v);
+  DeviceBuffer<float> dq(q), dout(q.size()), done(row), dk32(k), dv32(v);
+  DeviceBuffer<uint16_t> dk16(kb), dv16(vb);
+  const void* kp = kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
+  const void* vp = kv == ElemType::kF32 ? static_cast<const void*>(dv32.get()) : dv16.get();
+  const float scale = 1.f / std::sqrt(float(d));
+  const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, capacity, d, queries);
+  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0)), ws_one(std::vector<uint8_t>(ws_bytes, 0));
+  const std::string what = "decode batch past=" + std::to_string(n_past) + " queries=" + std::to_string(queries) +
+                           " heads=" + std::to_string(heads) + "/" + std::to_string(kv_heads) + " d=" +
+                           std::to_string(d);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {  // the second launch finds the counters the first left at zero
+    dout.Poison();
+    CUDA_OK(LaunchDecodeAttentionBatch(dq.get(), kp, vp, kv, dout.get(), n_past, queries, heads, kv_heads, d,
+                                       scale, ws.get(), ws_bytes, nullptr));
+    const auto got = dout.Download();
+    for (float x : got) ASSERT_TRUE(std::isfinite(x)) << what;
+    if (run == 1) {
+      EXPECT_EQ(std::memcmp(got.data(), first.data(), sizeof(float) * got.size()), 0) << what << ": relaunch";
+    }
+    first = got;
+  }
+  for (int t = 0; t < queries; ++t) {
+    done.Poison();
+    CUDA_OK(LaunchDecodeAttention(dq.get() + size_t(t) * row, kp, vp, kv, done.get(), n_past + t, heads, kv_heads,
+                                  d, scale, ws_one.get(), ws_bytes, nullptr, nullptr, false));
+    const auto one = done.Download();
+    EXPECT_EQ(std::memcmp(one.data(), first.data() + size_t(t) * row, sizeof(float) * row), 0)
+        << what << ": query " << t << " differs from its single-query launch";
+  }
+}
+
+TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckDecodeBatch(31, 5, 16, 8, 128, ElemType::kF32);     // a k = 4 verification at ctx 32
+  CheckDecodeBatch(0, 9, 16, 8, 128, ElemType::kF32);      // the first query sees only its own key
+  CheckDecodeBatch(120, 9, 16, 8, 128, ElemType::kF32);    // from one chunk to three within the batch
+  CheckDecodeBatch(1020, 16, 16, 8, 128, ElemType::kF32);  // across the 1024-slot switch of chunk size
+  CheckDecodeBatch(300, 4, 8, 8, 64, ElemType::kBF16);     // MHA, bf16 cache
+  CheckDecodeBatch(70, 3, 16, 2, 256, ElemType::kF32);     // group 8, head_dim 256
+  CheckDecodeBatch(40, 1, 32, 4, 128, ElemType::kF32);     // one query: the single-query kernel's case
+}
+
 TEST(AttentionGpu, DecodeSingleQuery) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckDecodeAttention(0, 16, 8, 128, ElemType::kF32);     // only its own key

@@ -1,5 +1,6 @@
 // RMSNorm, RoPE, SwiGLU, residual add and embedding lookup against plain CPU loops (double).
 #include <cmath>
+#include <cstring>
 
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
@@ -37,8 +38,12 @@ void CheckRmsNorm(int rows, int dim, ElemType wtype) {
   // order), halved through the square root; rsqrtf (2 ulp) and two products add ~4u. Weights are
   // the same bf16/f16 values on both sides, so nothing of the weight dtype enters.
   const double rtol = (dim / 2.0 + 8) * kEps32;
-  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return rtol * std::fabs(ref[i]) + 1e-30; },
-                 "rmsnorm");
+  const auto y = dy.Download();
+  ExpectAllClose(y, ref, [&](size_t i) { return rtol * std::fabs(ref[i]) + 1e-30; }, "rmsnorm");
+  // In place (the q/k norms run so): the same bits as out of place.
+  CUDA_OK(LaunchRmsNorm(dx.get(), dw.get(), wtype, dx.get(), rows, dim, 1e-6f, nullptr));
+  const auto in_place = dx.Download();
+  EXPECT_EQ(std::memcmp(in_place.data(), y.data(), sizeof(float) * y.size()), 0) << "in place, dim " << dim;
 }
 
 TEST(RmsNormGpu, RowsAndPerHead) {
@@ -46,6 +51,8 @@ TEST(RmsNormGpu, RowsAndPerHead) {
   CheckRmsNorm(7, 4096, ElemType::kBF16);     // hidden rows
   CheckRmsNorm(5 * 32, 128, ElemType::kBF16); // q norm: tokens * heads rows of head_dim
   CheckRmsNorm(3, 1000, ElemType::kF16);      // dim not a multiple of the block
+  CheckRmsNorm(1, 2048, ElemType::kBF16);     // one token's hidden row: 8 elements a thread
+  CheckRmsNorm(2, 8192, ElemType::kBF16);     // past 16 a thread: the loop kernel
 }
 
 void CheckRope(RopeStyle style, int rot_dim) {

@@ -128,6 +128,8 @@ class CudaBackend : public Backend {
   // Growable device scratch (attention workspace, bf16 activations, router outputs).
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
+  void* decode_attn_ws_ = nullptr;  // LaunchDecodeAttentionBatch's: zeroed whenever (re)allocated
+  size_t decode_attn_ws_bytes_ = 0;
   void* bf16_x_ = nullptr;
   size_t bf16_x_bytes_ = 0;
   void* route_ = nullptr;
