@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernel_types.h"
+
 namespace specgen::kernels {
 
 enum class RopeStyle : uint8_t { kRotateHalf = 0, kInterleaved = 1 };
@@ -20,5 +22,19 @@ enum class RopeStyle : uint8_t { kRotateHalf = 0, kInterleaved = 1 };
 //   theta      RoPE base (10000, 1e6, ...)
 cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
                        int rot_dim, double theta, RopeStyle style, cudaStream_t stream);
+
+// The attention block's per-head step in one kernel (Backend::NormRopeStore): for each of n tokens,
+// every q and k head RMS-normed (when q_norm is set; LaunchRmsNorm's arithmetic with dim = head_dim),
+// then rotated with full rotary (LaunchRope's arithmetic), in place; the rotated k and v rows copied
+// to cache rows dst_row + t. The same bits as LaunchRmsNorm, LaunchRope and the copies one after the
+// other. One block per (token, head): H q heads, then Hkv k heads, then Hkv v heads.
+//   q          [n, heads, head_dim] fp32, device;  k, v  [n, kv_heads, head_dim] fp32, device
+//   q_norm, k_norm  [head_dim] of norm_type, device, or both null
+//   positions  [n] int32, device;  head_dim even, <= 256
+//   k_cache, v_cache  [>= dst_row + n, kv_heads, head_dim] fp32, device
+cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
+                                ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
+                                int kv_heads, int head_dim, double theta, RopeStyle style, float* k_cache,
+                                float* v_cache, int64_t dst_row, cudaStream_t stream);
 
 }  // namespace specgen::kernels

@@ -150,6 +150,24 @@ class Backend {
   virtual absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                         std::span<const float> scales, Buffer* dst) = 0;
 
+  // The attention block's per-head step between the projections and the attention, in place on q
+  // [n, H*d] and k [n, Hkv*d]: each head RMS-normed (RmsNorm with group = head_dim; only when q_norm /
+  // k_norm are set: Qwen3), then rotated as Rope at `positions`; then k and v [n, Hkv*d] copied to rows
+  // dst_row .. dst_row + n - 1 of k_cache and v_cache (CopyRows). The default runs those ops one after
+  // the other; a backend may do it in one pass with the same arithmetic (CUDA: one kernel instead of
+  // four kernels and two copies a layer).
+  struct HeadNormRope {
+    const Weight* q_norm = nullptr;  // [head_dim] each, or both null
+    const Weight* k_norm = nullptr;
+    float eps = 0.0f;
+    int64_t head_dim = 0;
+    std::span<const int32_t> positions;  // one a row of q
+    float theta = 0.0f;
+    RopeStyle style = RopeStyle::kRotateHalf;
+  };
+  virtual absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
+                                     int64_t dst_row, Buffer* k_cache, Buffer* v_cache);
+
   // --- MoE routing without the host (DESIGN §6 a: the expert-union read is needed only where the host
   // must fetch experts; with every expert resident the device can route by itself) ---
   // An MoE layer's experts, prepared once for RouteAndRunExperts (on the GPU: device tables of the

@@ -21,14 +21,25 @@ absl::StatusOr<KvCache> KvCache::Create(Backend& backend, int64_t n_layers, int6
   return cache;
 }
 
-absl::Status KvCache::Store(Backend& backend, int64_t layer, const Buffer& k, const Buffer& v) {
+absl::Status KvCache::CheckStore(int64_t layer, int64_t rows) const {
   if (layer < 0 || layer >= n_layers()) return InvalidArgument("KV cache: no layer ", layer);
-  if (size_ + k.rows() > max_positions_) {
-    return InvalidArgument("KV cache: ", size_, " + ", k.rows(), " positions exceed the context of ",
+  if (size_ + rows > max_positions_) {
+    return InvalidArgument("KV cache: ", size_, " + ", rows, " positions exceed the context of ",
                            max_positions_);
   }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::Store(Backend& backend, int64_t layer, const Buffer& k, const Buffer& v) {
+  RETURN_IF_ERROR(CheckStore(layer, k.rows()));
   RETURN_IF_ERROR(backend.CopyRows(k, size_, k_[layer].get()));
   return backend.CopyRows(v, size_, v_[layer].get());
+}
+
+absl::Status KvCache::NormRopeStore(Backend& backend, int64_t layer, const Backend::HeadNormRope& p, Buffer* q,
+                                    Buffer* k, const Buffer& v) {
+  RETURN_IF_ERROR(CheckStore(layer, k->rows()));
+  return backend.NormRopeStore(p, q, k, v, size_, k_[layer].get(), v_[layer].get());
 }
 
 absl::Status KvCache::Append(int64_t n) {

@@ -25,6 +25,10 @@ class KvCache {
 
   // Writes k, v [n, kv_dim] at rows size() .. size()+n-1 of `layer`, not yet committed.
   absl::Status Store(Backend& backend, int64_t layer, const Buffer& k, const Buffer& v);
+  // The same after q and k are normed and rotated, all through Backend::NormRopeStore (k is stored
+  // rotated; q and k are changed in place).
+  absl::Status NormRopeStore(Backend& backend, int64_t layer, const Backend::HeadNormRope& p, Buffer* q,
+                             Buffer* k, const Buffer& v);
   // Commits n positions stored in every layer.
   absl::Status Append(int64_t n);
   // Keeps the first n positions (n <= size()).
@@ -35,6 +39,8 @@ class KvCache {
   const Buffer& v(int64_t layer) const { return *v_[layer]; }
 
  private:
+  absl::Status CheckStore(int64_t layer, int64_t rows) const;
+
   int64_t size_ = 0;
   int64_t max_positions_ = 0;
   std::vector<std::unique_ptr<Buffer>> k_;

@@ -233,13 +233,18 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.q, s.q.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.k, s.k.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.v, s.v.get()));
-  if (spec.qk_norm) {  // per head, before RoPE; V is neither normed nor roped
-    RETURN_IF_ERROR(be.RmsNorm(*s.q, *lw.q_norm, spec.head_dim, spec.rms_eps, s.q.get()));
-    RETURN_IF_ERROR(be.RmsNorm(*s.k, *lw.k_norm, spec.head_dim, spec.rms_eps, s.k.get()));
+  // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
+  Backend::HeadNormRope nr;
+  if (spec.qk_norm) {
+    nr.q_norm = lw.q_norm.get();
+    nr.k_norm = lw.k_norm.get();
   }
-  RETURN_IF_ERROR(be.Rope(positions, spec.head_dim, spec.rope_theta, spec.rope_style, s.q.get()));
-  RETURN_IF_ERROR(be.Rope(positions, spec.head_dim, spec.rope_theta, spec.rope_style, s.k.get()));
-  RETURN_IF_ERROR(cache_.Store(be, layer, *s.k, *s.v));
+  nr.eps = spec.rms_eps;
+  nr.head_dim = spec.head_dim;
+  nr.positions = positions;
+  nr.theta = spec.rope_theta;
+  nr.style = spec.rope_style;
+  RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, nr, s.q.get(), s.k.get(), *s.v));
   AttentionShape shape;
   shape.n_heads = spec.n_heads;
   shape.n_kv_heads = spec.n_kv_heads;

@@ -270,6 +270,81 @@ TEST_F(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
   }
 }
 
+// CudaBackend::NormRopeStore (one kernel) against the Backend default on the same GPU backend (its
+// RmsNorm, Rope and CopyRows, each checked against the CPU above): the same bits in q, k and every row
+// of both caches (rows outside the batch untouched).
+TEST_F(CudaOps, NormRopeStoreEqualsItsOpsBitForBit) {
+  struct Case {
+    int n, heads, kv_heads, d;
+    bool norm;
+    RopeStyle style;
+    DType norm_type;
+  };
+  for (const Case c : {Case{1, 16, 8, 128, true, RopeStyle::kRotateHalf, DType::kBF16},
+                       Case{5, 16, 8, 128, true, RopeStyle::kRotateHalf, DType::kF32},
+                       Case{3, 8, 8, 64, false, RopeStyle::kInterleaved, DType::kF32},
+                       Case{2, 8, 2, 256, true, RopeStyle::kRotateHalf, DType::kBF16}}) {
+    const int rows = 48, dst_row = 37, qd = c.heads * c.d, kvd = c.kv_heads * c.d;
+    const std::string what = "NormRopeStore n=" + std::to_string(c.n) + " heads=" + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + " d=" + std::to_string(c.d);
+    const HostWeight qn = MakeWeight(rng_, c.norm_type, 1, c.d, 1.0f), kn = MakeWeight(rng_, c.norm_type, 1, c.d, 1.0f);
+    auto gq = gpu_->Upload(qn.View(), "q_norm");
+    auto gk = gpu_->Upload(kn.View(), "k_norm");
+    ASSERT_TRUE(gq.ok() && gk.ok());
+    const auto qv = Normal(rng_, size_t(c.n) * qd, 2.f), kv = Normal(rng_, size_t(c.n) * kvd, 2.f);
+    const auto vv = Normal(rng_, size_t(c.n) * kvd), cache0 = Normal(rng_, size_t(rows) * kvd);
+    std::vector<int32_t> pos(c.n);
+    for (int i = 0; i < c.n; ++i) pos[i] = dst_row + 1000 * i;  // far apart: distinct angles
+    std::vector<std::vector<float>> got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto q = *gpu_->NewBuffer(c.n, qd), k = *gpu_->NewBuffer(c.n, kvd), v = *gpu_->NewBuffer(c.n, kvd);
+      auto kc = *gpu_->NewBuffer(rows, kvd), vc = *gpu_->NewBuffer(rows, kvd);
+      ASSERT_TRUE(gpu_->Write(qv, q.get()).ok() && gpu_->Write(kv, k.get()).ok() && gpu_->Write(vv, v.get()).ok());
+      ASSERT_TRUE(gpu_->Write(cache0, kc.get()).ok() && gpu_->Write(cache0, vc.get()).ok());
+      Backend::HeadNormRope p;
+      if (c.norm) {
+        p.q_norm = gq->get();
+        p.k_norm = gk->get();
+      }
+      p.eps = 1e-6f;
+      p.head_dim = c.d;
+      p.positions = pos;
+      p.theta = 1e6f;
+      p.style = c.style;
+      const absl::Status st = fused ? gpu_->NormRopeStore(p, q.get(), k.get(), *v, dst_row, kc.get(), vc.get())
+                                    : gpu_->Backend::NormRopeStore(p, q.get(), k.get(), *v, dst_row, kc.get(), vc.get());
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+      for (Buffer* b : {q.get(), k.get(), kc.get(), vc.get()}) {
+        std::vector<float> h(b->rows() * b->cols());
+        ASSERT_TRUE(gpu_->Read(*b, h).ok());
+        for (float x : h) ASSERT_TRUE(std::isfinite(x)) << what;
+        got[fused].push_back(std::move(h));
+      }
+    }
+    const char* names[] = {"q", "k", "K cache", "V cache"};
+    for (int b = 0; b < 4; ++b) {
+      ASSERT_EQ(got[0][b].size(), got[1][b].size());
+      EXPECT_EQ(std::memcmp(got[0][b].data(), got[1][b].data(), sizeof(float) * got[0][b].size()), 0)
+          << what << ": " << names[b] << " differs from RmsNorm + Rope + CopyRows";
+    }
+  }
+  // One norm without the other is refused with a message, not run.
+  const HostWeight w = MakeWeight(rng_, DType::kF32, 1, 64, 1.0f);
+  auto gw = gpu_->Upload(w.View(), "q_norm");
+  ASSERT_TRUE(gw.ok());
+  auto q = *gpu_->NewBuffer(1, 128), k = *gpu_->NewBuffer(1, 64), v = *gpu_->NewBuffer(1, 64);
+  auto kc = *gpu_->NewBuffer(4, 64), vc = *gpu_->NewBuffer(4, 64);
+  Backend::HeadNormRope p;
+  p.q_norm = gw->get();
+  p.head_dim = 64;
+  const int32_t one_pos[1] = {0};
+  p.positions = one_pos;
+  p.theta = 1e4f;
+  const absl::Status st = gpu_->NormRopeStore(p, q.get(), k.get(), *v, 0, kc.get(), vc.get());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("k norm"), std::string::npos) << st;
+}
+
 TEST_F(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
   struct Case { int heads, kv_heads, d, n, prefix; bool tree; };
   for (Case c : {Case{4, 2, 16, 5, 3, false}, Case{4, 2, 32, 1, 40, false}, Case{4, 4, 16, 8, 0, true},

@@ -319,13 +319,25 @@ absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t grou
                                                     static_cast<int>(group), eps, stream_));
 }
 
+absl::StatusOr<const int32_t*> CudaBackend::StagePositions(std::span<const int32_t> positions) {
+  if (staged_positions_dev_ != nullptr && staging_pos_ == staged_positions_end_ &&
+      std::equal(positions.begin(), positions.end(), staged_positions_.begin(), staged_positions_.end())) {
+    return staged_positions_dev_;
+  }
+  ASSIGN_OR_RETURN(void* d, Stage(positions.data(), positions.size_bytes()));
+  staged_positions_.assign(positions.begin(), positions.end());
+  staged_positions_dev_ = static_cast<const int32_t*>(d);
+  staged_positions_end_ = staging_pos_;
+  return staged_positions_dev_;
+}
+
 absl::Status CudaBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
                                RopeStyle style, Buffer* x) {
   RETURN_IF_ERROR(CheckRope("cuda", positions.size(), head_dim, *x));
   if (positions.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* d, Stage(positions.data(), positions.size_bytes()));
+  ASSIGN_OR_RETURN(const int32_t* d, StagePositions(positions));
   return SPECGEN_CUDA_STATUS(kernels::LaunchRope(
-      B(*x).data(), static_cast<const int32_t*>(d), static_cast<int>(x->rows()),
+      B(*x).data(), d, static_cast<int>(x->rows()),
       static_cast<int>(x->cols() / head_dim), static_cast<int>(head_dim), static_cast<int>(head_dim),
       theta, style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf
                                              : kernels::RopeStyle::kInterleaved,
@@ -357,6 +369,33 @@ absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* d
   return SPECGEN_CUDA_STATUS(cudaMemcpyAsync(B(*dst).data() + dst_row * dst->cols(), B(src).data(),
                                              static_cast<size_t>(src.rows() * src.cols()) * sizeof(float),
                                              cudaMemcpyDeviceToDevice, stream_));
+}
+
+absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
+                                        int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
+  const bool normed = p.q_norm != nullptr && p.k_norm != nullptr;
+  const bool one_kernel = (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
+                          p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&
+                          q->cols() % p.head_dim == 0 && k->cols() % p.head_dim == 0 && v.cols() == k->cols() &&
+                          v.rows() == k->rows() && q->rows() == k->rows();
+  if (!one_kernel) return Backend::NormRopeStore(p, q, k, v, dst_row, k_cache, v_cache);  // its checks name the fault
+  if (normed) {
+    RETURN_IF_ERROR(CheckRmsNorm("cuda", *q, *p.q_norm, p.head_dim, *q));
+    RETURN_IF_ERROR(CheckRmsNorm("cuda", *k, *p.k_norm, p.head_dim, *k));
+  }
+  RETURN_IF_ERROR(CheckRope("cuda", p.positions.size(), p.head_dim, *q));
+  RETURN_IF_ERROR(CheckRope("cuda", p.positions.size(), p.head_dim, *k));
+  RETURN_IF_ERROR(CheckCopyRows("cuda", *k, dst_row, *k_cache));
+  RETURN_IF_ERROR(CheckCopyRows("cuda", v, dst_row, *v_cache));
+  if (q->rows() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int32_t* d_pos, StagePositions(p.positions));
+  const int d = static_cast<int>(p.head_dim);
+  return SPECGEN_CUDA_STATUS(kernels::LaunchNormRopeStore(
+      B(*q).data(), B(*k).data(), B(v).data(), normed ? W(*p.q_norm).data() : nullptr,
+      normed ? W(*p.k_norm).data() : nullptr, normed ? W(*p.q_norm).type() : ElemType::kF32, p.eps, d_pos,
+      static_cast<int>(q->rows()), static_cast<int>(q->cols() / d), static_cast<int>(k->cols() / d), d, p.theta,
+      p.style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf : kernels::RopeStyle::kInterleaved,
+      B(*k_cache).data(), B(*v_cache).data(), dst_row, stream_));
 }
 
 absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,

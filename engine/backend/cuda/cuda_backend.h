@@ -64,6 +64,8 @@ class CudaBackend : public Backend {
   absl::Status Add(const Buffer& x, Buffer* y) override;
   absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
   absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) override;
+  absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v, int64_t dst_row,
+                             Buffer* k_cache, Buffer* v_cache) override;
   absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                          const AttentionShape& shape, std::span<const uint8_t> mask,
                          Buffer* out) override;
@@ -128,6 +130,12 @@ class CudaBackend : public Backend {
   // Growable device scratch (attention workspace, bf16 activations, router outputs).
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
+  // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing
+  // else has been staged since (so the ring has not moved past it).
+  absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
+  std::vector<int32_t> staged_positions_;
+  const int32_t* staged_positions_dev_ = nullptr;
+  size_t staged_positions_end_ = 0;  // staging_pos_ right after they were staged
   void* decode_attn_ws_ = nullptr;  // LaunchDecodeAttentionBatch's: zeroed whenever (re)allocated
   size_t decode_attn_ws_bytes_ = 0;
   void* bf16_x_ = nullptr;
