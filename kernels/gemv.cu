@@ -10,17 +10,49 @@ constexpr int kChunk = 8;      // weights per 16-byte load
 constexpr int kWarpK = 32 * kChunk;  // k covered by one warp-wide step
 
 
-// Warp owns R consecutive output rows; each lane keeps U chunks per row in flight.
-template <ElemType kW, int N, int R, int U>
-__global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __restrict__ w,
-                                                          const float* __restrict__ x,
-                                                          float* __restrict__ y, int out, int in) {
+// The matrices of one launch (rows concatenated; kSwiGlu: w[0] gate and w[1] up of the same rows) and
+// where each one's rows go: y[seg][t * rows[seg] + r] for token t.
+struct Segs {
+  const uint16_t* w[3];
+  float* y[3];
+  int rows[3];
+  int n;
+  int total_rows;  // output rows (kSwiGlu: the gate's)
+};
+
+// Warp owns R consecutive output rows (kSwiGlu: R gate/up row pairs); each lane keeps U chunks per weight
+// row in flight. kExact kernels take exactly n = N tokens; the others n <= N, computing all N columns,
+// the ones past n on x's last row and never stored (a run-time token count in the FMA loop kept its x
+// loads from being issued ahead: BM_Gemv at 8 tokens fell from 1762 to 916 GB/s). Every weight row is
+// reduced in the one order described in gemv.cuh, whatever the epilogue, the segments, N or n.
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact>
+__global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* __restrict__ x, int in, int n) {
+  constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // weight rows an output row reads
+  constexpr int kWR = R * kPer;
+  const int nn = kExact ? N : n;  // tokens stored
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
-  if (row0 >= out) return;
-  float acc[R][N];
+  if (row0 >= s.total_rows) return;
+  const uint16_t* wrow[kWR];
+  float* yrow[R];
+  int ld[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    int row = min(row0 + r, s.total_rows - 1);  // clamp: result discarded below
+    // The segment walked with selects (a run-time index into s would copy it to local memory).
+    const bool past0 = s.n > 1 && row >= s.rows[0];
+    row -= past0 ? s.rows[0] : 0;
+    const bool past1 = past0 && s.n > 2 && row >= s.rows[1];
+    row -= past1 ? s.rows[1] : 0;
+    const uint16_t* w = past1 ? s.w[2] : past0 ? s.w[1] : s.w[0];
+    yrow[r] = (past1 ? s.y[2] : past0 ? s.y[1] : s.y[0]) + row;
+    ld[r] = past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0];
+    wrow[r * kPer] = w + static_cast<int64_t>(row) * in;
+    if constexpr (kPer == 2) wrow[r * kPer + 1] = s.w[1] + static_cast<int64_t>(row) * in;
+  }
+  float acc[kWR][N];
+#pragma unroll
+  for (int r = 0; r < kWR; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
 
@@ -29,16 +61,14 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __rest
   // unchanged. H200, synth:qwen3-1.7b, ncu: these GEMVs averaged 1.5-2.7 TB/s launched plainly.
   LetDependentsLaunch();
   const int kb0 = lane * kChunk;
-  uint4 wv[U][R];
+  uint4 wv[U][kWR];
   const auto load = [&](int kb) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = kb + u * kWarpK;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int row = row0 + r < out ? row0 + r : out - 1;  // clamp: result discarded below
-        wv[u][r] = k < in ? detail::LoadWeights16(w + static_cast<int64_t>(row) * in + k)
-                          : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < kWR; ++r) {
+        wv[u][r] = k < in ? detail::LoadWeights16(wrow[r] + k) : make_uint4(0, 0, 0, 0);
       }
     }
   };
@@ -50,62 +80,123 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const uint16_t* __rest
     for (int u = 0; u < U; ++u) {
       const int k = kb + u * kWarpK;
       if (k >= in) break;  // zero chunks would still add +0.f; skip so order stays exactly k-ordered
-      float wf[R][8];
+      float wf[kWR][8];
 #pragma unroll
-      for (int r = 0; r < R; ++r) detail::Unpack8<kW>(wv[u][r], wf[r]);
-      detail::FmaChunk8<R, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(t) * in + k; }, acc);
+      for (int r = 0; r < kWR; ++r) detail::Unpack8<kW>(wv[u][r], wf[r]);
+      detail::FmaChunk8<kWR, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(min(t, nn - 1)) * in + k; },
+                                acc);
     }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) {
-      const float s = detail::WarpSum(acc[r][t]);
-      if (lane == 0 && row0 + r < out) y[static_cast<int64_t>(t) * out + row0 + r] = s;
+      if (t >= nn) break;
+      const float d0 = detail::WarpSum(acc[r * kPer][t]);
+      const float d1 = kPer == 2 ? detail::WarpSum(acc[r * kPer + kPer - 1][t]) : 0.f;
+      if (lane == 0 && row0 + r < s.total_rows) {
+        float* y = yrow[r] + static_cast<int64_t>(t) * ld[r];
+        if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+          *y = d0 / (1.f + expf(-d0)) * d1;  // LaunchSwiGlu's
+        } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+          *y = *y + d0;  // LaunchAdd's
+        } else {
+          *y = d0;
+        }
+      }
     }
 }
 
-template <ElemType kW, int N>
-cudaError_t LaunchN(const void* w, const float* x, float* y, int out, int in, cudaStream_t stream) {
+template <ElemType kW, int N, GemvEpilogue kEpi, bool kExact = true>
+cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
   // Rows per warp grow with the batch so x loads are shared by more rows; loads in flight per lane
   // stay near 4 x 16 bytes. Neither changes the per-element reduction order.
   // From 3 tokens, 4 rows a warp: a warp reads 2n/R bytes of x from L1 per weight byte, and at R = 2
   // that read bound the kernel from 5 tokens. H200 A/B (BM_Gemv, GB/s, R = 2 -> 4), 4096 x 4096 at
   // 4/5/8 tokens: 2255/1610/1183 -> 2207/1756/1762; 14336 x 4096: 2899/2168/1527 -> 3188/2472/2092.
   // R = 8 from 9 tokens (one chunk in flight, ~255 registers) fell to 558 GB/s at 16: not taken.
-  constexpr int R = N <= 2 ? 1 : 4;
+  // kSwiGlu: half the output rows (each reads a gate and an up row), the same weight rows a warp.
+  constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
+  constexpr int R = N <= 2 ? 1 : 4 / kPer;
   constexpr int U = N <= 2 ? 4 : 2;
   const int rows_per_block = kWarps * R;
-  const unsigned blocks = static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block);
-  return LaunchDecodeKernel(GemvKernel<kW, N, R, U>, dim3(blocks), dim3(kWarps * 32), 0, stream,
-                            ProgrammaticLaunchOnCurrentDevice(), static_cast<const uint16_t*>(w), x, y, out, in);
+  const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
+  return LaunchDecodeKernel(GemvKernel<kW, N, R, U, kEpi, kExact>, dim3(blocks), dim3(kWarps * 32), 0, stream,
+                            ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
-template <ElemType kW, int... Ns>
-cudaError_t Dispatch(int n, const void* w, const float* x, float* y, int out, int in,
-                     cudaStream_t stream, std::integer_sequence<int, Ns...>) {
+// A kernel for each n in 1..N of Ns (its registers sized to the batch).
+template <ElemType kW, GemvEpilogue kEpi, int... Ns>
+cudaError_t DispatchExact(int n, const Segs& s, const float* x, int in, cudaStream_t stream,
+                          std::integer_sequence<int, Ns...>) {
   cudaError_t err = cudaErrorInvalidValue;
-  ((n == Ns + 1 ? (err = LaunchN<kW, Ns + 1>(w, x, y, out, in, stream), 0) : 0), ...);
+  ((n == Ns + 1 ? (err = LaunchN<kW, Ns + 1, kEpi>(s, x, in, n, stream), 0) : 0), ...);
   return err;
+}
+
+// The epilogues: exact kernels for bf16 up to a k = 8 verification (padding 5 tokens to 8 made the
+// qwen3-1.7b pass at 5 tokens 20% slower than the separate kernels), else one for each power of two at
+// or above n. Every executable carries each instantiation: exact ones for every n, type and epilogue
+// took the packed GPU binaries from 38 to 56 MB, over what the device tool carries.
+constexpr int kExactEpilogueTokens = 9;
+template <ElemType kW, GemvEpilogue kEpi>
+cudaError_t DispatchEpilogue(int n, const Segs& s, const float* x, int in, cudaStream_t stream) {
+  if (kW == ElemType::kBF16 && n <= kExactEpilogueTokens) {
+    return DispatchExact<kW, kEpi>(n, s, x, in, stream, std::make_integer_sequence<int, kExactEpilogueTokens>{});
+  }
+  if (n <= 1) return LaunchN<kW, 1, kEpi, false>(s, x, in, n, stream);
+  if (n <= 2) return LaunchN<kW, 2, kEpi, false>(s, x, in, n, stream);
+  if (n <= 4) return LaunchN<kW, 4, kEpi, false>(s, x, in, n, stream);
+  if (n <= 8) return LaunchN<kW, 8, kEpi, false>(s, x, in, n, stream);
+  return LaunchN<kW, kGemvMaxTokens, kEpi, false>(s, x, in, n, stream);
+}
+
+template <ElemType kW>
+cudaError_t DispatchEpi(int n, const Segs& s, const float* x, int in, GemvEpilogue epi, cudaStream_t stream) {
+  switch (epi) {
+    case GemvEpilogue::kStore:
+      return DispatchExact<kW, GemvEpilogue::kStore>(n, s, x, in, stream,
+                                                     std::make_integer_sequence<int, kGemvMaxTokens>{});
+    case GemvEpilogue::kAddTo: return DispatchEpilogue<kW, GemvEpilogue::kAddTo>(n, s, x, in, stream);
+    case GemvEpilogue::kSwiGlu: return DispatchEpilogue<kW, GemvEpilogue::kSwiGlu>(n, s, x, in, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
-                       int in, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kGemvMaxTokens && out > 0 && in > 0 && in % kChunk == 0);
-  SPECGEN_KERNEL_REQUIRE(w != nullptr && x != nullptr && y != nullptr);
-  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(x) % 16 == 0);
-  const auto seq = std::make_integer_sequence<int, kGemvMaxTokens>{};
+cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
+                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kGemvMaxTokens && in > 0 && in % kChunk == 0);
+  SPECGEN_KERNEL_REQUIRE(segments != nullptr && n_segments >= 1 && n_segments <= 3 && x != nullptr);
+  SPECGEN_KERNEL_REQUIRE(epilogue != GemvEpilogue::kSwiGlu || (n_segments == 2 && segments[0].rows == segments[1].rows));
+  SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  Segs s{};
+  s.n = n_segments;
+  for (int i = 0; i < n_segments; ++i) {
+    const GemvSegment& g = segments[i];
+    SPECGEN_KERNEL_REQUIRE(g.w != nullptr && g.y != nullptr && g.rows > 0);
+    SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(g.w) % 16 == 0);
+    s.w[i] = static_cast<const uint16_t*>(g.w);
+    s.y[i] = g.y;
+    s.rows[i] = g.rows;
+    if (epilogue != GemvEpilogue::kSwiGlu || i == 0) s.total_rows += g.rows;
+  }
   switch (w_type) {
     case ElemType::kBF16:
-      return Dispatch<ElemType::kBF16>(n, w, x, y, out, in, stream, seq);
+      return DispatchEpi<ElemType::kBF16>(n, s, x, in, epilogue, stream);
     case ElemType::kF16:
-      return Dispatch<ElemType::kF16>(n, w, x, y, out, in, stream, seq);
+      return DispatchEpi<ElemType::kF16>(n, s, x, in, epilogue, stream);
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
+                       int in, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(out > 0 && w != nullptr && y != nullptr);
+  const GemvSegment seg{w, y, out};
+  return LaunchGemvSegments(&seg, 1, w_type, x, n, in, GemvEpilogue::kStore, stream);
 }
 
 }  // namespace specgen::kernels

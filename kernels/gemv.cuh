@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/decode_fused.cuh"  // GemvSegment, GemvEpilogue
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels {
@@ -31,5 +32,14 @@ constexpr bool GemvTakes(ElemType w_type, int in) { return w_type != ElemType::k
 // Returns cudaErrorInvalidValue for bad shapes or types.
 cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
                        int in, cudaStream_t stream);
+
+// LaunchGemv over up to 3 matrices of the same x in one launch, with an epilogue: segment i's output
+// is segments[i].y [n, segments[i].rows]; kStore writes the products, kAddTo adds them to y (as
+// LaunchAdd: the residual), kSwiGlu takes segments[0] = gate and [1] = up (same rows) and writes
+// silu(gate) * up into segments[0].y (as LaunchSwiGlu). Every product is reduced in LaunchGemv's order,
+// so each result equals LaunchGemv (+ LaunchAdd / LaunchSwiGlu) bit for bit, whatever n.
+//   weights 16-byte aligned, of w_type; y must not alias x; n 1..kGemvMaxTokens; in multiple of 8.
+cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
+                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream);
 
 }  // namespace specgen::kernels

@@ -4,6 +4,27 @@
 
 namespace specgen {
 
+absl::Status Backend::MatMulMany(const Buffer& x, std::span<const Weight* const> ws,
+                                 std::span<Buffer* const> ys) {
+  if (ws.size() != ys.size() || ws.empty() || ws.size() > 3) {
+    return InvalidArgument(name(), " MatMulMany: ", ws.size(), " matrices for ", ys.size(), " outputs (1 to 3)");
+  }
+  for (size_t i = 0; i < ws.size(); ++i) RETURN_IF_ERROR(MatMul(x, *ws[i], ys[i]));
+  return absl::OkStatus();
+}
+
+absl::Status Backend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) {
+  RETURN_IF_ERROR(MatMul(x, w, scratch));
+  return Add(*scratch, y);
+}
+
+absl::Status Backend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
+                                   Buffer* gate_out) {
+  RETURN_IF_ERROR(MatMul(x, gate, gate_out));
+  RETURN_IF_ERROR(MatMul(x, up, up_scratch));
+  return SwiGlu(*gate_out, *up_scratch, gate_out);
+}
+
 absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                     int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
   if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {

@@ -150,6 +150,19 @@ class Backend {
   virtual absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                         std::span<const float> scales, Buffer* dst) = 0;
 
+  // Fused products. Each default runs the ops named; a backend may do it in one pass with the same
+  // arithmetic (CUDA: one launch each for 1..16 rows, the same bits).
+  // ys[i] = x · ws[i]^T for up to 3 matrices of one input (the attention's q, k and v): MatMul each.
+  virtual absl::Status MatMulMany(const Buffer& x, std::span<const Weight* const> ws,
+                                  std::span<Buffer* const> ys);
+  // y += x · W^T (the residual after the attention's and the FFN's output projections): MatMul into
+  // `scratch` (same shape as y), then Add.
+  virtual absl::Status MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y);
+  // gate_out = silu(x · Wg^T) ⊙ (x · Wu^T) (a dense FFN's first half): MatMul gate into gate_out and up
+  // into up_scratch, then SwiGlu into gate_out.
+  virtual absl::Status MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
+                                    Buffer* gate_out);
+
   // The attention block's per-head step between the projections and the attention, in place on q
   // [n, H*d] and k [n, Hkv*d]: each head RMS-normed (RmsNorm with group = head_dim; only when q_norm /
   // k_norm are set: Qwen3), then rotated as Rope at `positions`; then k and v [n, Hkv*d] copied to rows

@@ -230,9 +230,9 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   Scratch& s = *scratch_;
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.attn_norm, spec.hidden, spec.rms_eps, s.x.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.q, s.q.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.k, s.k.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.v, s.v.get()));
+  const Weight* qkv[3] = {lw.q.get(), lw.k.get(), lw.v.get()};
+  Buffer* qkv_out[3] = {s.q.get(), s.k.get(), s.v.get()};
+  RETURN_IF_ERROR(be.MatMulMany(*s.x, qkv, qkv_out));
   // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
   Backend::HeadNormRope nr;
   if (spec.qk_norm) {
@@ -252,8 +252,7 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   shape.n_prefix = cache_.size();
   shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
   RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), shape, mask, s.attn.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));
-  return be.Add(*s.out, s.h.get());
+  return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
 }
 
 absl::Status Transformer::DenseFfnBlock(int64_t layer) {
@@ -262,11 +261,8 @@ absl::Status Transformer::DenseFfnBlock(int64_t layer) {
   Scratch& s = *scratch_;
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.gate, s.ffn_g.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.x, *lw.up, s.ffn_u.get()));
-  RETURN_IF_ERROR(be.SwiGlu(*s.ffn_g, *s.ffn_u, s.ffn_g.get()));
-  RETURN_IF_ERROR(be.MatMul(*s.ffn_g, *lw.down, s.out.get()));
-  return be.Add(*s.out, s.h.get());
+  RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.gate, *lw.up, s.ffn_u.get(), s.ffn_g.get()));
+  return be.MatMulAdd(*s.ffn_g, *lw.down, s.out.get(), s.h.get());
 }
 
 absl::Status Transformer::MoeFfnBlock(int64_t layer) {

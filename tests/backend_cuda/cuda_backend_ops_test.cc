@@ -270,6 +270,62 @@ TEST_F(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
   }
 }
 
+// The fused products (MatMulMany, MatMulAdd, MatMulSwiGlu: one launch each on CUDA for 1..16 rows)
+// against the Backend defaults on the same GPU backend (MatMul, Add, SwiGlu, each checked against the
+// CPU above): the same bits, at 17 rows too (where the defaults run).
+TEST_F(CudaOps, FusedMatMulsEqualTheirOpsBitForBit) {
+  const int in = 96, q_out = 64, kv_out = 32, ffn = 80;
+  const HostWeight wq = MakeWeight(rng_, DType::kBF16, q_out, in), wk = MakeWeight(rng_, DType::kBF16, kv_out, in),
+                   wv = MakeWeight(rng_, DType::kBF16, kv_out, in), wg = MakeWeight(rng_, DType::kBF16, ffn, in),
+                   wu = MakeWeight(rng_, DType::kBF16, ffn, in), wo = MakeWeight(rng_, DType::kBF16, in, ffn);
+  std::vector<std::unique_ptr<Weight>> w;
+  for (const HostWeight* h : {&wq, &wk, &wv, &wg, &wu, &wo}) {
+    auto u = gpu_->Upload(h->View(), "w");
+    ASSERT_TRUE(u.ok()) << u.status();
+    w.push_back(std::move(u).value());
+  }
+  const auto read = [&](const Buffer& b) {
+    std::vector<float> v(b.rows() * b.cols());
+    EXPECT_TRUE(gpu_->Read(b, v).ok());
+    return v;
+  };
+  const auto same = [&](const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (float v : a) ASSERT_TRUE(std::isfinite(v)) << what;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0) << what << " differs from its ops";
+  };
+  for (int n : {1, 5, 16, 17}) {
+    const std::string at = " n=" + std::to_string(n);
+    const auto xv = Normal(rng_, size_t(n) * in), hv = Normal(rng_, size_t(n) * in);
+    std::vector<std::vector<float>> out[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto x = *gpu_->NewBuffer(n, in), h = *gpu_->NewBuffer(n, in), scratch = *gpu_->NewBuffer(n, in);
+      auto q = *gpu_->NewBuffer(n, q_out), k = *gpu_->NewBuffer(n, kv_out), v = *gpu_->NewBuffer(n, kv_out);
+      auto g = *gpu_->NewBuffer(n, ffn), u = *gpu_->NewBuffer(n, ffn);
+      ASSERT_TRUE(gpu_->Write(xv, x.get()).ok() && gpu_->Write(hv, h.get()).ok());
+      const Weight* qkv[3] = {w[0].get(), w[1].get(), w[2].get()};
+      Buffer* ys[3] = {q.get(), k.get(), v.get()};
+      Backend& be = *gpu_;
+      if (fused) {
+        ASSERT_TRUE(be.MatMulMany(*x, qkv, ys).ok());
+        ASSERT_TRUE(be.MatMulSwiGlu(*x, *w[3], *w[4], u.get(), g.get()).ok());
+        ASSERT_TRUE(be.MatMulAdd(*g, *w[5], scratch.get(), h.get()).ok());
+      } else {
+        ASSERT_TRUE(be.Backend::MatMulMany(*x, qkv, ys).ok());
+        ASSERT_TRUE(be.Backend::MatMulSwiGlu(*x, *w[3], *w[4], u.get(), g.get()).ok());
+        ASSERT_TRUE(be.Backend::MatMulAdd(*g, *w[5], scratch.get(), h.get()).ok());
+      }
+      out[fused] = {read(*q), read(*k), read(*v), read(*g), read(*h)};
+    }
+    const char* names[] = {"q", "k", "v", "SwiGLU", "residual"};
+    for (int i = 0; i < 5; ++i) same(out[1][i], out[0][i], std::string(names[i]) + at);
+  }
+  // A shape error is a Status naming the op, not a launch.
+  auto x = *gpu_->NewBuffer(2, in + 8), y = *gpu_->NewBuffer(2, in), s = *gpu_->NewBuffer(2, in);
+  const absl::Status st = gpu_->MatMulAdd(*x, *w[5], s.get(), y.get());
+  EXPECT_FALSE(st.ok());
+}
+
 // CudaBackend::NormRopeStore (one kernel) against the Backend default on the same GPU backend (its
 // RmsNorm, Rope and CopyRows, each checked against the CPU above): the same bits in q, k and every row
 // of both caches (rows outside the batch untouched).

@@ -101,6 +101,64 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
   }
 }
 
+// LaunchGemvSegments against LaunchGemv per matrix (+ LaunchAdd / LaunchSwiGlu): the same bits for
+// every n, so the Backend's fused q/k/v, residual and gate/up products keep batch invariance and equal
+// the ops they replace.
+void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype) {
+  auto rng = testing::FreshRng();
+  const int in = 1032;  // not a multiple of 256: a partial last chunk
+  const std::vector<int> rows = epi == GemvEpilogue::kSwiGlu ? std::vector<int>{300, 300}
+                                : epi == GemvEpilogue::kAddTo ? std::vector<int>{257}
+                                                              : std::vector<int>{256, 129, 64};
+  const auto x = testing::RandomNormal(rng, size_t(n) * in);
+  DeviceBuffer<float> dx(x);
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> dw;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> got, ref;
+  std::vector<GemvSegment> segs;
+  for (int r : rows) {
+    const auto w = Round(testing::RandomNormal(rng, size_t(r) * in, 0.05f), wtype);
+    dw.push_back(std::make_unique<DeviceBuffer<uint16_t>>(w.bits));
+    const auto y0 = testing::RandomNormal(rng, size_t(n) * r);  // the residual kAddTo adds to
+    got.push_back(std::make_unique<DeviceBuffer<float>>(y0));
+    ref.push_back(std::make_unique<DeviceBuffer<float>>(y0));
+    if (epi != GemvEpilogue::kAddTo) got.back()->Poison();
+    segs.push_back(GemvSegment{dw.back()->get(), got.back()->get(), r});
+  }
+  CUDA_OK(LaunchGemvSegments(segs.data(), int(segs.size()), wtype, dx.get(), n, in, epi, nullptr));
+  // The separate kernels.
+  DeviceBuffer<float> prod(size_t(n) * rows[0]), up(size_t(n) * rows[0]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (epi == GemvEpilogue::kStore) {
+      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), ref[i]->get(), n, rows[i], in, nullptr));
+    } else if (epi == GemvEpilogue::kAddTo) {
+      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), prod.get(), n, rows[i], in, nullptr));
+      CUDA_OK(LaunchAdd(ref[i]->get(), prod.get(), ref[i]->get(), int64_t(n) * rows[i], nullptr));
+    }
+  }
+  if (epi == GemvEpilogue::kSwiGlu) {
+    CUDA_OK(LaunchGemv(dw[0]->get(), wtype, dx.get(), prod.get(), n, rows[0], in, nullptr));
+    CUDA_OK(LaunchGemv(dw[1]->get(), wtype, dx.get(), up.get(), n, rows[1], in, nullptr));
+    CUDA_OK(LaunchSwiGlu(prod.get(), up.get(), ref[0]->get(), int64_t(n) * rows[0], nullptr));
+  }
+  const size_t outputs = epi == GemvEpilogue::kSwiGlu ? 1 : rows.size();
+  for (size_t i = 0; i < outputs; ++i) {
+    const auto a = got[i]->Download(), b = ref[i]->Download();
+    for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "segment " << i;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0)
+        << "gemv segments n=" << n << " epilogue " << int(epi) << " segment " << i << " differs";
+  }
+}
+
+TEST(GemvGpu, SegmentsAndEpiloguesEqualSeparateKernels) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  for (int n : {1, 2, 3, 5, 9, 16}) {
+    CheckGemvSegments(n, GemvEpilogue::kStore, ElemType::kBF16);  // q, k, v in one launch
+    CheckGemvSegments(n, GemvEpilogue::kAddTo, ElemType::kBF16);  // O / down + the residual
+    CheckGemvSegments(n, GemvEpilogue::kSwiGlu, ElemType::kBF16); // gate/up + SwiGLU
+  }
+  CheckGemvSegments(4, GemvEpilogue::kSwiGlu, ElemType::kF16);
+}
+
 // LaunchFusedGemv against LaunchRmsNorm + LaunchGemv (+ LaunchSwiGlu / LaunchAdd) for one token: the
 // same bits, whatever the grid bound (rows are walked grid-stride). `in` not a multiple of 256 covers a
 // partial last batch of the staged activation.

@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (!DeviceAvailable()) return absl::FailedPreconditionError("--device cuda: no CUDA device found");
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = options.device;
+  be->fused_ops_ = options.fused_ops;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   size_t budget = options.arena_bytes;
   if (budget == 0) {
@@ -311,6 +312,54 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   return absl::OkStatus();
 }
 
+bool CudaBackend::GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const {
+  const int64_t n = x.rows(), in = x.cols();
+  if (!fused_ops_ || n < 1 || n > kernels::kGemvMaxTokens || ws.empty()) return false;
+  const ElemType type = W(*ws[0]).type();
+  for (const Weight* w : ws) {
+    if (W(*w).type() != type || w->cols() != in || !kernels::GemvTakes(type, static_cast<int>(in))) return false;
+  }
+  return true;
+}
+
+absl::Status CudaBackend::MatMulMany(const Buffer& x, std::span<const Weight* const> ws,
+                                     std::span<Buffer* const> ys) {
+  if (ws.size() != ys.size() || ws.empty() || ws.size() > 3 || !GemvFuses(x, ws)) {
+    return Backend::MatMulMany(x, ws, ys);
+  }
+  kernels::GemvSegment segs[3];
+  for (size_t i = 0; i < ws.size(); ++i) {
+    RETURN_IF_ERROR(CheckMatMul("cuda", x, *ws[i], *ys[i]));
+    segs[i] = {W(*ws[i]).data(), B(*ys[i]).data(), static_cast<int>(ws[i]->rows())};
+  }
+  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs, static_cast<int>(ws.size()), W(*ws[0]).type(),
+                                                         B(x).data(), static_cast<int>(x.rows()),
+                                                         static_cast<int>(x.cols()), kernels::GemvEpilogue::kStore,
+                                                         stream_));
+}
+
+absl::Status CudaBackend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) {
+  const Weight* ws[1] = {&w};
+  if (!GemvFuses(x, ws)) return Backend::MatMulAdd(x, w, scratch, y);
+  RETURN_IF_ERROR(CheckMatMul("cuda", x, w, *y));
+  const kernels::GemvSegment seg{W(w).data(), B(*y).data(), static_cast<int>(w.rows())};
+  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(&seg, 1, W(w).type(), B(x).data(), static_cast<int>(x.rows()),
+                                                         static_cast<int>(x.cols()), kernels::GemvEpilogue::kAddTo,
+                                                         stream_));
+}
+
+absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
+                                       Buffer* gate_out) {
+  const Weight* ws[2] = {&gate, &up};
+  if (!GemvFuses(x, ws) || gate.rows() != up.rows()) return Backend::MatMulSwiGlu(x, gate, up, up_scratch, gate_out);
+  RETURN_IF_ERROR(CheckMatMul("cuda", x, gate, *gate_out));
+  const kernels::GemvSegment segs[2] = {{W(gate).data(), B(*gate_out).data(), static_cast<int>(gate.rows())},
+                                        {W(up).data(), B(*gate_out).data(), static_cast<int>(up.rows())}};
+  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs, 2, W(gate).type(), B(x).data(),
+                                                         static_cast<int>(x.rows()), static_cast<int>(x.cols()),
+                                                         kernels::GemvEpilogue::kSwiGlu, stream_));
+}
+
 absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
   RETURN_IF_ERROR(CheckRmsNorm("cuda", x, w, group, *y));
   if (x.rows() == 0) return absl::OkStatus();
@@ -374,7 +423,7 @@ absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* d
 absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                         int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
   const bool normed = p.q_norm != nullptr && p.k_norm != nullptr;
-  const bool one_kernel = (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
+  const bool one_kernel = fused_ops_ && (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
                           p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&
                           q->cols() % p.head_dim == 0 && k->cols() % p.head_dim == 0 && v.cols() == k->cols() &&
                           v.rows() == k->rows() && q->rows() == k->rows();

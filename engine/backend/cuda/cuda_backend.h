@@ -27,6 +27,9 @@ struct CudaBackendOptions {
   // Pinned ring through which small host arguments (token ids, positions, masks, expert rows) reach
   // the device, stream-ordered and without a host wait.
   size_t staging_bytes = size_t{8} << 20;
+  // The fused ops (MatMulMany, MatMulAdd, MatMulSwiGlu, NormRopeStore) in one kernel each; false runs
+  // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
+  bool fused_ops = true;
 };
 
 // Why the host waited for the GPU.
@@ -64,6 +67,11 @@ class CudaBackend : public Backend {
   absl::Status Add(const Buffer& x, Buffer* y) override;
   absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
   absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) override;
+  absl::Status MatMulMany(const Buffer& x, std::span<const Weight* const> ws,
+                          std::span<Buffer* const> ys) override;
+  absl::Status MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) override;
+  absl::Status MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
+                            Buffer* gate_out) override;
   absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v, int64_t dst_row,
                              Buffer* k_cache, Buffer* v_cache) override;
   absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
@@ -130,6 +138,10 @@ class CudaBackend : public Backend {
   // Growable device scratch (attention workspace, bf16 activations, router outputs).
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
+  // Whether the small-batch GEMV takes x · W^T for these weights in one launch (1..16 rows, one 16-bit
+  // type, rows of a multiple of 8): the fused MatMul ops fall back to their defaults otherwise.
+  bool GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const;
+  bool fused_ops_ = true;  // CudaBackendOptions::fused_ops
   // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing
   // else has been staged since (so the ring has not moved past it).
   absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
