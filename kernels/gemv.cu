@@ -25,7 +25,7 @@ struct Segs {
 // the ones past n on x's last row and never stored (a run-time token count in the FMA loop kept its x
 // loads from being issued ahead: BM_Gemv at 8 tokens fell from 1762 to 916 GB/s). Every weight row is
 // reduced in the one order described in gemv.cuh, whatever the epilogue, the segments, N or n.
-template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact>
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe>
 __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* __restrict__ x, int in, int n) {
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // weight rows an output row reads
   constexpr int kWR = R * kPer;
@@ -75,14 +75,29 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
   load(kb0);
   WaitForPrecedingGrid();
   for (int kb = kb0; kb < in; kb += kWarpK * U) {
-    if (kb != kb0) load(kb);
+    uint4 cur[U][kWR];
+    if constexpr (kPipe) {
+      // The chunks multiplied now are those loaded an iteration ago; the next ones are requested
+      // before these FMAs, so a lane keeps 2U chunks a row in flight.
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < kWR; ++r) cur[u][r] = wv[u][r];
+      if (kb + kWarpK * U < in) load(kb + kWarpK * U);
+    } else {
+      if (kb != kb0) load(kb);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < kWR; ++r) cur[u][r] = wv[u][r];
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = kb + u * kWarpK;
       if (k >= in) break;  // zero chunks would still add +0.f; skip so order stays exactly k-ordered
       float wf[kWR][8];
 #pragma unroll
-      for (int r = 0; r < kWR; ++r) detail::Unpack8<kW>(wv[u][r], wf[r]);
+      for (int r = 0; r < kWR; ++r) detail::Unpack8<kW>(cur[u][r], wf[r]);
       detail::FmaChunk8<kWR, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(min(t, nn - 1)) * in + k; },
                                 acc);
     }
@@ -107,6 +122,31 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
     }
 }
 
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact>
+cudaError_t LaunchR(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
+  const int rows_per_block = kWarps * R;
+  const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
+  // Loads an iteration ahead where they measured faster. H200 A/B in one call (BM_Gemv, GB/s, two
+  // rounds): 5 tokens 4096^2 1700 -> 2112, 14336 x 4096 2509 -> 2893; 4 tokens even; but 2 tokens
+  // 4096^2 2083 -> 1587 and 8 tokens 1972 -> 1858 (more registers, the same bytes in flight).
+  constexpr bool kPipe = N >= 4 && N <= 6;
+  return LaunchDecodeKernel(GemvKernel<kW, N, R, U, kEpi, kExact, kPipe>, dim3(blocks), dim3(kWarps * 32), 0, stream,
+                            ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
+}
+
+int MultiprocessorsOnCurrentDevice() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 132;
+    }
+    return count;
+  }();
+  return sms;
+}
+
 template <ElemType kW, int N, GemvEpilogue kEpi, bool kExact = true>
 cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
   // Rows per warp grow with the batch so x loads are shared by more rows; loads in flight per lane
@@ -115,14 +155,21 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // that read bound the kernel from 5 tokens. H200 A/B (BM_Gemv, GB/s, R = 2 -> 4), 4096 x 4096 at
   // 4/5/8 tokens: 2255/1610/1183 -> 2207/1756/1762; 14336 x 4096: 2899/2168/1527 -> 3188/2472/2092.
   // R = 8 from 9 tokens (one chunk in flight, ~255 registers) fell to 558 GB/s at 16: not taken.
+  // Matrices with fewer rows than that leaves 4 warps a multiprocessor take 2 rows a warp, or 1. This
+  // was for the 2048-row residual products of synth:qwen3-1.7b at 5 tokens (1.1 TB/s at 4 rows a warp,
+  // ncu), and only moved them 4% (15.7 -> 15.1 us): at 6144 inputs x's 5 rows (123 KB) no longer stay
+  // in L1, which loads ahead do not help either (BM_Gemv 2048 x 6144 at 5 tokens: 1.08 TB/s).
   // kSwiGlu: half the output rows (each reads a gate and an up row), the same weight rows a warp.
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
-  constexpr int R = N <= 2 ? 1 : 4 / kPer;
   constexpr int U = N <= 2 ? 4 : 2;
-  const int rows_per_block = kWarps * R;
-  const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
-  return LaunchDecodeKernel(GemvKernel<kW, N, R, U, kEpi, kExact>, dim3(blocks), dim3(kWarps * 32), 0, stream,
-                            ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
+  if constexpr (N <= 2) {
+    return LaunchR<kW, N, 1, U, kEpi, kExact>(s, x, in, n, stream);
+  } else {
+    const int min_warps = 4 * MultiprocessorsOnCurrentDevice();
+    if (s.total_rows >= (4 / kPer) * min_warps) return LaunchR<kW, N, 4 / kPer, U, kEpi, kExact>(s, x, in, n, stream);
+    if (kPer == 1 && s.total_rows >= 2 * min_warps) return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
+    return LaunchR<kW, N, 1, U, kEpi, kExact>(s, x, in, n, stream);
+  }
 }
 
 // A kernel for each n in 1..N of Ns (its registers sized to the batch).

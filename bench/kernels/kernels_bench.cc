@@ -89,6 +89,7 @@ void BM_Gemv(benchmark::State& state) {
 BENCHMARK(BM_Gemv)
     ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {4096}, {4096}})
     ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {14336}, {4096}})
+    ->ArgsProduct({{1, 5, 9}, {2048}, {6144}})  // qwen3-1.7b's down projection: few rows, long ones
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
