@@ -224,29 +224,18 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
   out[static_cast<int64_t>(i) * hidden + c] = acc;
 }
 
-// Whether the current device takes programmatic dependent launch (sm_90+), asked once. With it, each of
+// Where the device takes programmatic dependent launch (ProgrammaticLaunchOnCurrentDevice), each of
 // the plan, gate/up, down and combine kernels is launched while its predecessor runs: its blocks are
 // scheduled once the predecessor's blocks have done their reads (LetDependentsLaunch) and wait
 // (WaitForPrecedingGrid) before reading anything the predecessor writes, so the four launch gaps of a
 // layer shrink and results do not change.
-bool ProgrammaticLaunch() {
-  static const bool supported = [] {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return ProgrammaticLaunchSupported(device);
-  }();
-  return supported;
-}
 
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
 template <ElemType kW, bool kCH, bool kCF>
 cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
                         cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
-  const bool pdl = ProgrammaticLaunch();
+  const bool pdl = ProgrammaticLaunchOnCurrentDevice();
   cudaError_t e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
                                      dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
   if (e == cudaSuccess) {
@@ -289,7 +278,7 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
                          reinterpret_cast<uintptr_t>(x) % 16 == 0);
   const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
   const cudaError_t planned = LaunchDecodeKernel(PlanKernel, dim3(1), dim3(kPlanThreads), 0, stream,
-                                                 ProgrammaticLaunch(), route_ids, route_w, n, k, tab.experts,
+                                                 ProgrammaticLaunchOnCurrentDevice(), route_ids, route_w, n, k, tab.experts,
                                                  plan);
   if (planned != cudaSuccess) return planned;
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes, else
