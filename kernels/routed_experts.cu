@@ -210,9 +210,9 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
   }
 }
 
-// grid (hidden / 256 rounded up, n): out = 0, then += weight * expert output in ascending expert id,
-// with ScatterAddScaledKernel's fmaf.
-__global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ out) {
+// grid (hidden / 256 rounded up, n): acc = 0, then += weight * expert output in ascending expert id,
+// with ScatterAddScaledKernel's fmaf; out = acc, or out + acc (accumulate: LaunchAdd's sum).
+__global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ out, bool accumulate) {
   WaitForPrecedingGrid();  // the expert outputs; what follows is not launched programmatically
   const int c = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
   if (c >= hidden) return;
@@ -221,7 +221,8 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
     const int slot = plan.token_slot[i * k + r];
     acc = __fmaf_rn(plan.token_w[i * k + r], plan.y[static_cast<int64_t>(slot) * hidden + c], acc);
   }
-  out[static_cast<int64_t>(i) * hidden + c] = acc;
+  float* o = out + static_cast<int64_t>(i) * hidden + c;
+  *o = accumulate ? *o + acc : acc;
 }
 
 // Where the device takes programmatic dependent launch (ProgrammaticLaunchOnCurrentDevice), each of
@@ -233,7 +234,7 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
 template <ElemType kW, bool kCH, bool kCF>
 cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                        cudaStream_t stream) {
+                        bool accumulate, cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
   cudaError_t e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
@@ -244,19 +245,19 @@ cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, c
   }
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
-                           tab.hidden, out);
+                           tab.hidden, out, accumulate);
   }
   return e;
 }
 
 template <ElemType kW>
 cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                       cudaStream_t stream) {
+                       bool accumulate, cudaStream_t stream) {
   const bool ch = GemvTakes(kW, tab.hidden), cf = GemvTakes(kW, tab.ffn);
-  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, stream);
-  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, stream);
-  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, stream);
-  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, stream);
+  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, accumulate, stream);
+  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, accumulate, stream);
+  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, accumulate, stream);
+  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, accumulate, stream);
 }
 
 }  // namespace
@@ -269,7 +270,7 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn) {
 
 cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
-                                float* out, cudaStream_t stream) {
+                                float* out, bool accumulate, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kRoutedExpertsMaxTokens && k >= 1 && k <= kRouterMaxTopK);
   SPECGEN_KERNEL_REQUIRE(tab.experts >= k && tab.experts <= kRouterMaxExperts && tab.hidden > 0 && tab.ffn > 0);
   SPECGEN_KERNEL_REQUIRE(tab.gate && tab.up && tab.down && x && route_ids && route_w && workspace && out);
@@ -284,9 +285,10 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes, else
   // the row kernel.
   switch (tab.type) {
-    case ElemType::kF32: return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, stream);
-    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, stream);
-    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, stream);
+    case ElemType::kF32:
+      return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream);
+    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, accumulate, stream);
+    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, accumulate, stream);
   }
   return cudaErrorInvalidValue;
 }

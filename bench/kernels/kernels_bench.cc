@@ -144,7 +144,7 @@ void BM_RoutedExperts(benchmark::State& state) {
     LaunchRouterTopK(static_cast<const float*>(logits) + size_t(i % kRoutings) * n * experts, n, experts, k,
                      RouterMode::kSoftmaxTopKRenorm, d_w, d_ids, nullptr);
     LaunchRoutedExperts(tab, static_cast<const float*>(x), n, d_ids, d_w, k, ws, ws_bytes,
-                        static_cast<float*>(out), nullptr);
+                        static_cast<float*>(out), false, nullptr);
   }, distinct * 3 * matrix);
   state.counters["experts_read"] = distinct;
   for (void* p : {w, d_table, x, out, logits, route, ws}) cudaFree(p);

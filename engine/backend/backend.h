@@ -191,11 +191,13 @@ class Backend {
     return std::unique_ptr<ExpertSet>();
   }
   // out [n, hidden] = the routed experts' weighted sum for each token of x [n, hidden], routed from
-  // router_logits [n, E] as Route would, equal bit for bit to routing on the host (RunRoutedExperts).
+  // router_logits [n, E] as Route would, equal bit for bit to routing on the host (RunRoutedExperts);
+  // with `accumulate`, out += that sum instead (the residual add, Add's bits).
   // Returns false, having done nothing, when this batch is not one the path takes (more than 16 tokens).
   virtual absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                                  RouterNorm norm, const ExpertSet& experts, Buffer* out) {
-    (void)x, (void)router_logits, (void)k, (void)norm, (void)experts, (void)out;
+                                                  RouterNorm norm, const ExpertSet& experts, Buffer* out,
+                                                  bool accumulate) {
+    (void)x, (void)router_logits, (void)k, (void)norm, (void)experts, (void)out, (void)accumulate;
     return false;
   }
 };

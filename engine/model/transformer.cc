@@ -272,16 +272,14 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
-  bool on_device = false;
-  if (lw.expert_set != nullptr) {
-    ASSIGN_OR_RETURN(on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,
-                                                      spec.router_norm, *lw.expert_set, s.out.get()));
+  if (lw.expert_set != nullptr) {  // on the device, the experts' sum added to the residual there
+    ASSIGN_OR_RETURN(const bool on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,
+                                                                 spec.router_norm, *lw.expert_set, s.h.get(), true));
+    if (on_device) return absl::OkStatus();
   }
-  if (!on_device) {
-    RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
-                                     lw.expert_refs, {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()},
-                                     s.out.get()));
-  }
+  RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
+                                   lw.expert_refs, {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()},
+                                   s.out.get()));
   return be.Add(*s.out, s.h.get());
 }
 

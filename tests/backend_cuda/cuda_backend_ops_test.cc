@@ -548,7 +548,7 @@ TEST_F(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
                                        host_out.get())
                           .ok());
           const SyncCounts before = gpu_->syncs();
-          auto ran = gpu_->RouteAndRunExperts(*x, *logits, k, norm, **set, dev_out.get());
+          auto ran = gpu_->RouteAndRunExperts(*x, *logits, k, norm, **set, dev_out.get(), false);
           ASSERT_TRUE(ran.ok()) << ran.status();
           ASSERT_TRUE(*ran) << what;
           EXPECT_EQ(gpu_->syncs().expert_union, before.expert_union) << what << ": the device path read routing";
@@ -564,11 +564,21 @@ TEST_F(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
           }
           EXPECT_EQ(differ, 0u) << what << ": first at [" << first / sh.hidden << ", " << first % sh.hidden
                                 << "] host " << h[first] << " device " << d[first];
+          // accumulate: the sum added to a residual, the bits of Add after the plain path.
+          const std::vector<float> resid = Normal(rng_, nan.size());
+          auto added = buffer(n, sh.hidden, resid), acc = buffer(n, sh.hidden, resid);
+          ASSERT_TRUE(gpu_->Add(*dev_out, added.get()).ok());
+          auto ran_acc = gpu_->RouteAndRunExperts(*x, *logits, k, norm, **set, acc.get(), true);
+          ASSERT_TRUE(ran_acc.ok() && *ran_acc) << what;
+          std::vector<float> a(nan.size()), b(nan.size());
+          ASSERT_TRUE(gpu_->Read(*added, a).ok());
+          ASSERT_TRUE(gpu_->Read(*acc, b).ok());
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0) << what << ": accumulate != Add";
         }
       }
       // A batch beyond 16 tokens is not the device path's: it says so and leaves the output alone.
       auto x17 = *gpu_->NewBuffer(17, sh.hidden), l17 = *gpu_->NewBuffer(17, experts), o17 = *gpu_->NewBuffer(17, sh.hidden);
-      auto ran = gpu_->RouteAndRunExperts(*x17, *l17, 2, RouterNorm::kSoftmaxThenTopK, **set, o17.get());
+      auto ran = gpu_->RouteAndRunExperts(*x17, *l17, 2, RouterNorm::kSoftmaxThenTopK, **set, o17.get(), false);
       ASSERT_TRUE(ran.ok());
       EXPECT_FALSE(*ran);
     }

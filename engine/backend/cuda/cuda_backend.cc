@@ -594,7 +594,8 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
 }
 
 absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                                     RouterNorm norm, const ExpertSet& experts, Buffer* out) {
+                                                     RouterNorm norm, const ExpertSet& experts, Buffer* out,
+                                                     bool accumulate) {
   const kernels::ExpertTables& t = static_cast<const CudaExpertSet&>(experts).tables();
   const int64_t n = x.rows();
   if (n < 1 || n > kernels::kRoutedExpertsMaxTokens) return false;
@@ -609,7 +610,7 @@ absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buff
   RETURN_IF_ERROR(EnsureScratch(&experts_ws_, &experts_ws_bytes_, ws, "the routed experts' workspace"));
   CUDA_RETURN_IF_ERROR(kernels::LaunchRoutedExperts(t, B(x).data(), static_cast<int>(n), r.ids, r.weights,
                                                     static_cast<int>(k), experts_ws_, experts_ws_bytes_,
-                                                    B(*out).data(), stream_));
+                                                    B(*out).data(), accumulate, stream_));
   return true;
 }
 

@@ -86,7 +86,8 @@ class CudaBackend : public Backend {
   // 1..16 tokens: router, expert GEMVs and the weighted sum on the device (kernels/routed_experts.cuh),
   // no host wait.
   absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                          RouterNorm norm, const ExpertSet& experts, Buffer* out) override;
+                                          RouterNorm norm, const ExpertSet& experts, Buffer* out,
+                                          bool accumulate) override;
 
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
