@@ -385,9 +385,12 @@ cudaError_t LaunchTyped(const float* q, const void* k, const void* v, const uint
 constexpr int kDecWarps = 8;
 constexpr int kDecThreads = kDecWarps * 32;
 
-// Bytes before the partials in the decode workspace: one counter per query head, rounded to 16.
+// Bytes before the partials in the decode workspace: one counter per (query, head) of the largest
+// batch, rounded to 16. Sized for kDecodeMaxQueries whatever the launch's batch, so that the counters
+// stay where they are: a batch of 1 after one of 5 would otherwise lay its partials over counters that
+// the next batch of 5 expects at zero (the workspace is zeroed once).
 __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
-  return (static_cast<size_t>(heads) * sizeof(unsigned) + 15) / 16 * 16;
+  return (static_cast<size_t>(heads) * kDecodeMaxQueries * sizeof(unsigned) + 15) / 16 * 16;
 }
 
 // How the decode attention cuts `len` cache slots into chunks (one block each): in units of one batch
@@ -685,7 +688,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   const int chunks =
       std::min(kDecodeSplits, (max_past + queries - 1 + DecodeUnitSlots(D)) / DecodeUnitSlots(D));
   auto* counters = static_cast<unsigned*>(workspace);
-  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads * queries));
+  float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks, queries), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
                             chunks, d_n_past, out, rope, NextDecodeProbeSlot());
@@ -738,7 +741,7 @@ size_t DecodeAttentionWorkspaceBytes(int heads, int kv_heads, int max_keys, int 
   (void)kv_heads;
   const size_t chunks = kDecodeSplits;  // at most, whatever the length
   const int rows = heads * queries;
-  return DecodeCounterBytes(rows) + static_cast<size_t>(rows) * chunks * (head_dim + 2) * sizeof(float);
+  return DecodeCounterBytes(heads) + static_cast<size_t>(rows) * chunks * (head_dim + 2) * sizeof(float);
 }
 
 namespace {

@@ -342,6 +342,39 @@ TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
   CheckDecodeBatch(40, 1, 32, 4, 128, ElemType::kF32);     // one query: the single-query kernel's case
 }
 
+// One workspace through batches of changing size at a context of several chunks (merged through the
+// per-(query, head) counters, which every launch must find at zero): 5, 1, 5, 3, 16 queries, each query
+// against its single-query launch. (Counters placed after a batch-sized count had a batch of 1 lay its
+// partials over the counters the next batch of 5 used.)
+TEST(AttentionGpu, DecodeBatchSizesShareOneWorkspace) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int heads = 16, kv_heads = 8, d = 128, n_past = 300, capacity = n_past + kDecodeMaxQueries;
+  const size_t row = size_t(heads) * d;
+  const auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  const auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  const auto q = testing::RandomNormal(rng, size_t(kDecodeMaxQueries) * row);
+  DeviceBuffer<float> dq(q), dk(k), dv(v), dout(q.size()), done(row);
+  const float scale = 1.f / std::sqrt(float(d));
+  const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, capacity, d, kDecodeMaxQueries);
+  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0)), ws_one(std::vector<uint8_t>(ws_bytes, 0));
+  for (int queries : {5, 1, 5, 3, 16}) {
+    dout.Poison();
+    CUDA_OK(LaunchDecodeAttentionBatch(dq.get(), dk.get(), dv.get(), ElemType::kF32, dout.get(), n_past, queries,
+                                       heads, kv_heads, d, scale, ws.get(), ws_bytes, nullptr));
+    const auto got = dout.Download();
+    for (int t = 0; t < queries; ++t) {
+      done.Poison();
+      CUDA_OK(LaunchDecodeAttention(dq.get() + size_t(t) * row, dk.get(), dv.get(), ElemType::kF32, done.get(),
+                                    n_past + t, heads, kv_heads, d, scale, ws_one.get(), ws_bytes, nullptr, nullptr,
+                                    false));
+      const auto one = done.Download();
+      ASSERT_EQ(std::memcmp(one.data(), got.data() + size_t(t) * row, sizeof(float) * row), 0)
+          << "batch of " << queries << ", query " << t << " differs from its single-query launch";
+    }
+  }
+}
+
 TEST(AttentionGpu, DecodeSingleQuery) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckDecodeAttention(0, 16, 8, 128, ElemType::kF32);     // only its own key
