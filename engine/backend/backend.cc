@@ -25,19 +25,6 @@ absl::Status Backend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const We
   return SwiGlu(*gate_out, *up_scratch, gate_out);
 }
 
-absl::Status Backend::NormMatMulMany(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                     std::span<const Weight* const> ws, std::span<Buffer* const> ys) {
-  RETURN_IF_ERROR(RmsNorm(h, norm, h.cols(), eps, x));
-  return MatMulMany(*x, ws, ys);
-}
-
-absl::Status Backend::NormMatMulSwiGlu(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                       const Weight& gate, const Weight& up, Buffer* up_scratch,
-                                       Buffer* gate_out) {
-  RETURN_IF_ERROR(RmsNorm(h, norm, h.cols(), eps, x));
-  return MatMulSwiGlu(*x, gate, up, up_scratch, gate_out);
-}
-
 absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                     int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
   if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {

@@ -162,14 +162,6 @@ class Backend {
   // into up_scratch, then SwiGlu into gate_out.
   virtual absl::Status MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
                                     Buffer* gate_out);
-  // The two above with the RMSNorm of their input folded in (x = RmsNorm(h; norm, eps) over whole rows,
-  // then the products of x): RmsNorm into x first. A backend that folds the norm into the product may
-  // leave x unwritten (CUDA at one row: the fused decode GEMV, the same bits).
-  virtual absl::Status NormMatMulMany(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                      std::span<const Weight* const> ws, std::span<Buffer* const> ys);
-  virtual absl::Status NormMatMulSwiGlu(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                        const Weight& gate, const Weight& up, Buffer* up_scratch,
-                                        Buffer* gate_out);
 
   // The attention block's per-head step between the projections and the attention, in place on q
   // [n, H*d] and k [n, Hkv*d]: each head RMS-normed (RmsNorm with group = head_dim; only when q_norm /

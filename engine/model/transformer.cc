@@ -229,9 +229,10 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   const LayerWeights& lw = layers_[layer];
   Scratch& s = *scratch_;
   Backend& be = *backend_;
+  RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.attn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   const Weight* qkv[3] = {lw.q.get(), lw.k.get(), lw.v.get()};
   Buffer* qkv_out[3] = {s.q.get(), s.k.get(), s.v.get()};
-  RETURN_IF_ERROR(be.NormMatMulMany(*s.h, *lw.attn_norm, spec.rms_eps, s.x.get(), qkv, qkv_out));
+  RETURN_IF_ERROR(be.MatMulMany(*s.x, qkv, qkv_out));
   // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
   Backend::HeadNormRope nr;
   if (spec.qk_norm) {
@@ -259,8 +260,8 @@ absl::Status Transformer::DenseFfnBlock(int64_t layer) {
   const LayerWeights& lw = layers_[layer];
   Scratch& s = *scratch_;
   Backend& be = *backend_;
-  RETURN_IF_ERROR(be.NormMatMulSwiGlu(*s.h, *lw.ffn_norm, spec.rms_eps, s.x.get(), *lw.gate, *lw.up, s.ffn_u.get(),
-                                      s.ffn_g.get()));
+  RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.gate, *lw.up, s.ffn_u.get(), s.ffn_g.get()));
   return be.MatMulAdd(*s.ffn_g, *lw.down, s.out.get(), s.h.get());
 }
 

@@ -326,59 +326,6 @@ TEST_F(CudaOps, FusedMatMulsEqualTheirOpsBitForBit) {
   EXPECT_FALSE(st.ok());
 }
 
-// NormMatMulMany / NormMatMulSwiGlu (one row on CUDA: the fused decode GEMV with the RMSNorm folded
-// in) against the Backend defaults (RmsNorm, then the products): the same bits in every output.
-TEST_F(CudaOps, NormFoldedMatMulsEqualTheirOpsBitForBit) {
-  CudaBackendOptions o;  // folding is off by default
-  o.arena_bytes = size_t{1} << 30;
-  o.fold_norms = true;
-  auto made = CudaBackend::Create(o);
-  ASSERT_TRUE(made.ok()) << made.status();
-  gpu_ = std::move(made).value();
-  const int in = 1024, q_out = 256, kv_out = 128, ffn = 384;
-  const HostWeight norm = MakeWeight(rng_, DType::kBF16, 1, in, 1.0f);
-  const HostWeight wq = MakeWeight(rng_, DType::kBF16, q_out, in), wk = MakeWeight(rng_, DType::kBF16, kv_out, in),
-                   wv = MakeWeight(rng_, DType::kBF16, kv_out, in), wg = MakeWeight(rng_, DType::kBF16, ffn, in),
-                   wu = MakeWeight(rng_, DType::kBF16, ffn, in);
-  std::vector<std::unique_ptr<Weight>> w;
-  for (const HostWeight* h : {&norm, &wq, &wk, &wv, &wg, &wu}) {
-    auto u = gpu_->Upload(h->View(), "w");
-    ASSERT_TRUE(u.ok()) << u.status();
-    w.push_back(std::move(u).value());
-  }
-  for (int n : {1, 5}) {
-    const auto hv = Normal(rng_, size_t(n) * in, 2.f);
-    std::vector<std::vector<float>> out[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      auto h = *gpu_->NewBuffer(n, in), x = *gpu_->NewBuffer(n, in);
-      auto q = *gpu_->NewBuffer(n, q_out), k = *gpu_->NewBuffer(n, kv_out), v = *gpu_->NewBuffer(n, kv_out);
-      auto g = *gpu_->NewBuffer(n, ffn), u = *gpu_->NewBuffer(n, ffn);
-      ASSERT_TRUE(gpu_->Write(hv, h.get()).ok());
-      const Weight* qkv[3] = {w[1].get(), w[2].get(), w[3].get()};
-      Buffer* ys[3] = {q.get(), k.get(), v.get()};
-      Backend& be = *gpu_;
-      if (fused) {
-        ASSERT_TRUE(be.NormMatMulMany(*h, *w[0], 1e-6f, x.get(), qkv, ys).ok());
-        ASSERT_TRUE(be.NormMatMulSwiGlu(*h, *w[0], 1e-6f, x.get(), *w[4], *w[5], u.get(), g.get()).ok());
-      } else {
-        ASSERT_TRUE(be.Backend::NormMatMulMany(*h, *w[0], 1e-6f, x.get(), qkv, ys).ok());
-        ASSERT_TRUE(be.Backend::NormMatMulSwiGlu(*h, *w[0], 1e-6f, x.get(), *w[4], *w[5], u.get(), g.get()).ok());
-      }
-      for (Buffer* b : {q.get(), k.get(), v.get(), g.get()}) {
-        std::vector<float> hb(b->rows() * b->cols());
-        ASSERT_TRUE(gpu_->Read(*b, hb).ok());
-        for (float f : hb) ASSERT_TRUE(std::isfinite(f));
-        out[fused].push_back(std::move(hb));
-      }
-    }
-    const char* names[] = {"q", "k", "v", "SwiGLU"};
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(std::memcmp(out[0][i].data(), out[1][i].data(), sizeof(float) * out[0][i].size()), 0)
-          << names[i] << " n=" << n << " differs from RmsNorm + its products";
-    }
-  }
-}
-
 // CudaBackend::NormRopeStore (one kernel) against the Backend default on the same GPU backend (its
 // RmsNorm, Rope and CopyRows, each checked against the CPU above): the same bits in q, k and every row
 // of both caches (rows outside the batch untouched).

@@ -95,10 +95,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = options.device;
   be->fused_ops_ = options.fused_ops;
-  be->fold_norms_ = options.fold_norms;
-  int sms = 0;
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device));
-  be->fused_gemv_blocks_ = 8 * sms;  // 8 blocks of 256 threads fill a multiprocessor (as the draft's graph)
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   size_t budget = options.arena_bytes;
   if (budget == 0) {
@@ -362,49 +358,6 @@ absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, cons
   return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs, 2, W(gate).type(), B(x).data(),
                                                          static_cast<int>(x.rows()), static_cast<int>(x.cols()),
                                                          kernels::GemvEpilogue::kSwiGlu, stream_));
-}
-
-bool CudaBackend::FoldsNorm(const Buffer& h, const Weight& norm, std::span<const Weight* const> ws) const {
-  return fold_norms_ && h.rows() == 1 && GemvFuses(h, ws) && h.cols() <= kernels::kFusedGemvMaxIn && norm.cols() == h.cols() &&
-         norm.rows() <= 1;
-}
-
-absl::Status CudaBackend::LaunchNormGemv(const Buffer& h, const Weight& norm, float eps,
-                                         std::span<const Weight* const> ws, std::span<float* const> ys,
-                                         bool swiglu) {
-  kernels::GemvSegment segs[3];
-  for (size_t i = 0; i < ws.size(); ++i) segs[i] = {W(*ws[i]).data(), ys[i], static_cast<int>(ws[i]->rows())};
-  return SPECGEN_CUDA_STATUS(kernels::LaunchFusedGemv(
-      B(h).data(), W(norm).data(), W(norm).type(), eps, segs, static_cast<int>(ws.size()), W(*ws[0]).type(),
-      static_cast<int>(h.cols()), swiglu ? kernels::GemvEpilogue::kSwiGlu : kernels::GemvEpilogue::kStore,
-      fused_gemv_blocks_, stream_, kernels::ProgrammaticLaunchOnCurrentDevice()));
-}
-
-absl::Status CudaBackend::NormMatMulMany(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                         std::span<const Weight* const> ws, std::span<Buffer* const> ys) {
-  if (ws.size() != ys.size() || ws.empty() || ws.size() > 3 || !FoldsNorm(h, norm, ws)) {
-    return Backend::NormMatMulMany(h, norm, eps, x, ws, ys);
-  }
-  RETURN_IF_ERROR(CheckRmsNorm("cuda", h, norm, h.cols(), *x));
-  float* out[3];
-  for (size_t i = 0; i < ws.size(); ++i) {
-    RETURN_IF_ERROR(CheckMatMul("cuda", h, *ws[i], *ys[i]));
-    out[i] = B(*ys[i]).data();
-  }
-  return LaunchNormGemv(h, norm, eps, ws, std::span<float* const>(out, ws.size()), false);
-}
-
-absl::Status CudaBackend::NormMatMulSwiGlu(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                                           const Weight& gate, const Weight& up, Buffer* up_scratch,
-                                           Buffer* gate_out) {
-  const Weight* ws[2] = {&gate, &up};
-  if (!FoldsNorm(h, norm, ws) || gate.rows() != up.rows()) {
-    return Backend::NormMatMulSwiGlu(h, norm, eps, x, gate, up, up_scratch, gate_out);
-  }
-  RETURN_IF_ERROR(CheckRmsNorm("cuda", h, norm, h.cols(), *x));
-  RETURN_IF_ERROR(CheckMatMul("cuda", h, gate, *gate_out));
-  float* out[2] = {B(*gate_out).data(), B(*gate_out).data()};
-  return LaunchNormGemv(h, norm, eps, ws, out, true);
 }
 
 absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {

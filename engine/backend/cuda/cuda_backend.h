@@ -30,11 +30,6 @@ struct CudaBackendOptions {
   // The fused ops (MatMulMany, MatMulAdd, MatMulSwiGlu, NormRopeStore) in one kernel each; false runs
   // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
   bool fused_ops = true;
-  // With fused_ops: one row's RMSNorm folded into the products after it (NormMatMulMany,
-  // NormMatMulSwiGlu: the draft's fused decode GEMV, the same bits). Off by default: H200 A/B in one
-  // call (BM_TargetPass n = 1, two rounds), synth:qwen3-1.7b 1736 / 1754 us folded against 1610 / 1615
-  // not; synth:qwen3-0.6b 1099 / 874 against 1116 / 1088.
-  bool fold_norms = false;
 };
 
 // Why the host waited for the GPU.
@@ -77,10 +72,6 @@ class CudaBackend : public Backend {
   absl::Status MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) override;
   absl::Status MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
                             Buffer* gate_out) override;
-  absl::Status NormMatMulMany(const Buffer& h, const Weight& norm, float eps, Buffer* x,
-                              std::span<const Weight* const> ws, std::span<Buffer* const> ys) override;
-  absl::Status NormMatMulSwiGlu(const Buffer& h, const Weight& norm, float eps, Buffer* x, const Weight& gate,
-                                const Weight& up, Buffer* up_scratch, Buffer* gate_out) override;
   absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v, int64_t dst_row,
                              Buffer* k_cache, Buffer* v_cache) override;
   absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
@@ -151,13 +142,7 @@ class CudaBackend : public Backend {
   // Whether the small-batch GEMV takes x · W^T for these weights in one launch (1..16 rows, one 16-bit
   // type, rows of a multiple of 8): the fused MatMul ops fall back to their defaults otherwise.
   bool GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const;
-  bool fused_ops_ = true;   // CudaBackendOptions::fused_ops
-  bool fold_norms_ = false;  // CudaBackendOptions::fold_norms
-  // Whether one row's RMSNorm + products go to the fused decode GEMV (LaunchFusedGemv), and its grid cap.
-  bool FoldsNorm(const Buffer& h, const Weight& norm, std::span<const Weight* const> ws) const;
-  absl::Status LaunchNormGemv(const Buffer& h, const Weight& norm, float eps, std::span<const Weight* const> ws,
-                              std::span<float* const> ys, bool swiglu);
-  int fused_gemv_blocks_ = 0;
+  bool fused_ops_ = true;  // CudaBackendOptions::fused_ops
   // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing
   // else has been staged since (so the ring has not moved past it).
   absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
