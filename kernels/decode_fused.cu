@@ -341,17 +341,34 @@ bool ProgrammaticLaunchSupported(int device) {
   return major >= 9;
 }
 
-bool ProgrammaticLaunchOnCurrentDevice() {
-  static const bool supported = [] {
-    int device = 0;
+namespace {
+// What the Backend op launchers ask of the device current when first asked, remembered for the process.
+struct CurrentDeviceFacts {
+  bool programmatic_launch = false;
+  int multiprocessors = 132;  // the H200's, where the device cannot be asked
+};
+const CurrentDeviceFacts& FactsOfCurrentDevice() {
+  static const CurrentDeviceFacts facts = [] {
+    CurrentDeviceFacts f;
+    int device = 0, count = 0;
     if (cudaGetDevice(&device) != cudaSuccess) {
       (void)cudaGetLastError();
-      return false;
+      return f;
     }
-    return ProgrammaticLaunchSupported(device);
+    f.programmatic_launch = ProgrammaticLaunchSupported(device);
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
+      f.multiprocessors = count;
+    } else {
+      (void)cudaGetLastError();
+    }
+    return f;
   }();
-  return supported;
+  return facts;
 }
+}  // namespace
+
+bool ProgrammaticLaunchOnCurrentDevice() { return FactsOfCurrentDevice().programmatic_launch; }
+int MultiprocessorsOnCurrentDevice() { return FactsOfCurrentDevice().multiprocessors; }
 
 void SetDecodeProbe(unsigned long long* stamps) {
   g_decode_probe = stamps;

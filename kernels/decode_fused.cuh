@@ -64,6 +64,9 @@ bool ProgrammaticLaunchSupported(int device);
 // The same for the device current when first asked, remembered for the process: what the Backend
 // op launchers (norm, GEMV) use, which know no device of their own (specgen drives one GPU).
 bool ProgrammaticLaunchOnCurrentDevice();
+// The current device's multiprocessors, asked once as above (132 where it cannot be asked): what
+// LaunchGemv sizes its rows a warp by.
+int MultiprocessorsOnCurrentDevice();
 #ifdef __CUDACC__
 __device__ __forceinline__ void WaitForPrecedingGrid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

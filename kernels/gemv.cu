@@ -75,22 +75,15 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
   load(kb0);
   WaitForPrecedingGrid();
   for (int kb = kb0; kb < in; kb += kWarpK * U) {
+    if (!kPipe && kb != kb0) load(kb);
     uint4 cur[U][kWR];
-    if constexpr (kPipe) {
-      // The chunks multiplied now are those loaded an iteration ago; the next ones are requested
-      // before these FMAs, so a lane keeps 2U chunks a row in flight.
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int r = 0; r < kWR; ++r) cur[u][r] = wv[u][r];
-      if (kb + kWarpK * U < in) load(kb + kWarpK * U);
-    } else {
-      if (kb != kb0) load(kb);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < kWR; ++r) cur[u][r] = wv[u][r];
-    }
+      for (int r = 0; r < kWR; ++r) cur[u][r] = wv[u][r];
+    // kPipe: the chunks multiplied now are those loaded an iteration ago; the next ones are requested
+    // before these FMAs, so a lane keeps 2U chunks a row in flight.
+    if (kPipe && kb + kWarpK * U < in) load(kb + kWarpK * U);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = kb + u * kWarpK;
@@ -122,29 +115,16 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
     }
 }
 
-template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact>
+// kPipe: loads an iteration ahead (the default: where they measured faster, below).
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe = (N >= 4 && N <= 6)>
 cudaError_t LaunchR(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
   const int rows_per_block = kWarps * R;
   const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
-  // Loads an iteration ahead where they measured faster. H200 A/B in one call (BM_Gemv, GB/s, two
-  // rounds): 5 tokens 4096^2 1700 -> 2112, 14336 x 4096 2509 -> 2893; 4 tokens even; but 2 tokens
-  // 4096^2 2083 -> 1587 and 8 tokens 1972 -> 1858 (more registers, the same bytes in flight).
-  constexpr bool kPipe = N >= 4 && N <= 6;
+  // Loads an iteration ahead by default where they measured faster. H200 A/B in one call (BM_Gemv,
+  // GB/s, two rounds): 5 tokens 4096^2 1700 -> 2112, 14336 x 4096 2509 -> 2893; 4 tokens even; but 2
+  // tokens 4096^2 2083 -> 1587 and 8 tokens 1972 -> 1858 (more registers, the same bytes in flight).
   return LaunchDecodeKernel(GemvKernel<kW, N, R, U, kEpi, kExact, kPipe>, dim3(blocks), dim3(kWarps * 32), 0, stream,
                             ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
-}
-
-int MultiprocessorsOnCurrentDevice() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 132;
-    }
-    return count;
-  }();
-  return sms;
 }
 
 template <ElemType kW, int N, GemvEpilogue kEpi, bool kExact = true>
@@ -155,19 +135,35 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // that read bound the kernel from 5 tokens. H200 A/B (BM_Gemv, GB/s, R = 2 -> 4), 4096 x 4096 at
   // 4/5/8 tokens: 2255/1610/1183 -> 2207/1756/1762; 14336 x 4096: 2899/2168/1527 -> 3188/2472/2092.
   // R = 8 from 9 tokens (one chunk in flight, ~255 registers) fell to 558 GB/s at 16: not taken.
-  // Matrices with fewer rows than that leaves 4 warps a multiprocessor take 2 rows a warp, or 1. This
-  // was for the 2048-row residual products of synth:qwen3-1.7b at 5 tokens (1.1 TB/s at 4 rows a warp,
-  // ncu), and only moved them 4% (15.7 -> 15.1 us): at 6144 inputs x's 5 rows (123 KB) no longer stay
-  // in L1, which loads ahead do not help either (BM_Gemv 2048 x 6144 at 5 tokens: 1.08 TB/s).
+  // Matrices with fewer rows than that leaves 4 warps a multiprocessor take 2 rows a warp, or 1: the
+  // 2048-row residual products of synth:qwen3-1.7b at 5 tokens (1.1 TB/s at 4 rows a warp, ncu).
+  // Those few rows, when long (down: 6144 inputs), leave ~2 blocks a multiprocessor whose warps stall
+  // on loads (ncu: 82% long scoreboard, 8 warps an SM), so their lanes keep more chunks in flight:
+  // registers are not what bounds them there. H200 A/B in one call, 2048 x 6144 (BM_Gemv GB/s at 5 / 9
+  // tokens; BM_TargetPass qwen3-1.7b us at 5 / 9): 2 chunks (loads ahead at 5) 1072 / 780, 2695 / 3651;
+  // 4 chunks loaded ahead 1412 / -, 2474 / 3595; 8 chunks 1265 / 1143, 2502 / 3291; 4 rows a warp
+  // with 4 chunks 1509 / 1055 alone but 2621 / 3473 in the pass.
+  // 2 tokens: 2 rows a warp of 2 chunks instead of 1 of 4 (x read from L1 was 80% of its throughput,
+  // ncu): 4096^2 2084 -> 2383 GB/s, 14336 x 4096 2858 -> 3568.
   // kSwiGlu: half the output rows (each reads a gate and an up row), the same weight rows a warp.
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
   constexpr int U = N <= 2 ? 4 : 2;
-  if constexpr (N <= 2) {
+  if constexpr (N == 1 || (N == 2 && kPer == 2)) {  // a kSwiGlu pair already shares x over 2 rows
     return LaunchR<kW, N, 1, U, kEpi, kExact>(s, x, in, n, stream);
+  } else if constexpr (N == 2) {
+    return LaunchR<kW, N, 2, 2, kEpi, kExact>(s, x, in, n, stream);
   } else {
     const int min_warps = 4 * MultiprocessorsOnCurrentDevice();
     if (s.total_rows >= (4 / kPer) * min_warps) return LaunchR<kW, N, 4 / kPer, U, kEpi, kExact>(s, x, in, n, stream);
-    if (kPer == 1 && s.total_rows >= 2 * min_warps) return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
+    if (kPer == 1 && s.total_rows >= 2 * min_warps) {
+      constexpr int kLongRow = 4096;
+      if constexpr (N >= 4 && N <= 6) {
+        if (in >= kLongRow) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
+      } else if constexpr (N >= 7) {
+        if (in >= kLongRow) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
+      }
+      return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
+    }
     return LaunchR<kW, N, 1, U, kEpi, kExact>(s, x, in, n, stream);
   }
 }

@@ -861,7 +861,7 @@ void BM_TargetPass(benchmark::State& state) {
 }
 BENCHMARK(BM_TargetPass)
     ->ArgNames({"model", "n", "fused"})
-    ->Args({0, 1, 1})->Args({0, 1, 0})->Args({0, 5, 1})->Args({0, 5, 0})->Args({0, 9, 1})->Args({0, 9, 0})
+    ->Args({0, 1, 1})->Args({0, 1, 0})->Args({0, 2, 1})->Args({0, 5, 1})->Args({0, 5, 0})->Args({0, 9, 1})->Args({0, 9, 0})
     ->Args({1, 1, 1})->Args({1, 2, 1})->Args({2, 1, 1})->Args({2, 5, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 

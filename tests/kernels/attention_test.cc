@@ -288,6 +288,31 @@ TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
 }
 
+// Each of a batch's `queries` outputs (got: [queries, heads * d]) against LaunchDecodeAttention of
+// that query alone at its own position (n_past + t), bit for bit: the batch kernel's promise.
+struct DecodeCase {
+  const float* q;  // device, [queries, heads * d]
+  const void* k;
+  const void* v;
+  ElemType kv;
+  int n_past, heads, kv_heads, d;
+};
+void ExpectEqualsSingleQueries(const DecodeCase& c, int queries, const std::vector<float>& got, size_t ws_bytes,
+                               const std::string& what) {
+  const size_t row = size_t(c.heads) * c.d;
+  DeviceBuffer<float> done(row);
+  DeviceBuffer<uint8_t> ws_one(std::vector<uint8_t>(ws_bytes, 0));
+  const float scale = 1.f / std::sqrt(float(c.d));
+  for (int t = 0; t < queries; ++t) {
+    done.Poison();
+    CUDA_OK(LaunchDecodeAttention(c.q + size_t(t) * row, c.k, c.v, c.kv, done.get(), c.n_past + t, c.heads,
+                                  c.kv_heads, c.d, scale, ws_one.get(), ws_bytes, nullptr, nullptr, false));
+    const auto one = done.Download();
+    EXPECT_EQ(std::memcmp(one.data(), got.data() + size_t(t) * row, sizeof(float) * row), 0)
+        << what << ": query " << t << " differs from its single-query launch";
+  }
+}
+
 // LaunchDecodeAttentionBatch (the Backend's attention for 1..16 causal queries) against single-query
 // launches, one per query t with n_past + t (each checked against the CPU reference by
 // DecodeSingleQuery): the same bits, so a position's output does not depend on the batch it is in.
@@ -299,13 +324,13 @@ void CheckDecodeBatch(int n_past, int queries, int heads, int kv_heads, int d, E
   auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
   auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
   const auto kb = testing::ToBf16(k), vb = testing::ToBf16(v);
-  DeviceBuffer<float> dq(q), dout(q.size()), done(row), dk32(k), dv32(v);
+  DeviceBuffer<float> dq(q), dout(q.size()), dk32(k), dv32(v);
   DeviceBuffer<uint16_t> dk16(kb), dv16(vb);
   const void* kp = kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
   const void* vp = kv == ElemType::kF32 ? static_cast<const void*>(dv32.get()) : dv16.get();
   const float scale = 1.f / std::sqrt(float(d));
   const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, capacity, d, queries);
-  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0)), ws_one(std::vector<uint8_t>(ws_bytes, 0));
+  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0));
   const std::string what = "decode batch past=" + std::to_string(n_past) + " queries=" + std::to_string(queries) +
                            " heads=" + std::to_string(heads) + "/" + std::to_string(kv_heads) + " d=" +
                            std::to_string(d);
@@ -321,14 +346,7 @@ void CheckDecodeBatch(int n_past, int queries, int heads, int kv_heads, int d, E
     }
     first = got;
   }
-  for (int t = 0; t < queries; ++t) {
-    done.Poison();
-    CUDA_OK(LaunchDecodeAttention(dq.get() + size_t(t) * row, kp, vp, kv, done.get(), n_past + t, heads, kv_heads,
-                                  d, scale, ws_one.get(), ws_bytes, nullptr, nullptr, false));
-    const auto one = done.Download();
-    EXPECT_EQ(std::memcmp(one.data(), first.data() + size_t(t) * row, sizeof(float) * row), 0)
-        << what << ": query " << t << " differs from its single-query launch";
-  }
+  ExpectEqualsSingleQueries({dq.get(), kp, vp, kv, n_past, heads, kv_heads, d}, queries, first, ws_bytes, what);
 }
 
 TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
@@ -354,24 +372,16 @@ TEST(AttentionGpu, DecodeBatchSizesShareOneWorkspace) {
   const auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
   const auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
   const auto q = testing::RandomNormal(rng, size_t(kDecodeMaxQueries) * row);
-  DeviceBuffer<float> dq(q), dk(k), dv(v), dout(q.size()), done(row);
+  DeviceBuffer<float> dq(q), dk(k), dv(v), dout(q.size());
   const float scale = 1.f / std::sqrt(float(d));
   const size_t ws_bytes = DecodeAttentionWorkspaceBytes(heads, kv_heads, capacity, d, kDecodeMaxQueries);
-  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0)), ws_one(std::vector<uint8_t>(ws_bytes, 0));
+  DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(ws_bytes, 0));
   for (int queries : {5, 1, 5, 3, 16}) {
     dout.Poison();
     CUDA_OK(LaunchDecodeAttentionBatch(dq.get(), dk.get(), dv.get(), ElemType::kF32, dout.get(), n_past, queries,
                                        heads, kv_heads, d, scale, ws.get(), ws_bytes, nullptr));
-    const auto got = dout.Download();
-    for (int t = 0; t < queries; ++t) {
-      done.Poison();
-      CUDA_OK(LaunchDecodeAttention(dq.get() + size_t(t) * row, dk.get(), dv.get(), ElemType::kF32, done.get(),
-                                    n_past + t, heads, kv_heads, d, scale, ws_one.get(), ws_bytes, nullptr, nullptr,
-                                    false));
-      const auto one = done.Download();
-      ASSERT_EQ(std::memcmp(one.data(), got.data() + size_t(t) * row, sizeof(float) * row), 0)
-          << "batch of " << queries << ", query " << t << " differs from its single-query launch";
-    }
+    ExpectEqualsSingleQueries({dq.get(), dk.get(), dv.get(), ElemType::kF32, n_past, heads, kv_heads, d}, queries,
+                              dout.Download(), ws_bytes, "batch of " + std::to_string(queries));
   }
 }
 

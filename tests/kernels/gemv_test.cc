@@ -71,6 +71,8 @@ TEST(GemvGpu, MatchesCpuAcrossBatchSizesAndTypes) {
   for (int n : {1, 2, 3, 5, 8, 9, 16}) CheckGemv(n, 1000, 4096, ElemType::kBF16);
   CheckGemv(4, 777, 2056, ElemType::kF16);  // in not a multiple of 256, out not of the block rows
   CheckGemv(16, 64, 8, ElemType::kBF16);    // in = one chunk
+  // Few long rows (qwen3-1.7b's down projection; on the H200 2 rows a warp, 4 or 8 chunks a lane).
+  for (int n : {2, 5, 9}) CheckGemv(n, 2048, 6152, ElemType::kBF16);
 }
 
 // DESIGN.md §6: a row's result must not depend on how many tokens share the call.
@@ -101,32 +103,35 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
   }
 }
 
-// The rows a warp takes (4, 2 or 1 from 3 tokens, by how many rows the matrix has) must not change a
-// row's bits: the first 1000 rows of a 4096-row product (4 a warp), of its first 2048 rows (2 on a
-// GPU of up to 256 multiprocessors) and alone (1), at 5 and 16 tokens.
+// The rows a warp takes (4, 2 or 1 from 3 tokens, by how many rows the matrix has; 2 at 2 tokens) and
+// the chunks a lane keeps in flight (more for few long rows) must not change a row's bits: the first
+// 1000 rows of a 4096-row product (4 a warp), of its first 2048 rows (2 on a GPU of up to 256
+// multiprocessors; from 4096 inputs 4 or 8 chunks a lane) and alone (1), at 2, 5, 9 and 16 tokens, for
+// short rows and long ones (4104 inputs: a partial last chunk past 4096).
 TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
   SPECGEN_SKIP_WITHOUT_GPU();
   auto rng = testing::FreshRng();
-  const int in = 2048;
-  const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(4096) * in, 0.05f));
-  DeviceBuffer<uint16_t> dw(wbits);
-  for (int n : {5, 16}) {
-    const auto x = testing::RandomNormal(rng, size_t(n) * in);
-    DeviceBuffer<float> dx(x);
-    std::vector<std::vector<float>> firsts;
-    for (int out : {4096, 2048, 1000}) {
-      DeviceBuffer<float> dy(size_t(n) * out);
-      dy.Poison();
-      CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr));
-      const auto y = dy.Download();
-      std::vector<float> first;
-      for (int t = 0; t < n; ++t) first.insert(first.end(), y.begin() + size_t(t) * out, y.begin() + size_t(t) * out + 1000);
-      for (float v : first) ASSERT_TRUE(std::isfinite(v));
-      firsts.push_back(std::move(first));
-    }
-    for (size_t i = 1; i < firsts.size(); ++i) {
-      EXPECT_EQ(std::memcmp(firsts[0].data(), firsts[i].data(), sizeof(float) * firsts[0].size()), 0)
-          << "n=" << n << ": the first 1000 rows differ between a 4096-row launch and launch " << i;
+  for (int in : {2048, 4104}) {
+    const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(4096) * in, 0.05f));
+    DeviceBuffer<uint16_t> dw(wbits);
+    for (int n : {2, 5, 9, 16}) {
+      const auto x = testing::RandomNormal(rng, size_t(n) * in);
+      DeviceBuffer<float> dx(x);
+      std::vector<std::vector<float>> firsts;
+      for (int out : {4096, 2048, 1000}) {
+        DeviceBuffer<float> dy(size_t(n) * out);
+        dy.Poison();
+        CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr));
+        const auto y = dy.Download();
+        std::vector<float> first;
+        for (int t = 0; t < n; ++t) first.insert(first.end(), y.begin() + size_t(t) * out, y.begin() + size_t(t) * out + 1000);
+        for (float v : first) ASSERT_TRUE(std::isfinite(v));
+        firsts.push_back(std::move(first));
+      }
+      for (size_t i = 1; i < firsts.size(); ++i) {
+        EXPECT_EQ(std::memcmp(firsts[0].data(), firsts[i].data(), sizeof(float) * firsts[0].size()), 0)
+            << "in=" << in << " n=" << n << ": the first 1000 rows differ between a 4096-row launch and launch " << i;
+      }
     }
   }
 }
