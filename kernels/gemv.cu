@@ -145,7 +145,7 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // with 4 chunks 1509 / 1055 alone but 2621 / 3473 in the pass.
   // From 2048 inputs (O of the 1.7b too) the same, in the same call: BM_TargetPass n = 5 / 9 2446 /
   // 3263 -> 2408 / 3161 us (all 8 chunks at once without loads ahead measured alike, 1 row a warp worse).
-  // At 4-6 tokens the 4 rows a warp of many-row matrices with short rows (q/k/v, gate/up: 2048
+  // At 4-5 tokens the 4 rows a warp of many-row matrices with short rows (q/k/v, gate/up: 2048
   // inputs) take their 4 chunks at once instead of 2 loaded an iteration ahead (the same bytes in
   // flight, half the iterations): n = 5 2446 -> 2387 us; at 9 tokens it lost 3%, 2 rows a warp of 4
   // or 8 chunks 14-32%. On 4096 inputs it lost (BM_Gemv 4096^2 at 4 / 5 tokens 2236 / 2107 -> 1845 /
@@ -163,19 +163,21 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
     const int min_warps = 4 * MultiprocessorsOnCurrentDevice();
     constexpr int kShortRow = 2048;  // 8 chunks a lane: 2 iterations of 4
     if (s.total_rows >= (4 / kPer) * min_warps) {
-      if constexpr (N >= 4 && N <= 6) {
+      if constexpr (N >= 4 && N <= 5) {  // at 6 tokens gate/up's pairs would spill (ptxas: 24 bytes)
         if (in <= kShortRow) return LaunchR<kW, N, 4 / kPer, 4, kEpi, kExact, false>(s, x, in, n, stream);
       }
       return LaunchR<kW, N, 4 / kPer, U, kEpi, kExact>(s, x, in, n, stream);
     }
-    if (kPer == 1 && s.total_rows >= 2 * min_warps) {
-      constexpr int kLongRow = 2048;
-      if constexpr (N >= 4 && N <= 6) {
-        if (in >= kLongRow) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
-      } else if constexpr (N >= 7) {
-        if (in >= kLongRow) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
+    if constexpr (kPer == 1) {  // (kSwiGlu pairs never take 2 rows a warp: no kernels for them here)
+      if (s.total_rows >= 2 * min_warps) {
+        constexpr int kLongRow = 2048;
+        if constexpr (N >= 4 && N <= 6) {
+          if (in >= kLongRow) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
+        } else if constexpr (N >= 7) {
+          if (in >= kLongRow) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
+        }
+        return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
       }
-      return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
     }
     return LaunchR<kW, N, 1, U, kEpi, kExact>(s, x, in, n, stream);
   }
