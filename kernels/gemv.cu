@@ -161,20 +161,22 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
     return LaunchR<kW, N, 2, 2, kEpi, kExact>(s, x, in, n, stream);
   } else {
     const int min_warps = 4 * MultiprocessorsOnCurrentDevice();
-    constexpr int kShortRow = 2048;  // 8 chunks a lane: 2 iterations of 4
+    // Where the measured row-length rules below switch (each measured at 2048 inputs and one other
+    // length: 4096 for the first, 6144 for the second).
+    constexpr int kAtOnceUpToInputs = 2048;    // many rows: 8 chunks a lane, 2 iterations of 4
+    constexpr int kMoreChunksFromInputs = 2048;  // few rows
     if (s.total_rows >= (4 / kPer) * min_warps) {
       if constexpr (N >= 4 && N <= 5) {  // at 6 tokens gate/up's pairs would spill (ptxas: 24 bytes)
-        if (in <= kShortRow) return LaunchR<kW, N, 4 / kPer, 4, kEpi, kExact, false>(s, x, in, n, stream);
+        if (in <= kAtOnceUpToInputs) return LaunchR<kW, N, 4 / kPer, 4, kEpi, kExact, false>(s, x, in, n, stream);
       }
       return LaunchR<kW, N, 4 / kPer, U, kEpi, kExact>(s, x, in, n, stream);
     }
     if constexpr (kPer == 1) {  // (kSwiGlu pairs never take 2 rows a warp: no kernels for them here)
       if (s.total_rows >= 2 * min_warps) {
-        constexpr int kLongRow = 2048;
         if constexpr (N >= 4 && N <= 6) {
-          if (in >= kLongRow) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
+          if (in >= kMoreChunksFromInputs) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
         } else if constexpr (N >= 7) {
-          if (in >= kLongRow) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
+          if (in >= kMoreChunksFromInputs) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
         }
         return LaunchR<kW, N, 2, U, kEpi, kExact>(s, x, in, n, stream);
       }
