@@ -230,7 +230,6 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
 // scheduled once the predecessor's blocks have done their reads (LetDependentsLaunch) and wait
 // (WaitForPrecedingGrid) before reading anything the predecessor writes, so the four launch gaps of a
 // layer shrink and results do not change.
-
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
 template <ElemType kW, bool kCH, bool kCF>
 cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,

@@ -77,6 +77,14 @@ class CudaWeight : public Weight {
 const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
 const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w); }
 
+// x · W^T for every segment (up to 3 matrices of `type`) in one GEMV launch with `epilogue`: the launch
+// each fused MatMul op makes once its weights qualify (CudaBackend::GemvFuses).
+absl::Status FusedGemv(const Buffer& x, std::span<const kernels::GemvSegment> segs, ElemType type,
+                       kernels::GemvEpilogue epilogue, cudaStream_t stream) {
+  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs.data(), static_cast<int>(segs.size()), type,
+                                                         B(x).data(), static_cast<int>(x.rows()),
+                                                         static_cast<int>(x.cols()), epilogue, stream));
+}
 
 }  // namespace
 
@@ -332,10 +340,7 @@ absl::Status CudaBackend::MatMulMany(const Buffer& x, std::span<const Weight* co
     RETURN_IF_ERROR(CheckMatMul("cuda", x, *ws[i], *ys[i]));
     segs[i] = {W(*ws[i]).data(), B(*ys[i]).data(), static_cast<int>(ws[i]->rows())};
   }
-  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs, static_cast<int>(ws.size()), W(*ws[0]).type(),
-                                                         B(x).data(), static_cast<int>(x.rows()),
-                                                         static_cast<int>(x.cols()), kernels::GemvEpilogue::kStore,
-                                                         stream_));
+  return FusedGemv(x, std::span(segs, ws.size()), W(*ws[0]).type(), kernels::GemvEpilogue::kStore, stream_);
 }
 
 absl::Status CudaBackend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) {
@@ -343,9 +348,7 @@ absl::Status CudaBackend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* sc
   if (!GemvFuses(x, ws)) return Backend::MatMulAdd(x, w, scratch, y);
   RETURN_IF_ERROR(CheckMatMul("cuda", x, w, *y));
   const kernels::GemvSegment seg{W(w).data(), B(*y).data(), static_cast<int>(w.rows())};
-  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(&seg, 1, W(w).type(), B(x).data(), static_cast<int>(x.rows()),
-                                                         static_cast<int>(x.cols()), kernels::GemvEpilogue::kAddTo,
-                                                         stream_));
+  return FusedGemv(x, {&seg, 1}, W(w).type(), kernels::GemvEpilogue::kAddTo, stream_);
 }
 
 absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
@@ -355,9 +358,7 @@ absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, cons
   RETURN_IF_ERROR(CheckMatMul("cuda", x, gate, *gate_out));
   const kernels::GemvSegment segs[2] = {{W(gate).data(), B(*gate_out).data(), static_cast<int>(gate.rows())},
                                         {W(up).data(), B(*gate_out).data(), static_cast<int>(up.rows())}};
-  return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs, 2, W(gate).type(), B(x).data(),
-                                                         static_cast<int>(x.rows()), static_cast<int>(x.cols()),
-                                                         kernels::GemvEpilogue::kSwiGlu, stream_));
+  return FusedGemv(x, segs, W(gate).type(), kernels::GemvEpilogue::kSwiGlu, stream_);
 }
 
 absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
