@@ -2,6 +2,10 @@
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 
+#include <cstdlib>
+
+#include "kernels/mma_tile.cuh"
+
 namespace specgen::kernels {
 namespace {
 
@@ -19,6 +23,27 @@ struct Segs {
   int n;
   int total_rows;  // output rows (kSwiGlu: the gate's)
 };
+
+// Where output row `row` of a launch lives: its matrix (w: the first row's weights; kSwiGlu: the gate's,
+// the up row being s.w[1] at the same index), the row's index in it, its output column and the
+// output's row stride (that matrix's rows). The segment is walked with selects: a run-time index into
+// s would copy it to local memory.
+struct SegRow {
+  const uint16_t* w;
+  int row;
+  float* y;
+  int ld;
+};
+__device__ __forceinline__ SegRow FindSegRow(const Segs& s, int row) {
+  const bool past0 = s.n > 1 && row >= s.rows[0];
+  row -= past0 ? s.rows[0] : 0;
+  const bool past1 = past0 && s.n > 2 && row >= s.rows[1];
+  row -= past1 ? s.rows[1] : 0;
+  return {past1 ? s.w[2] : past0 ? s.w[1] : s.w[0], row, (past1 ? s.y[2] : past0 ? s.y[1] : s.y[0]) + row,
+          past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0]};
+}
+
+#include "kernels/gemv_mma.cuh"
 
 // Warp owns R consecutive output rows (kSwiGlu: R gate/up row pairs); each lane keeps U chunks per weight
 // row in flight. kExact kernels take exactly n = N tokens; the others n <= N, computing all N columns,
@@ -38,17 +63,11 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
   int ld[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    int row = min(row0 + r, s.total_rows - 1);  // clamp: result discarded below
-    // The segment walked with selects (a run-time index into s would copy it to local memory).
-    const bool past0 = s.n > 1 && row >= s.rows[0];
-    row -= past0 ? s.rows[0] : 0;
-    const bool past1 = past0 && s.n > 2 && row >= s.rows[1];
-    row -= past1 ? s.rows[1] : 0;
-    const uint16_t* w = past1 ? s.w[2] : past0 ? s.w[1] : s.w[0];
-    yrow[r] = (past1 ? s.y[2] : past0 ? s.y[1] : s.y[0]) + row;
-    ld[r] = past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0];
-    wrow[r * kPer] = w + static_cast<int64_t>(row) * in;
-    if constexpr (kPer == 2) wrow[r * kPer + 1] = s.w[1] + static_cast<int64_t>(row) * in;
+    const SegRow sr = FindSegRow(s, min(row0 + r, s.total_rows - 1));  // clamp: result discarded below
+    yrow[r] = sr.y;
+    ld[r] = sr.ld;
+    wrow[r * kPer] = sr.w + static_cast<int64_t>(sr.row) * in;
+    if constexpr (kPer == 2) wrow[r * kPer + 1] = s.w[1] + static_cast<int64_t>(sr.row) * in;
   }
   float acc[kWR][N];
 #pragma unroll
@@ -212,7 +231,15 @@ cudaError_t DispatchEpilogue(int n, const Segs& s, const float* x, int in, cudaS
 }
 
 template <ElemType kW>
-cudaError_t DispatchEpi(int n, const Segs& s, const float* x, int in, GemvEpilogue epi, cudaStream_t stream) {
+cudaError_t DispatchEpi(int n, const Segs& s, const float* x, int in, GemvEpilogue epi, cudaStream_t stream,
+                        GemvOrder order) {
+  if (detail::MmaOrder(order, kW, in)) {
+    switch (epi) {
+      case GemvEpilogue::kStore: return LaunchMma<GemvEpilogue::kStore>(s, x, in, n, stream);
+      case GemvEpilogue::kAddTo: return LaunchMma<GemvEpilogue::kAddTo>(s, x, in, n, stream);
+      case GemvEpilogue::kSwiGlu: return LaunchMma<GemvEpilogue::kSwiGlu>(s, x, in, n, stream);
+    }
+  }
   switch (epi) {
     case GemvEpilogue::kStore:
       return DispatchExact<kW, GemvEpilogue::kStore>(n, s, x, in, stream,
@@ -226,7 +253,7 @@ cudaError_t DispatchEpi(int n, const Segs& s, const float* x, int in, GemvEpilog
 }  // namespace
 
 cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
-                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream) {
+                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream, GemvOrder order) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kGemvMaxTokens && in > 0 && in % kChunk == 0);
   SPECGEN_KERNEL_REQUIRE(segments != nullptr && n_segments >= 1 && n_segments <= 3 && x != nullptr);
   SPECGEN_KERNEL_REQUIRE(epilogue != GemvEpilogue::kSwiGlu || (n_segments == 2 && segments[0].rows == segments[1].rows));
@@ -244,19 +271,24 @@ cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, Elem
   }
   switch (w_type) {
     case ElemType::kBF16:
-      return DispatchEpi<ElemType::kBF16>(n, s, x, in, epilogue, stream);
+      return DispatchEpi<ElemType::kBF16>(n, s, x, in, epilogue, stream, order);
     case ElemType::kF16:
-      return DispatchEpi<ElemType::kF16>(n, s, x, in, epilogue, stream);
+      return DispatchEpi<ElemType::kF16>(n, s, x, in, epilogue, stream, order);
     default:
       return cudaErrorInvalidValue;
   }
 }
 
+bool GemvTensorOrder(GemvOrder order, ElemType w_type, int in) { return detail::MmaOrder(order, w_type, in); }
+int GemvOrderParts(GemvOrder order, ElemType w_type, int rows, int in) {
+  return detail::MmaOrder(order, w_type, in) ? detail::MmaParts(rows, in) : 1;
+}
+
 cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
-                       int in, cudaStream_t stream) {
+                       int in, cudaStream_t stream, GemvOrder order) {
   SPECGEN_KERNEL_REQUIRE(out > 0 && w != nullptr && y != nullptr);
   const GemvSegment seg{w, y, out};
-  return LaunchGemvSegments(&seg, 1, w_type, x, n, in, GemvEpilogue::kStore, stream);
+  return LaunchGemvSegments(&seg, 1, w_type, x, n, in, GemvEpilogue::kStore, stream, order);
 }
 
 }  // namespace specgen::kernels

@@ -26,12 +26,17 @@ constexpr bool GemvTakes(ElemType w_type, int in) { return w_type != ElemType::k
 //   y       [n, out] fp32, device (must not alias x)
 //   n       tokens, 1..kGemvMaxTokens
 //   out,in  in must be a multiple of 8 (16-byte weight loads)
-// Reduction order of y[t, o]: lane l of the warp owning row o sums k = l*8 + 256*s + j for s = 0,1,..
-// and j = 0..7 in that order with fmaf, then a fixed butterfly across the 32 lanes. Nothing in that
-// order depends on n, so results are batch invariant bit for bit.
+// Reduction order of y[t, o] (`order`):
+//   kFma: lane l of the warp owning row o sums k = l*8 + 256*s + j for s = 0,1,.. and j = 0..7 in that
+//     order with fmaf, then a fixed butterfly across the 32 lanes;
+//   kTensorCores (bf16 weights, in % 32 == 0; else kFma): x rounded to bf16 hi + lo, the row's 32-input
+//     blocks split over GemvOrderParts parts, each part's hi and lo products summed by mma.m16n8k16 in
+//     block order, hi + lo, then the parts in order (kernels/mma_tile.cuh).
+// Nothing in either depends on n (each token is its own mma column), so results are batch invariant
+// bit for bit; the two orders differ from each other in the last bits.
 // Returns cudaErrorInvalidValue for bad shapes or types.
 cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
-                       int in, cudaStream_t stream);
+                       int in, cudaStream_t stream, GemvOrder order = GemvOrder::kFma);
 
 // LaunchGemv over up to 3 matrices of the same x in one launch, with an epilogue: segment i's output
 // is segments[i].y [n, segments[i].rows]; kStore writes the products, kAddTo adds them to y (as
@@ -40,6 +45,15 @@ cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y,
 // so each result equals LaunchGemv (+ LaunchAdd / LaunchSwiGlu) bit for bit, whatever n.
 //   weights 16-byte aligned, of w_type; y must not alias x; n 1..kGemvMaxTokens; in multiple of 8.
 cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
-                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream);
+                               int n, int in, GemvEpilogue epilogue, cudaStream_t stream,
+                               GemvOrder order = GemvOrder::kFma);
+
+// Whether LaunchGemv under `order` reduces a product of w_type weights over `in` inputs on tensor cores,
+// and how many parts then split each row of a matrix of `rows` rows: a function of the shape alone (so
+// a matrix's bits never depend on n or the device), but of the row count, so the Backend's fused
+// launches split segments whose parts differ (q vs k/v). 1 in the FMA order, whose bits never depend
+// on the row count.
+bool GemvTensorOrder(GemvOrder order, ElemType w_type, int in);
+int GemvOrderParts(GemvOrder order, ElemType w_type, int rows, int in);
 
 }  // namespace specgen::kernels

@@ -14,4 +14,14 @@ enum class ElemType : uint8_t {
 
 inline constexpr int ElemBytes(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
 
+// How the small-batch products (kernels/gemv.cuh, and the routed experts that must equal them) reduce a
+// row. A backend-wide choice (CudaBackendOptions::gemv_order): the bits of an output depend on it, so
+// the target's single-token and verify passes take the same one, and greedy speculative output stays
+// token-identical to target-only greedy under either.
+enum class GemvOrder : uint8_t {
+  kFma = 0,          // CUDA-core fmaf chains, a butterfly across the lanes (the default: fastest at 1 token)
+  kTensorCores = 1,  // bf16 mma over 16-row tiles, x split into bf16 hi + lo (kernels/mma_tile.cuh); only
+                     // bf16 weights with inputs a multiple of 32 take it, everything else stays kFma
+};
+
 }  // namespace specgen::kernels

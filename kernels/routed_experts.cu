@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/decode_fused.cuh"  // programmatic dependent launch
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/mma_tile.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
 
@@ -225,6 +227,120 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
   *o = accumulate ? *o + acc : acc;
 }
 
+// GateUpKernel and DownKernel in GemvOrder::kTensorCores (kernels/mma_tile.cuh), taken where
+// detail::MmaOrder says LaunchGemv takes it: a warp is part
+// warp % P of a 16-row tile of the expert's rows (P = MmaParts of the matrix's shape, as LaunchGemv on
+// that matrix alone), every token of the expert a column. A row's bits depend only on its weights, its
+// inputs and the parts, so they equal MatMul's on the gathered rows.
+template <int NT, int P, int W = (P > 8 ? P : 8)>
+__global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, const float* __restrict__ x, Plan plan) {
+  WaitForPrecedingGrid();  // the plan
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;  // the whole block: AddParts' barrier is not reached by any warp
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int tile = blockIdx.x * (W / P) + warp / P;
+  const bool live = tile * 16 < tab.ffn;
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
+  const uint16_t* wrow[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t off = static_cast<int64_t>(min(tile * 16 + g + 8 * h, tab.ffn - 1)) * tab.hidden;
+    wrow[h * 2] = static_cast<const uint16_t*>(tab.gate[e]) + off;
+    wrow[h * 2 + 1] = static_cast<const uint16_t*>(tab.up[e]) + off;
+  }
+  int b0, b1;
+  detail::PartBlocks(tab.hidden, P, warp % P, &b0, &b1);
+  float sum[2][NT][4];
+  detail::MmaTilePart<NT, 2, 2>(
+      wrow, live, b0, b1, m,
+      detail::XFromRows([&](int t) { return x + static_cast<int64_t>(plan.slot_token[first + t]) * tab.hidden; }),
+      [] {}, sum);
+  LetDependentsLaunch();  // as in GateUpKernel
+  if (!detail::AddParts<W, P, 2 * NT * 4>(&sum[0][0][0]) || !live) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = j * 8 + 2 * q + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
+      if (t >= m || row >= tab.ffn) continue;
+      const float gv = sum[0][j][i];
+      plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = gv / (1.f + expf(-gv)) * sum[1][j][i];
+    }
+}
+
+template <int NT, int P, int W = (P > 8 ? P : 8)>
+__global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan plan) {
+  WaitForPrecedingGrid();  // the activations
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int tile = blockIdx.x * (W / P) + warp / P;
+  const bool live = tile * 16 < tab.hidden;
+  const int m = plan.count[u], first = plan.first[u];
+  const uint16_t* wrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    wrow[h] = static_cast<const uint16_t*>(tab.down[plan.expert[u]]) +
+              static_cast<int64_t>(min(tile * 16 + g + 8 * h, tab.hidden - 1)) * tab.ffn;
+  }
+  int b0, b1;
+  detail::PartBlocks(tab.ffn, P, warp % P, &b0, &b1);
+  float sum[1][NT][4];
+  detail::MmaTilePart<NT, 1, 4>(
+      wrow, live, b0, b1, m,
+      detail::XFromRows([&](int t) { return plan.act + static_cast<int64_t>(first + t) * tab.ffn; }), [] {}, sum);
+  LetDependentsLaunch();
+  if (!detail::AddParts<W, P, NT * 4>(&sum[0][0][0]) || !live) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = j * 8 + 2 * q + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
+      if (t >= m || row >= tab.hidden) continue;
+      plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = sum[0][j][i];
+    }
+}
+
+template <int NT, int P>
+cudaError_t LaunchMmaGateUpP(const ExpertTables& tab, const float* x, const Plan& plan, unsigned ys, cudaStream_t stream,
+                             bool pdl) {
+  constexpr int W = P > 8 ? P : 8;
+  const unsigned grid = static_cast<unsigned>(((tab.ffn + 15) / 16 + W / P - 1) / (W / P));
+  return LaunchDecodeKernel(MmaGateUpKernel<NT, P>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, x, plan);
+}
+template <int NT, int P>
+cudaError_t LaunchMmaDownP(const ExpertTables& tab, const Plan& plan, unsigned ys, cudaStream_t stream, bool pdl) {
+  constexpr int W = P > 8 ? P : 8;
+  const unsigned grid = static_cast<unsigned>(((tab.hidden + 15) / 16 + W / P - 1) / (W / P));
+  return LaunchDecodeKernel(MmaDownKernel<NT, P>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, plan);
+}
+// f(integral_constant<P>) for the parts MmaParts gives.
+template <typename F>
+cudaError_t WithParts(int parts, F f) {
+  switch (parts) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: return f(std::integral_constant<int, 16>{});
+  }
+}
+template <int NT>
+cudaError_t LaunchMmaGateUp(const ExpertTables& tab, const float* x, const Plan& plan, unsigned ys,
+                            cudaStream_t stream, bool pdl) {
+  return WithParts(detail::MmaParts(tab.ffn, tab.hidden), [&](auto p) {
+    return LaunchMmaGateUpP<NT, decltype(p)::value>(tab, x, plan, ys, stream, pdl);
+  });
+}
+template <int NT>
+cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys, cudaStream_t stream, bool pdl) {
+  return WithParts(detail::MmaParts(tab.hidden, tab.ffn), [&](auto p) {
+    return LaunchMmaDownP<NT, decltype(p)::value>(tab, plan, ys, stream, pdl);
+  });
+}
+
 // Where the device takes programmatic dependent launch (ProgrammaticLaunchOnCurrentDevice), each of
 // the plan, gate/up, down and combine kernels is launched while its predecessor runs: its blocks are
 // scheduled once the predecessor's blocks have done their reads (LetDependentsLaunch) and wait
@@ -233,14 +349,24 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
 template <ElemType kW, bool kCH, bool kCF>
 cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                        bool accumulate, cudaStream_t stream) {
+                        bool accumulate, cudaStream_t stream, GemvOrder order) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  cudaError_t e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
-                                     dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
+  // An expert has at most n tokens: one n8 tile of columns up to 8, two up to 16.
+  cudaError_t e;
+  if (detail::MmaOrder(order, kW, tab.hidden)) {
+    e = n <= 8 ? LaunchMmaGateUp<1>(tab, x, plan, ys, stream, pdl) : LaunchMmaGateUp<2>(tab, x, plan, ys, stream, pdl);
+  } else {
+    e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys), dim3(kWarps * 32), 0,
+                           stream, pdl, tab, x, plan);
+  }
   if (e == cudaSuccess) {
-    e = LaunchDecodeKernel(DownKernel<kW, kCF>, dim3((tab.hidden + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
-                           0, stream, pdl, tab, plan);
+    if (detail::MmaOrder(order, kW, tab.ffn)) {
+      e = n <= 8 ? LaunchMmaDown<1>(tab, plan, ys, stream, pdl) : LaunchMmaDown<2>(tab, plan, ys, stream, pdl);
+    } else {
+      e = LaunchDecodeKernel(DownKernel<kW, kCF>, dim3((tab.hidden + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
+                             0, stream, pdl, tab, plan);
+    }
   }
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
@@ -251,12 +377,12 @@ cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, c
 
 template <ElemType kW>
 cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                       bool accumulate, cudaStream_t stream) {
+                       bool accumulate, cudaStream_t stream, GemvOrder order) {
   const bool ch = GemvTakes(kW, tab.hidden), cf = GemvTakes(kW, tab.ffn);
-  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, accumulate, stream);
-  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, accumulate, stream);
-  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, accumulate, stream);
-  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, accumulate, stream);
+  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, accumulate, stream, order);
+  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, accumulate, stream, order);
+  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, accumulate, stream, order);
+  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
 }
 
 }  // namespace
@@ -269,7 +395,7 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn) {
 
 cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
-                                float* out, bool accumulate, cudaStream_t stream) {
+                                float* out, bool accumulate, cudaStream_t stream, GemvOrder order) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kRoutedExpertsMaxTokens && k >= 1 && k <= kRouterMaxTopK);
   SPECGEN_KERNEL_REQUIRE(tab.experts >= k && tab.experts <= kRouterMaxExperts && tab.hidden > 0 && tab.ffn > 0);
   SPECGEN_KERNEL_REQUIRE(tab.gate && tab.up && tab.down && x && route_ids && route_w && workspace && out);
@@ -281,13 +407,13 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
                                                  ProgrammaticLaunchOnCurrentDevice(), route_ids, route_w, n, k, tab.experts,
                                                  plan);
   if (planned != cudaSuccess) return planned;
-  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes, else
-  // the row kernel.
+  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
+  // `order`), else the row kernel.
   switch (tab.type) {
     case ElemType::kF32:
-      return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream);
-    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, accumulate, stream);
-    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, accumulate, stream);
+      return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
+    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, accumulate, stream, order);
+    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, accumulate, stream, order);
   }
   return cudaErrorInvalidValue;
 }

@@ -37,9 +37,12 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 // no host wait; the grid covers min(n k, experts) experts and blocks of absent ones exit at once. On
 // sm_90+ the four are launched with programmatic dependent launch (each waits for its predecessor in
 // the kernel, so the launch gaps overlap the previous kernel's tail). accumulate: out[t] += that sum
-// instead (the residual add, as LaunchAdd's), one kernel fewer a layer.
+// instead (the residual add, as LaunchAdd's), one kernel fewer a layer. Each expert product is reduced
+// as LaunchGemv in `order` reduces it (the row kernel's order where GemvTakes is false), so the result
+// equals the host-routed composition of MatMuls in the same order bit for bit.
 cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
-                                float* out, bool accumulate, cudaStream_t stream);
+                                float* out, bool accumulate, cudaStream_t stream,
+                                GemvOrder order = GemvOrder::kFma);
 
 }  // namespace specgen::kernels

@@ -789,6 +789,7 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
 // synth:qwen3-1.7b (model 0), synth:qwen3-0.6b (1) or the bundled tiny-target (2): us_per_pass, and
 // for the synthetic models its floor (every weight read once at 4.2 TB/s) and the share of it reached.
 // fused 0: CudaBackendOptions::fused_ops off (the ops one by one, the same bits): what fusing is worth.
+// order: CudaBackendOptions::gemv_order (0 FMA, 1 tensor cores).
 // ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it).
 void BM_TargetPass(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
@@ -797,6 +798,7 @@ void BM_TargetPass(benchmark::State& state) {
   CudaBackendOptions o;
   o.arena_bytes = size_t{8} << 30;
   o.fused_ops = state.range(2) != 0;
+  o.gemv_order = state.range(3) != 0 ? kernels::GemvOrder::kTensorCores : kernels::GemvOrder::kFma;
   auto be = CudaBackend::Create(o);
   if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
   absl::StatusOr<std::unique_ptr<LoadedModel>> weights;
@@ -860,9 +862,12 @@ void BM_TargetPass(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TargetPass)
-    ->ArgNames({"model", "n", "fused"})
-    ->Args({0, 1, 1})->Args({0, 1, 0})->Args({0, 2, 1})->Args({0, 5, 1})->Args({0, 5, 0})->Args({0, 9, 1})->Args({0, 9, 0})
-    ->Args({1, 1, 1})->Args({1, 2, 1})->Args({2, 1, 1})->Args({2, 5, 1})
+    ->ArgNames({"model", "n", "fused", "order"})
+    ->Args({0, 1, 1, 0})->Args({0, 1, 0, 0})->Args({0, 2, 1, 0})->Args({0, 5, 1, 0})->Args({0, 5, 0, 0})
+    ->Args({0, 9, 1, 0})->Args({0, 9, 0, 0})->Args({1, 1, 1, 0})->Args({1, 2, 1, 0})->Args({2, 1, 1, 0})
+    ->Args({2, 5, 1, 0})
+    ->Args({0, 1, 1, 1})->Args({0, 2, 1, 1})->Args({0, 5, 1, 1})->Args({0, 9, 1, 1})->Args({0, 16, 1, 0})
+    ->Args({0, 16, 1, 1})->Args({1, 1, 1, 1})->Args({1, 2, 1, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_SpeculativeGeneration(benchmark::State& state) {
@@ -905,7 +910,8 @@ BENCHMARK(BM_SpeculativeGeneration)
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
 // (bf16, 151936-token vocabulary), 64 new tokens after a 32-token prompt. ms_per_step is what the loop
 // costs per step at real sizes (args: k, 0 = the target alone; sampling 0 greedy, 1 the CLI's defaults,
-// 2 temperature 1 alone (vLLM's defaults: the temperature-only split path); rejection acceptance).
+// 2 temperature 1 alone (vLLM's defaults: the temperature-only split path); rejection acceptance;
+// order: CudaBackendOptions::gemv_order, 0 FMA, 1 tensor cores).
 // Their random weights give both models the same token (acceptance 1.0 on the H200): this measures
 // cost, not acceptance.
 void BM_SpeculativeSynthPair(benchmark::State& state) {
@@ -919,6 +925,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   };
   CudaBackendOptions o;
   o.arena_bytes = size_t{8} << 30;
+  o.gemv_order = state.range(2) != 0 ? kernels::GemvOrder::kTensorCores : kernels::GemvOrder::kFma;
   auto be = CudaBackend::Create(o);
   if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
   auto target = make("qwen3-1.7b", be->get());
@@ -942,8 +949,9 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
-    ->ArgNames({"k", "sampling"})->Args({0, 0})->Args({4, 0})->Args({0, 1})->Args({4, 1})->Args({0, 2})
-    ->Args({4, 2})
+    ->ArgNames({"k", "sampling", "order"})->Args({0, 0, 0})->Args({4, 0, 0})->Args({0, 1, 0})->Args({4, 1, 0})
+    ->Args({0, 2, 0})->Args({4, 2, 0})->Args({8, 0, 0})->Args({0, 0, 1})->Args({4, 0, 1})->Args({8, 0, 1})
+    ->Args({4, 1, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

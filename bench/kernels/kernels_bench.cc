@@ -68,10 +68,12 @@ double TimeLoop(benchmark::State& state, int inner, const std::function<void(int
   return state.iterations() > 0 ? seconds / state.iterations() : 0.0;
 }
 
-// args: tokens, out, in. Weight copies rotate so the total exceeds the 50 MB L2 several times.
+// args: tokens, out, in, order (GemvOrder: 0 FMA, 1 tensor cores). Weight copies rotate so the total
+// exceeds the 50 MB L2 several times.
 void BM_Gemv(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const int n = state.range(0), out = state.range(1), in = state.range(2);
+  const GemvOrder order = state.range(3) != 0 ? GemvOrder::kTensorCores : GemvOrder::kFma;
   const size_t wbytes = size_t(out) * in * 2;
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
   void* w = DeviceAlloc(wbytes * copies, 0x3c);  // 0x3c3c: a small finite bf16
@@ -80,16 +82,16 @@ void BM_Gemv(benchmark::State& state) {
   if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
   TimeLoop(state, 10, [&](int i) {
     LaunchGemv(static_cast<uint8_t*>(w) + wbytes * (i % copies), ElemType::kBF16,
-               static_cast<float*>(x), static_cast<float*>(y), n, out, in, nullptr);
+               static_cast<float*>(x), static_cast<float*>(y), n, out, in, nullptr, order);
   }, double(wbytes) + n * (in + out) * 4.0);
   cudaFree(w);
   cudaFree(x);
   cudaFree(y);
 }
 BENCHMARK(BM_Gemv)
-    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {4096}, {4096}})
-    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {14336}, {4096}})
-    ->ArgsProduct({{1, 5, 9}, {2048}, {6144}})  // qwen3-1.7b's down projection: few rows, long ones
+    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {4096}, {4096}, {0, 1}})
+    ->ArgsProduct({{1, 2, 4, 5, 8, 16}, {14336}, {4096}, {0, 1}})
+    ->ArgsProduct({{1, 5, 9}, {2048}, {6144}, {0, 1}})  // qwen3-1.7b's down projection: few rows, long ones
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -98,9 +100,11 @@ BENCHMARK(BM_Gemv)
 // top-8) run by RouteAndRunExperts' kernels for a pass of `tokens` positions: router top-k + plan +
 // expert GEMVs + weighted sum, no host wait. Bytes: the distinct experts the pass routes to (each read
 // once) x 9.44 MB, averaged over 8 routings (different pseudo-random router logits) that rotate.
+// args: tokens, order (GemvOrder: 0 FMA, 1 tensor cores).
 void BM_RoutedExperts(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const int n = static_cast<int>(state.range(0)), experts = 128, k = 8, hidden = 2048, ffn = 768;
+  const GemvOrder order = state.range(1) != 0 ? GemvOrder::kTensorCores : GemvOrder::kFma;
   constexpr int kRoutings = 8;
   const size_t matrix = size_t(hidden) * ffn * 2;
   void* w = DeviceAlloc(matrix * 3 * experts, 0x3c);  // 0x3c3c: a small finite bf16
@@ -144,12 +148,15 @@ void BM_RoutedExperts(benchmark::State& state) {
     LaunchRouterTopK(static_cast<const float*>(logits) + size_t(i % kRoutings) * n * experts, n, experts, k,
                      RouterMode::kSoftmaxTopKRenorm, d_w, d_ids, nullptr);
     LaunchRoutedExperts(tab, static_cast<const float*>(x), n, d_ids, d_w, k, ws, ws_bytes,
-                        static_cast<float*>(out), false, nullptr);
+                        static_cast<float*>(out), false, nullptr, order);
   }, distinct * 3 * matrix);
   state.counters["experts_read"] = distinct;
   for (void* p : {w, d_table, x, out, logits, route, ws}) cudaFree(p);
 }
-BENCHMARK(BM_RoutedExperts)->Arg(1)->Arg(5)->Arg(16)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RoutedExperts)
+    ->ArgsProduct({{1, 5, 16}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecode(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");

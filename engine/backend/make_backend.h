@@ -11,6 +11,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/status_macros.h"
+#include "kernels/kernel_types.h"
 #if defined(SPECGEN_WITH_CUDA)
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
@@ -20,6 +21,9 @@ namespace specgen {
 struct BackendOptions {
   int cpu_threads = 0;      // <= 0: all hardware threads
   size_t vram_bytes = 0;    // CUDA arena budget; 0: free VRAM minus a reserve
+  // CudaBackendOptions::gemv_order (--gemv-order); the CPU backend has one order of its own, so
+  // kTensorCores with a CPU backend is refused rather than silently ignored.
+  kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
 };
 
 inline bool CudaCompiledIn() {
@@ -39,6 +43,7 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
   if (device == "cuda" || (device == "auto" && CudaBackend::DeviceAvailable())) {
     CudaBackendOptions cuda;
     cuda.arena_bytes = options.vram_bytes;
+    cuda.gemv_order = options.gemv_order;
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
     return std::unique_ptr<Backend>(std::move(be));
   }
@@ -48,6 +53,11 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
         "--device cuda: this build has no CUDA support (configure with -DSPECGEN_CUDA=ON)");
   }
 #endif
+  if (options.gemv_order != kernels::GemvOrder::kFma) {
+    return absl::FailedPreconditionError(Cat(
+        "--gemv-order tensor runs on the GPU only, and this run uses the CPU backend (--device ", device,
+        "); leave --gemv-order at fma or run with --device cuda"));
+  }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.cpu_threads));
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/make_backend.h"
 #include "engine/cli/command.h"
+#include "engine/cli/generation_flags.h"
 #include "engine/cli/id_list.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -56,6 +57,7 @@ struct LogitsFlags {
   int64_t context = 0;
   int threads = 0;
   std::string device = "cpu";
+  std::string gemv_order = "fma";  // --gemv-order (ParseGemvOrder)
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
@@ -64,6 +66,7 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   BackendOptions backend_options;
   backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(backend_options.gemv_order, ParseGemvOrder(flags.gemv_order));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.device, backend_options));
   TransformerOptions options;
   options.max_context = flags.context;
@@ -107,6 +110,10 @@ Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CP
                      app.add_option("--device", flags->device,
                                     "cpu (the fp32 reference; default) | cuda | auto (cuda when "
                                     "built in and a GPU is present)")
+                         ->capture_default_str();
+                     app.add_option("--gemv-order", flags->gemv_order,
+                                    "fma|tensor (GPU only): how products of 1..16 tokens are "
+                                    "summed (see `specgen generate --help`)")
                          ->capture_default_str();
                      return [flags]() { return RunLogits(*flags); };
                    }}};

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -18,6 +19,7 @@
 #include "engine/sampling/sampling_params.h"
 #include "engine/speculative/speculative_decoder.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/kernel_types.h"
 
 namespace specgen::cli {
 
@@ -31,6 +33,7 @@ struct GenerationFlags {
   int64_t context = 0;
   std::string device = "auto";
   std::string vram_budget;  // --vram-budget, e.g. "8GiB"; empty: free VRAM minus a reserve
+  std::string gemv_order = "fma";  // --gemv-order: fma or tensor (ParseGemvOrder)
   std::string stats = "text";
   bool allow_vocab_mismatch = false;
   bool ignore_eos = false;
@@ -38,9 +41,12 @@ struct GenerationFlags {
 };
 
 // Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
-// --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --stats,
-// --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+// --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget, --gemv-order,
+// --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
+
+// --gemv-order's value: "fma" or "tensor"; anything else is an error naming the flag.
+absl::StatusOr<kernels::GemvOrder> ParseGemvOrder(std::string_view value);
 
 // Range and choice checks that need no file; the error names the flag.
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags);

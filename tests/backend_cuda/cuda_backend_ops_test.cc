@@ -30,6 +30,7 @@
 #include "engine/backend/routed_experts.h"
 #include "engine/core/half.h"
 #include "gtest/gtest.h"
+#include "kernels/gemv.cuh"
 #include "tests/backend_cuda/gpu_test_env.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -82,11 +83,14 @@ HostWeight MakeWeight(std::mt19937_64& rng, DType dtype, int64_t rows, int64_t c
   return w;
 }
 
-class CudaOps : public ::testing::Test {
+// Every op test runs under both small-batch reduction orders (the parameter): the ops that must equal
+// each other bit for bit (fused vs plain, device- vs host-routed experts, batch sizes) must do so in
+// each order.
+class CudaOps : public ::testing::TestWithParam<kernels::GemvOrder> {
  protected:
   void SetUp() override {
     SPECGEN_SKIP_WITHOUT_CUDA();
-    gpu_ = testing::TestCudaBackend(size_t{1} << 30);
+    gpu_ = testing::TestCudaBackend(size_t{1} << 30, GetParam());
     ASSERT_NE(gpu_, nullptr);
     rng_ = FreshRng();
   }
@@ -138,7 +142,7 @@ class CudaOps : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-TEST_F(CudaOps, MatMulAllPathsAndDtypes) {
+TEST_P(CudaOps, MatMulAllPathsAndDtypes) {
   struct Shape { int n, out, in; };
   for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (Shape s : {Shape{1, 96, 64}, Shape{5, 130, 256}, Shape{16, 64, 1024}, Shape{17, 72, 64},
@@ -152,12 +156,19 @@ TEST_F(CudaOps, MatMulAllPathsAndDtypes) {
       ASSERT_TRUE(cpu_.MatMul(*x.cpu, **cw, y.cpu.get()).ok());
       ASSERT_TRUE(gpu_->MatMul(*x.gpu, **gw, y.gpu.get()).ok());
       const bool cublas = s.n > 16 && dt == DType::kBF16 && s.in % 8 == 0;
+      // The tensor-core order (bf16, inputs a multiple of 32, up to 16 rows) also leaves x's split into
+      // bf16 hi + lo out of each product (2^-18 of it) and may truncate its fp32 sums (a whole ulp
+      // a step: the 2 in * kU below covers it).
+      const bool tensor = s.n <= 16 && dt != DType::kF32 &&
+                          kernels::GemvTensorOrder(GetParam(), dt == DType::kBF16 ? kernels::ElemType::kBF16
+                                                                                 : kernels::ElemType::kF16,
+                                                   s.in);
       std::vector<double> tol(s.n * s.out);
       for (int t = 0; t < s.n; ++t) {
         for (int o = 0; o < s.out; ++o) {
           double abs_dot = 0;
           for (int k = 0; k < s.in; ++k) abs_dot += std::fabs(double(hw.f32[o * s.in + k]) * xv[t * s.in + k]);
-          tol[t * s.out + o] = ((cublas ? 0x1p-9 : 0.0) + 2.0 * s.in * kU) * abs_dot + 1e-30;
+          tol[t * s.out + o] = ((cublas ? 0x1p-9 : 0.0) + (tensor ? 0x1p-18 : 0.0) + 2.0 * s.in * kU) * abs_dot + 1e-30;
         }
       }
       ExpectWithin(Cpu(y), Gpu(y), tol,
@@ -167,7 +178,7 @@ TEST_F(CudaOps, MatMulAllPathsAndDtypes) {
   }
 }
 
-TEST_F(CudaOps, MatMulIsBatchInvariantBitForBit) {
+TEST_P(CudaOps, MatMulIsBatchInvariantBitForBit) {
   // The decode/verify path (<= 16 rows): a row's result must not depend on the batch size.
   for (DType dt : {DType::kBF16, DType::kF32}) {
     const int in = 512, out = 200;
@@ -193,7 +204,7 @@ TEST_F(CudaOps, MatMulIsBatchInvariantBitForBit) {
   }
 }
 
-TEST_F(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
+TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
   const int n = 7, dim = 96, vocab = 50;
   for (DType dt : {DType::kBF16, DType::kF32}) {
     const HostWeight table = MakeWeight(rng_, dt, vocab, dim, 1.0f);
@@ -273,7 +284,7 @@ TEST_F(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
 // The fused products (MatMulMany, MatMulAdd, MatMulSwiGlu: one launch each on CUDA for 1..16 rows)
 // against the Backend defaults on the same GPU backend (MatMul, Add, SwiGlu, each checked against the
 // CPU above): the same bits, at 17 rows too (where the defaults run).
-TEST_F(CudaOps, FusedMatMulsEqualTheirOpsBitForBit) {
+TEST_P(CudaOps, FusedMatMulsEqualTheirOpsBitForBit) {
   const int in = 96, q_out = 64, kv_out = 32, ffn = 80;
   const HostWeight wq = MakeWeight(rng_, DType::kBF16, q_out, in), wk = MakeWeight(rng_, DType::kBF16, kv_out, in),
                    wv = MakeWeight(rng_, DType::kBF16, kv_out, in), wg = MakeWeight(rng_, DType::kBF16, ffn, in),
@@ -329,7 +340,7 @@ TEST_F(CudaOps, FusedMatMulsEqualTheirOpsBitForBit) {
 // CudaBackend::NormRopeStore (one kernel) against the Backend default on the same GPU backend (its
 // RmsNorm, Rope and CopyRows, each checked against the CPU above): the same bits in q, k and every row
 // of both caches (rows outside the batch untouched).
-TEST_F(CudaOps, NormRopeStoreEqualsItsOpsBitForBit) {
+TEST_P(CudaOps, NormRopeStoreEqualsItsOpsBitForBit) {
   struct Case {
     int n, heads, kv_heads, d;
     bool norm;
@@ -401,7 +412,7 @@ TEST_F(CudaOps, NormRopeStoreEqualsItsOpsBitForBit) {
   EXPECT_NE(st.message().find("k norm"), std::string::npos) << st;
 }
 
-TEST_F(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
+TEST_P(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
   struct Case { int heads, kv_heads, d, n, prefix; bool tree; };
   for (Case c : {Case{4, 2, 16, 5, 3, false}, Case{4, 2, 32, 1, 40, false}, Case{4, 4, 16, 8, 0, true},
                  Case{8, 1, 64, 9, 300, false}, Case{16, 8, 128, 1, 700, false}, Case{4, 2, 64, 6, 20, true},
@@ -454,7 +465,7 @@ TEST_F(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
   }
 }
 
-TEST_F(CudaOps, RouteGatherScatter) {
+TEST_P(CudaOps, RouteGatherScatter) {
   const int n = 9, e = 32, dim = 48;
   for (RouterNorm norm : {RouterNorm::kSoftmaxThenTopK, RouterNorm::kSoftmaxTopKRenormalize,
                           RouterNorm::kTopKThenSoftmax}) {
@@ -506,13 +517,14 @@ TEST_F(CudaOps, RouteGatherScatter) {
 // in ascending id with the same fmaf, so the two agree bit for bit; no tolerance. Shapes cover both
 // reduction orders (length % 8 == 0 with bf16/f16: the GEMV's; otherwise, and f32: the row kernel's),
 // one token to the 16 of a verify pass, and every router convention.
-TEST_F(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
+TEST_P(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
   struct Shape {
     int hidden, ffn;
   };
   const int experts = 12;
   for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
-    for (Shape sh : {Shape{64, 40}, Shape{44, 40}, Shape{64, 36}}) {
+    // {256, 512}: both products' inputs multiples of 32, rows split over parts in the tensor-core order.
+    for (Shape sh : {Shape{64, 40}, Shape{44, 40}, Shape{64, 36}, Shape{256, 512}}) {
       std::vector<HostWeight> host;
       std::vector<std::unique_ptr<Weight>> uploaded;
       ExpertWeights refs;
@@ -592,7 +604,7 @@ TEST_F(CudaOps, RouteAndRunExpertsEqualsHostRoutingBitForBit) {
   EXPECT_EQ(*mixed, nullptr);
 }
 
-TEST_F(CudaOps, ArenaBudgetIsAStatusNotACrash) {
+TEST_P(CudaOps, ArenaBudgetIsAStatusNotACrash) {
   auto small = testing::TestCudaBackend(size_t{64} << 20);
   ASSERT_NE(small, nullptr);
   auto too_big = small->NewBuffer(1 << 16, 1 << 10);  // 256 MiB
@@ -605,6 +617,11 @@ TEST_F(CudaOps, ArenaBudgetIsAStatusNotACrash) {
     ASSERT_TRUE(b.ok()) << i << ": " << b.status();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GemvOrders, CudaOps, ::testing::ValuesIn(testing::kGemvOrders),
+                         [](const ::testing::TestParamInfo<kernels::GemvOrder>& info) {
+                           return std::string(testing::GemvOrderName(info.param));
+                         });
 
 }  // namespace
 }  // namespace specgen

@@ -25,12 +25,25 @@ inline std::filesystem::path SourceDir() {
   return SPECGEN_SOURCE_DIR;
 }
 
-inline std::unique_ptr<CudaBackend> TestCudaBackend(size_t budget = size_t{2} << 30) {
+inline std::unique_ptr<CudaBackend> TestCudaBackend(size_t budget = size_t{2} << 30,
+                                                    kernels::GemvOrder order = kernels::GemvOrder::kFma) {
   CudaBackendOptions o;
   o.arena_bytes = budget;
+  o.gemv_order = order;
   auto be = CudaBackend::Create(o);
   EXPECT_TRUE(be.ok()) << be.status();
   return be.ok() ? std::move(be).value() : nullptr;
+}
+
+}  // namespace specgen::testing
+
+namespace specgen::testing {
+
+// Both small-batch reduction orders (CudaBackendOptions::gemv_order), for tests that run under each,
+// and their names for test parameters.
+inline constexpr kernels::GemvOrder kGemvOrders[] = {kernels::GemvOrder::kFma, kernels::GemvOrder::kTensorCores};
+inline const char* GemvOrderName(kernels::GemvOrder order) {
+  return order == kernels::GemvOrder::kFma ? "fma" : "tensor";
 }
 
 }  // namespace specgen::testing

@@ -136,6 +136,13 @@ def main():
         ("two prompts", ["generate", "-m", target, "-p", "hi", "--prompt-ids", "1,2"], ["one prompt", "2"]),
         ("bad --accept", ["generate", "-m", target, "-p", "hi", "--accept", "maybe"], ["maybe"]),
         ("bad --top-p", ["generate", "-m", target, "-p", "hi", "--top-p", "2"], ["--top-p"]),
+        ("bad --gemv-order", ["generate", "-m", target, "-p", "hi", "--gemv-order", "fast"],
+         ["--gemv-order", "fast"]),
+        # The CPU has one order of its own: asking it for the GPU's tensor-core order is an error.
+        ("--gemv-order tensor on the CPU", ["generate", "-m", target, "-p", "hi", "--device", "cpu",
+                                            "--gemv-order", "tensor"], ["--gemv-order", "CPU"]),
+        ("logits --gemv-order tensor on the CPU", ["logits", "-m", target, "--prompt-ids", "1,2",
+                                                   "--gemv-order", "tensor"], ["--gemv-order"]),
         ("corrupt tokenizer.json", ["generate", "-m", broken, "-p", "hi"], ["tokenizer.json", "JSON"]),
         ("chat missing model", ["chat", "-m", missing], ["no-such-model"]),
         ("chat vocabulary mismatch", ["chat", "-m", target, "-md", mismatched], ["cannot draft"]),

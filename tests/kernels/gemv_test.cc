@@ -1,5 +1,5 @@
-// Small-batch GEMV against a CPU loop, and its batch invariance (bit-exact rows for n = 1..16); the
-// fused decode GEMV (RMSNorm prologue, several matrices, SwiGLU / residual epilogues) bit-identical to
+// Small-batch GEMV against a CPU loop, and its batch invariance (bit-exact rows for n = 1..16), in both
+// reduction orders (GemvOrder: CUDA-core FMAs and tensor cores); the fused decode GEMV (RMSNorm prologue, several matrices, SwiGLU / residual epilogues) bit-identical to
 // the separate kernels it replaces; the split-row residual GEMV against a CPU loop.
 #include <cmath>
 #include <cstring>
@@ -19,6 +19,9 @@ namespace {
 
 using testing::DeviceBuffer;
 using testing::ExpectAllClose;
+
+constexpr GemvOrder kOrders[] = {GemvOrder::kFma, GemvOrder::kTensorCores};
+const char* OrderName(GemvOrder order) { return order == GemvOrder::kFma ? "fma" : "tensor"; }
 
 // Weights rounded to wtype (bf16 or f16): the bits the kernel reads and their exact fp32 values, which
 // the references below multiply (so that only the kernels' accumulation order is under test).
@@ -44,7 +47,7 @@ void AddDot(const float* w, const float* x, int in, double* sum, double* abs_sum
   }
 }
 
-void CheckGemv(int n, int out, int in, ElemType wtype) {
+void CheckGemv(int n, int out, int in, ElemType wtype, GemvOrder order) {
   auto rng = testing::FreshRng();
   const auto wf = testing::RandomNormal(rng, size_t(out) * in, 0.05f);
   const auto x = testing::RandomNormal(rng, size_t(n) * in);
@@ -57,41 +60,82 @@ void CheckGemv(int n, int out, int in, ElemType wtype) {
     }
   DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<float> dx(x), dy(size_t(n) * out);
-  CUDA_OK(LaunchGemv(dw.get(), wtype, dx.get(), dy.get(), n, out, in, cudaStreamPerThread));
+  CUDA_OK(LaunchGemv(dw.get(), wtype, dx.get(), dy.get(), n, out, in, cudaStreamPerThread, order));
   // Tolerance: the reference uses the very same bf16/f16 weight values (the dtype's own rounding,
   // ~sqrt(in) 2^-8 |w||x| against fp32 weights, is the model's, not the kernel's), so what differs is
   // only the fp32 accumulation order: |error| <= in * 2^-24 * sum_k |w_k x_k| (rigorous, any order).
-  // A wrong index or dropped chunk errs by ~|w||x| per term, far above it.
-  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return in * 0x1p-24 * abs_sum[i]; },
-                 "gemv n=" + std::to_string(n));
+  // The tensor-core order adds two things: x enters as bf16 hi + lo, which leaves |x - hi - lo| <=
+  // 2^-9 * 2^-9 |x| = 2^-18 |x| of each product out (the products themselves are exact in fp32), and
+  // the mma unit may truncate rather than round its fp32 sums (one ulp, 2^-23, a step instead of half).
+  // A wrong index or dropped chunk errs by ~|w||x| per term, far above either.
+  const bool tensor = GemvTensorOrder(order, wtype, in);
+  const double per_sum = tensor ? in * 0x1p-23 + 0x1p-18 : in * 0x1p-24;
+  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return per_sum * abs_sum[i]; },
+                 std::string("gemv ") + OrderName(order) + " n=" + std::to_string(n));
 }
 
 TEST(GemvGpu, MatchesCpuAcrossBatchSizesAndTypes) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (int n : {1, 2, 3, 5, 8, 9, 16}) CheckGemv(n, 1000, 4096, ElemType::kBF16);
-  CheckGemv(4, 777, 2056, ElemType::kF16);  // in not a multiple of 256, out not of the block rows
-  CheckGemv(16, 64, 8, ElemType::kBF16);    // in = one chunk
-  // Few long rows (qwen3-1.7b's down projection; on the H200 2 rows a warp, 4 or 8 chunks a lane).
-  for (int n : {2, 5, 9}) CheckGemv(n, 2048, 6152, ElemType::kBF16);
+  for (GemvOrder order : kOrders) {
+    for (int n : {1, 2, 3, 5, 8, 9, 16}) CheckGemv(n, 1000, 4096, ElemType::kBF16, order);
+    CheckGemv(4, 777, 2056, ElemType::kF16, order);  // in not a multiple of 256, out not of the block rows
+    CheckGemv(16, 64, 8, ElemType::kBF16, order);    // in = one chunk (FMA in both orders: not a multiple of 32)
+    // Few long rows (qwen3-1.7b's down projection; on the H200 2 rows a warp, 4 or 8 chunks a lane).
+    for (int n : {2, 5, 9}) {
+      CheckGemv(n, 2048, 6152, ElemType::kBF16, order);  // FMA in both orders (not a multiple of 32)
+      CheckGemv(n, 2048, 6144, ElemType::kBF16, order);
+    }
+    // Tensor cores: a 16-row tile cut by the matrix's end (out % 16), 16 parts of a 4096-input row.
+    for (int n : {1, 7, 16}) CheckGemv(n, 40, 4096, ElemType::kBF16, order);
+  }
+}
+
+// The order is a real choice: the same product in the two orders differs in the last bits somewhere
+// (x's hi + lo split and the mma's sums against the lanes' fmaf chains), so a backend that ignored it
+// would fail here; and a product the tensor cores do not take (in % 32 != 0) is the FMA's in both.
+TEST(GemvGpu, OrdersDifferWhereTensorCoresApply) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  for (int in : {4096, 4104}) {
+    const int n = 5, out = 1000;
+    DeviceBuffer<uint16_t> dw(testing::ToBf16(testing::RandomNormal(rng, size_t(out) * in, 0.05f)));
+    DeviceBuffer<float> dx(testing::RandomNormal(rng, size_t(n) * in)), dy(size_t(n) * out);
+    std::vector<float> y[2];
+    for (int o = 0; o < 2; ++o) {
+      dy.Poison();
+      CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr, kOrders[o]));
+      y[o] = dy.Download();
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < y[0].size(); ++i) differ += std::memcmp(&y[0][i], &y[1][i], 4) != 0;
+    EXPECT_EQ(GemvTensorOrder(GemvOrder::kTensorCores, ElemType::kBF16, in), in % 32 == 0);
+    if (in % 32 == 0) {
+      EXPECT_GT(differ, 0u) << "in=" << in << ": the tensor-core order gave the FMA order's bits everywhere";
+    } else {
+      EXPECT_EQ(differ, 0u) << "in=" << in << ": not a tensor-core shape, yet the orders differ";
+    }
+  }
 }
 
 // DESIGN.md §6: a row's result must not depend on how many tokens share the call.
 TEST(GemvGpu, BatchInvariantBitForBit) {
   SPECGEN_SKIP_WITHOUT_GPU();
+  for (GemvOrder order : kOrders) {
+  SCOPED_TRACE(OrderName(order));
   auto rng = testing::FreshRng();
   const int out = 1536, in = 4096;
   const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(out) * in, 0.05f));
   const auto x = testing::RandomNormal(rng, size_t(kGemvMaxTokens) * in);
   DeviceBuffer<uint16_t> dw(wbits);
   DeviceBuffer<float> dx(x), dy(size_t(kGemvMaxTokens) * out);
-  CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), kGemvMaxTokens, out, in, nullptr));
+  CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), kGemvMaxTokens, out, in, nullptr, order));
   const auto full = dy.Download();
   for (int n = 1; n <= kGemvMaxTokens; ++n) {
     // Rows t..t+n-1 of x as their own batch, for a few offsets t.
     for (int t0 : {0, kGemvMaxTokens - n}) {
       dy.Poison();
       CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get() + size_t(t0) * in, dy.get(), n, out,
-                         in, nullptr));
+                         in, nullptr, order));
       const auto part = dy.Download();
       for (int t = 0; t < n; ++t)
         for (int o = 0; o < out; ++o) {
@@ -100,6 +144,7 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
               << "n=" << n << " row " << t0 + t << " out " << o << ": " << a << " vs " << b;
         }
     }
+  }
   }
 }
 
@@ -111,7 +156,9 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
 TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
   SPECGEN_SKIP_WITHOUT_GPU();
   auto rng = testing::FreshRng();
+  for (GemvOrder order : kOrders)
   for (int in : {2048, 4104}) {
+    SCOPED_TRACE(OrderName(order));
     const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(4096) * in, 0.05f));
     DeviceBuffer<uint16_t> dw(wbits);
     for (int n : {2, 5, 9, 16}) {
@@ -121,17 +168,30 @@ TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
       for (int out : {4096, 2048, 1000}) {
         DeviceBuffer<float> dy(size_t(n) * out);
         dy.Poison();
-        CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr));
+        CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr, order));
         const auto y = dy.Download();
         std::vector<float> first;
         for (int t = 0; t < n; ++t) first.insert(first.end(), y.begin() + size_t(t) * out, y.begin() + size_t(t) * out + 1000);
         for (float v : first) ASSERT_TRUE(std::isfinite(v));
         firsts.push_back(std::move(first));
       }
-      for (size_t i = 1; i < firsts.size(); ++i) {
-        EXPECT_EQ(std::memcmp(firsts[0].data(), firsts[i].data(), sizeof(float) * firsts[0].size()), 0)
-            << "in=" << in << " n=" << n << ": the first 1000 rows differ between a 4096-row launch and launch " << i;
-      }
+      // In the tensor-core order the row count picks the parts a row is split over (GemvOrderParts),
+      // and so its bits: launches are compared where their parts agree (in the FMA order, all).
+      const int outs[3] = {4096, 2048, 1000};
+      int compared = 0;
+      for (size_t i = 0; i < firsts.size(); ++i)
+        for (size_t j = i + 1; j < firsts.size(); ++j) {
+          if (GemvOrderParts(order, ElemType::kBF16, outs[i], in) !=
+              GemvOrderParts(order, ElemType::kBF16, outs[j], in)) {
+            continue;
+          }
+          ++compared;
+          EXPECT_EQ(std::memcmp(firsts[i].data(), firsts[j].data(), sizeof(float) * firsts[0].size()), 0)
+              << "in=" << in << " n=" << n << ": the first 1000 rows differ between the " << outs[i] << "- and "
+              << outs[j] << "-row launches";
+        }
+      // At least one pair shares its parts in each order (else the test would check nothing).
+      EXPECT_GE(compared, 1) << "in=" << in;
     }
   }
 }
@@ -139,12 +199,17 @@ TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
 // LaunchGemvSegments against LaunchGemv per matrix (+ LaunchAdd / LaunchSwiGlu): the same bits for
 // every n, so the Backend's fused q/k/v, residual and gate/up products keep batch invariance and equal
 // the ops they replace.
-void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype) {
+// in: 1032 (not a multiple of 256: a partial last chunk; FMA in both orders) or 1024 (a multiple of 32:
+// tensor cores in GemvOrder::kTensorCores). rows: the segments' (default: q/k/v-, residual- or
+// gate/up-like).
+void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype, GemvOrder order, int in = 1032,
+                       std::vector<int> rows = {}) {
   auto rng = testing::FreshRng();
-  const int in = 1032;  // not a multiple of 256: a partial last chunk
-  const std::vector<int> rows = epi == GemvEpilogue::kSwiGlu ? std::vector<int>{300, 300}
-                                : epi == GemvEpilogue::kAddTo ? std::vector<int>{257}
-                                                              : std::vector<int>{256, 129, 64};
+  if (rows.empty()) {
+    rows = epi == GemvEpilogue::kSwiGlu ? std::vector<int>{300, 300}
+           : epi == GemvEpilogue::kAddTo ? std::vector<int>{257}
+                                         : std::vector<int>{256, 129, 64};
+  }
   const auto x = testing::RandomNormal(rng, size_t(n) * in);
   DeviceBuffer<float> dx(x);
   std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> dw;
@@ -159,20 +224,20 @@ void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype) {
     if (epi != GemvEpilogue::kAddTo) got.back()->Poison();
     segs.push_back(GemvSegment{dw.back()->get(), got.back()->get(), r});
   }
-  CUDA_OK(LaunchGemvSegments(segs.data(), int(segs.size()), wtype, dx.get(), n, in, epi, nullptr));
+  CUDA_OK(LaunchGemvSegments(segs.data(), int(segs.size()), wtype, dx.get(), n, in, epi, nullptr, order));
   // The separate kernels.
   DeviceBuffer<float> prod(size_t(n) * rows[0]), up(size_t(n) * rows[0]);
   for (size_t i = 0; i < rows.size(); ++i) {
     if (epi == GemvEpilogue::kStore) {
-      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), ref[i]->get(), n, rows[i], in, nullptr));
+      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), ref[i]->get(), n, rows[i], in, nullptr, order));
     } else if (epi == GemvEpilogue::kAddTo) {
-      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), prod.get(), n, rows[i], in, nullptr));
+      CUDA_OK(LaunchGemv(dw[i]->get(), wtype, dx.get(), prod.get(), n, rows[i], in, nullptr, order));
       CUDA_OK(LaunchAdd(ref[i]->get(), prod.get(), ref[i]->get(), int64_t(n) * rows[i], nullptr));
     }
   }
   if (epi == GemvEpilogue::kSwiGlu) {
-    CUDA_OK(LaunchGemv(dw[0]->get(), wtype, dx.get(), prod.get(), n, rows[0], in, nullptr));
-    CUDA_OK(LaunchGemv(dw[1]->get(), wtype, dx.get(), up.get(), n, rows[1], in, nullptr));
+    CUDA_OK(LaunchGemv(dw[0]->get(), wtype, dx.get(), prod.get(), n, rows[0], in, nullptr, order));
+    CUDA_OK(LaunchGemv(dw[1]->get(), wtype, dx.get(), up.get(), n, rows[1], in, nullptr, order));
     CUDA_OK(LaunchSwiGlu(prod.get(), up.get(), ref[0]->get(), int64_t(n) * rows[0], nullptr));
   }
   const size_t outputs = epi == GemvEpilogue::kSwiGlu ? 1 : rows.size();
@@ -180,22 +245,30 @@ void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype) {
     const auto a = got[i]->Download(), b = ref[i]->Download();
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "segment " << i;
     EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0)
-        << "gemv segments n=" << n << " epilogue " << int(epi) << " segment " << i << " differs";
+        << "gemv segments " << OrderName(order) << " n=" << n << " in=" << in << " epilogue " << int(epi)
+        << " segment " << i << " differs";
   }
 }
 
 TEST(GemvGpu, SegmentsAndEpiloguesEqualSeparateKernels) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (int n : {1, 2, 3, 5, 9, 16}) {
-    CheckGemvSegments(n, GemvEpilogue::kStore, ElemType::kBF16);  // q, k, v in one launch
-    CheckGemvSegments(n, GemvEpilogue::kAddTo, ElemType::kBF16);  // O / down + the residual
-    CheckGemvSegments(n, GemvEpilogue::kSwiGlu, ElemType::kBF16); // gate/up + SwiGLU
+  for (GemvOrder order : kOrders) {
+    for (int n : {1, 2, 3, 5, 9, 16}) {
+      // q, k, v in one launch; O / down + the residual; gate/up + SwiGLU; each at both input lengths.
+      for (GemvEpilogue epi : {GemvEpilogue::kStore, GemvEpilogue::kAddTo, GemvEpilogue::kSwiGlu}) {
+        CheckGemvSegments(n, epi, ElemType::kBF16, order);
+        CheckGemvSegments(n, epi, ElemType::kBF16, order, 1024);
+      }
+    }
+    CheckGemvSegments(4, GemvEpilogue::kSwiGlu, ElemType::kF16, order);
+    // Segments of very different row counts: in the tensor-core order their parts differ (1024 vs 16
+    // tiles of 16 rows), so the launch must reduce each as LaunchGemv on it alone would.
+    CheckGemvSegments(5, GemvEpilogue::kStore, ElemType::kBF16, order, 1024, {16384, 256});
   }
-  CheckGemvSegments(4, GemvEpilogue::kSwiGlu, ElemType::kF16);
 }
 
-// LaunchFusedGemv against LaunchRmsNorm + LaunchGemv (+ LaunchSwiGlu / LaunchAdd) for one token: the
-// same bits, whatever the grid bound (rows are walked grid-stride). `in` not a multiple of 256 covers a
+// LaunchFusedGemv against LaunchRmsNorm + LaunchGemv in the FMA order (the draft's fused decode has no
+// other) (+ LaunchSwiGlu / LaunchAdd) for one token: the same bits, whatever the grid bound (rows are walked grid-stride). `in` not a multiple of 256 covers a
 // partial last batch of the staged activation.
 void CheckFusedGemv(int in, std::vector<int> rows, GemvEpilogue epi, bool norm, int max_blocks) {
   auto rng = testing::FreshRng();

@@ -2,7 +2,9 @@
 // tiny-target, a Qwen3-MoE with 32 experts top-4, and models/tiny-draft): greedy output equal to
 // target-only greedy for k = 1..8 and adaptive k; `coupled` sampling equal to plain sampling per seed;
 // and the host waits of every step counted: exactly one (the result copy) plus the MoE layers'
-// expert-union reads, which are reported. Skips without a device or without the pair.
+// expert-union reads, which are reported. The greedy and coupled identities also under the tensor-core
+// order (CudaBackendOptions::gemv_order; the pair is bf16 with hidden 256, so its attention products
+// and the experts' gate/up take it). Skips without a device or without the pair.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,13 +27,16 @@ constexpr int64_t kNewTokens = 32;
 
 class GpuBundledPair : public ::testing::Test {
  protected:
+  // The backend's small-batch reduction order (GpuBundledPairTensorCores: the other one).
+  virtual kernels::GemvOrder Order() const { return kernels::GemvOrder::kFma; }
+
   void SetUp() override {
     SPECGEN_SKIP_WITHOUT_CUDA();
     const auto models = testing::SourceDir() / "models";
     if (!std::filesystem::exists(models / "tiny-target") || !std::filesystem::exists(models / "tiny-draft")) {
       GTEST_SKIP() << "bundled pair not present in " << models;
     }
-    backend_ = testing::TestCudaBackend(size_t{1} << 30);
+    backend_ = testing::TestCudaBackend(size_t{1} << 30, Order());
     ASSERT_NE(backend_, nullptr);
     target_ = Load((models / "tiny-target").string());
     draft_ = Load((models / "tiny-draft").string());
@@ -76,25 +81,51 @@ class GpuBundledPair : public ::testing::Test {
     return out.ok() ? *out : std::vector<int32_t>{};
   }
 
+  // Greedy speculative output for k = 1..8 and adaptive k equals target-only greedy, token for token.
+  void CheckGreedyEqualsTargetOnly() {
+    const auto greedy = SamplingParams::Greedy();
+    for (const auto& prompt : prompts_) {
+      const auto plain = Run(0, false, greedy, AcceptMode::kRejection, prompt);
+      ASSERT_EQ(plain.size(), static_cast<size_t>(kNewTokens));
+      for (int k = 1; k <= 8; ++k) {
+        SpeculativeStats stats;
+        EXPECT_EQ(Run(k, false, greedy, AcceptMode::kRejection, prompt, nullptr, &stats), plain) << "k=" << k;
+        if (k == 4) std::printf("greedy k=4: acceptance %.3f, tau %.2f\n", stats.acceptance_rate(),
+                                stats.mean_accepted_length());
+      }
+      EXPECT_EQ(Run(8, true, greedy, AcceptMode::kRejection, prompt), plain) << "adaptive";
+    }
+  }
+
+  // `coupled` output for a seed equals plain sampling's (k = 0) with that seed.
+  void CheckCoupledEqualsPlainPerSeed() {
+    for (uint64_t seed : {1ull, 2ull, 3ull}) {
+      for (SamplingParams params : {SamplingParams::Plain(0.8f, seed), [&] {
+                                      SamplingParams p;  // temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+                                      p.seed = seed;
+                                      return p;
+                                    }()}) {
+        const auto plain = Run(0, false, params, AcceptMode::kCoupled, prompts_[seed % prompts_.size()]);
+        for (int k : {1, 3, 6}) {
+          EXPECT_EQ(Run(k, false, params, AcceptMode::kCoupled, prompts_[seed % prompts_.size()]), plain)
+              << "seed " << seed << " k " << k << " top_k " << params.top_k;
+        }
+      }
+    }
+  }
+
   std::unique_ptr<CudaBackend> backend_;
   std::unique_ptr<Transformer> target_, draft_;
   std::vector<std::vector<int32_t>> prompts_;
 };
 
-TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) {
-  const auto greedy = SamplingParams::Greedy();
-  for (const auto& prompt : prompts_) {
-    const auto plain = Run(0, false, greedy, AcceptMode::kRejection, prompt);
-    ASSERT_EQ(plain.size(), static_cast<size_t>(kNewTokens));
-    for (int k = 1; k <= 8; ++k) {
-      SpeculativeStats stats;
-      EXPECT_EQ(Run(k, false, greedy, AcceptMode::kRejection, prompt, nullptr, &stats), plain) << "k=" << k;
-      if (k == 4) std::printf("greedy k=4: acceptance %.3f, tau %.2f\n", stats.acceptance_rate(),
-                              stats.mean_accepted_length());
-    }
-    EXPECT_EQ(Run(8, true, greedy, AcceptMode::kRejection, prompt), plain) << "adaptive";
-  }
-}
+class GpuBundledPairTensorCores : public GpuBundledPair {
+ protected:
+  kernels::GemvOrder Order() const override { return kernels::GemvOrder::kTensorCores; }
+};
+
+TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
+TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
 
 // The dense draft decodes its single tokens through the captured CUDA graph (the default), the
 // persistent kernel, the same kernels launched eagerly, or the Transformer, and every path gives the same
@@ -179,21 +210,8 @@ TEST_F(GpuBundledPair, KeepCacheFeedsOnlyTheNextTurnsNewTokens) {
   EXPECT_EQ(*reply3, *expected3);
 }
 
-TEST_F(GpuBundledPair, CoupledEqualsPlainSamplingPerSeed) {
-  for (uint64_t seed : {1ull, 2ull, 3ull}) {
-    for (SamplingParams params : {SamplingParams::Plain(0.8f, seed), [&] {
-                                    SamplingParams p;  // temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
-                                    p.seed = seed;
-                                    return p;
-                                  }()}) {
-      const auto plain = Run(0, false, params, AcceptMode::kCoupled, prompts_[seed % prompts_.size()]);
-      for (int k : {1, 3, 6}) {
-        EXPECT_EQ(Run(k, false, params, AcceptMode::kCoupled, prompts_[seed % prompts_.size()]), plain)
-            << "seed " << seed << " k " << k << " top_k " << params.top_k;
-      }
-    }
-  }
-}
+TEST_F(GpuBundledPair, CoupledEqualsPlainSamplingPerSeed) { CheckCoupledEqualsPlainPerSeed(); }
+TEST_F(GpuBundledPairTensorCores, CoupledEqualsPlainSamplingPerSeed) { CheckCoupledEqualsPlainPerSeed(); }
 
 TEST_F(GpuBundledPair, RejectionSamplingRunsAndAccepts) {
   SpeculativeStats stats;

@@ -80,10 +80,10 @@ const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w);
 // x · W^T for every segment (up to 3 matrices of `type`) in one GEMV launch with `epilogue`: the launch
 // each fused MatMul op makes once its weights qualify (CudaBackend::GemvFuses).
 absl::Status FusedGemv(const Buffer& x, std::span<const kernels::GemvSegment> segs, ElemType type,
-                       kernels::GemvEpilogue epilogue, cudaStream_t stream) {
+                       kernels::GemvEpilogue epilogue, cudaStream_t stream, kernels::GemvOrder order) {
   return SPECGEN_CUDA_STATUS(kernels::LaunchGemvSegments(segs.data(), static_cast<int>(segs.size()), type,
                                                          B(x).data(), static_cast<int>(x.rows()),
-                                                         static_cast<int>(x.cols()), epilogue, stream));
+                                                         static_cast<int>(x.cols()), epilogue, stream, order));
 }
 
 }  // namespace
@@ -103,6 +103,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = options.device;
   be->fused_ops_ = options.fused_ops;
+  be->gemv_order_ = options.gemv_order;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   size_t budget = options.arena_bytes;
   if (budget == 0) {
@@ -315,7 +316,8 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   for (int t0 = 0; t0 < n; t0 += kernels::kGemvMaxTokens) {
     const int m = std::min(kernels::kGemvMaxTokens, n - t0);
     CUDA_RETURN_IF_ERROR(kernels::LaunchGemv(W(w).data(), type, xd + static_cast<int64_t>(t0) * in,
-                                             yd + static_cast<int64_t>(t0) * out, m, out, in, stream_));
+                                             yd + static_cast<int64_t>(t0) * out, m, out, in, stream_,
+                                             gemv_order_));
   }
   return absl::OkStatus();
 }
@@ -340,7 +342,7 @@ absl::Status CudaBackend::MatMulMany(const Buffer& x, std::span<const Weight* co
     RETURN_IF_ERROR(CheckMatMul("cuda", x, *ws[i], *ys[i]));
     segs[i] = {W(*ws[i]).data(), B(*ys[i]).data(), static_cast<int>(ws[i]->rows())};
   }
-  return FusedGemv(x, std::span(segs, ws.size()), W(*ws[0]).type(), kernels::GemvEpilogue::kStore, stream_);
+  return FusedGemv(x, std::span(segs, ws.size()), W(*ws[0]).type(), kernels::GemvEpilogue::kStore, stream_, gemv_order_);
 }
 
 absl::Status CudaBackend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* scratch, Buffer* y) {
@@ -348,7 +350,7 @@ absl::Status CudaBackend::MatMulAdd(const Buffer& x, const Weight& w, Buffer* sc
   if (!GemvFuses(x, ws)) return Backend::MatMulAdd(x, w, scratch, y);
   RETURN_IF_ERROR(CheckMatMul("cuda", x, w, *y));
   const kernels::GemvSegment seg{W(w).data(), B(*y).data(), static_cast<int>(w.rows())};
-  return FusedGemv(x, {&seg, 1}, W(w).type(), kernels::GemvEpilogue::kAddTo, stream_);
+  return FusedGemv(x, {&seg, 1}, W(w).type(), kernels::GemvEpilogue::kAddTo, stream_, gemv_order_);
 }
 
 absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const Weight& up, Buffer* up_scratch,
@@ -358,7 +360,7 @@ absl::Status CudaBackend::MatMulSwiGlu(const Buffer& x, const Weight& gate, cons
   RETURN_IF_ERROR(CheckMatMul("cuda", x, gate, *gate_out));
   const kernels::GemvSegment segs[2] = {{W(gate).data(), B(*gate_out).data(), static_cast<int>(gate.rows())},
                                         {W(up).data(), B(*gate_out).data(), static_cast<int>(up.rows())}};
-  return FusedGemv(x, segs, W(gate).type(), kernels::GemvEpilogue::kSwiGlu, stream_);
+  return FusedGemv(x, segs, W(gate).type(), kernels::GemvEpilogue::kSwiGlu, stream_, gemv_order_);
 }
 
 absl::Status CudaBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
@@ -611,7 +613,7 @@ absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buff
   RETURN_IF_ERROR(EnsureScratch(&experts_ws_, &experts_ws_bytes_, ws, "the routed experts' workspace"));
   CUDA_RETURN_IF_ERROR(kernels::LaunchRoutedExperts(t, B(x).data(), static_cast<int>(n), r.ids, r.weights,
                                                     static_cast<int>(k), experts_ws_, experts_ws_bytes_,
-                                                    B(*out).data(), accumulate, stream_));
+                                                    B(*out).data(), accumulate, stream_, gemv_order_));
   return true;
 }
 

@@ -30,6 +30,12 @@ struct CudaBackendOptions {
   // The fused ops (MatMulMany, MatMulAdd, MatMulSwiGlu, NormRopeStore) in one kernel each; false runs
   // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
   bool fused_ops = true;
+  // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
+  // (kernels::GemvOrder). kTensorCores: verify passes of 2..16 positions faster, single-token passes
+  // slower (H200, a Qwen3-1.7B-sized target: 2..9 positions 5-11% faster, 1 position 12-17% slower;
+  // bench/RESULTS_H200.md). Every pass of this backend takes the same order, so speculative and
+  // target-only greedy output stay token-identical under either; the orders differ in the last bits.
+  kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
 };
 
 // Why the host waited for the GPU.
@@ -143,6 +149,7 @@ class CudaBackend : public Backend {
   // type, rows of a multiple of 8): the fused MatMul ops fall back to their defaults otherwise.
   bool GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const;
   bool fused_ops_ = true;  // CudaBackendOptions::fused_ops
+  kernels::GemvOrder gemv_order_ = kernels::GemvOrder::kFma;  // CudaBackendOptions::gemv_order
   // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing
   // else has been staged since (so the ring has not moved past it).
   absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
