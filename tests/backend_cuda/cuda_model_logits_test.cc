@@ -15,6 +15,10 @@
 // each matmul output off by ≈ act_eps of its scale, compounding over the ≈ 3 matmuls per layer plus
 // the head in quadrature: RMS ≤ 2·chain·act_eps·S and each position's worst logit ≤ 16·chain·act_eps·S,
 // chain = √(3L + 1). (A routing flip there could exceed it; the fixtures keep the router margins.)
+// The bf16 fixtures also run with the tensor-core order (CudaBackendOptions::gemv_order; their 64-wide
+// products take it): per dot it adds at most 2^-18 Σ|terms| (x entering as bf16 hi + lo) and may
+// truncate instead of round its fp32 sums (K·2u·Σ|terms|): ≈ 1.1e-5 of Σ|terms| a dot at K = 64, within
+// the same 1e-4 bound over the chain.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -38,6 +42,7 @@ namespace fs = std::filesystem;
 struct Case {
   std::string fixture;
   bool gguf_bf16;
+  kernels::GemvOrder order = kernels::GemvOrder::kFma;
 };
 
 class CudaModelLogits : public ::testing::TestWithParam<Case> {};
@@ -62,7 +67,7 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
     model = std::move(g).value();
   }
   CpuBackend cpu(1);
-  auto gpu = testing::TestCudaBackend(size_t{512} << 20);
+  auto gpu = testing::TestCudaBackend(size_t{512} << 20, c.order);
   ASSERT_NE(gpu, nullptr);
   TransformerOptions topt;
   topt.max_context = 256;
@@ -93,11 +98,13 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
         worst = i;
       }
     }
-    EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16 " : " hf ") << how
+    EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16 " : " hf ") << testing::GemvOrderName(c.order)
+                       << " " << how
                        << ": worst at position " << worst / v << " id " << worst % v << ": cpu " << ref[worst]
                        << " gpu " << out[worst] << " (scale " << scale << ")";
-    std::printf("%s %s %s: max |gpu - cpu| = %.3g (%.3g of the logit scale)\n", c.fixture.c_str(),
-                c.gguf_bf16 ? "gguf-bf16" : "hf-f32", how, worst_err, worst_err / scale);
+    std::printf("%s %s %s %s: max |gpu - cpu| = %.3g (%.3g of the logit scale)\n", c.fixture.c_str(),
+                c.gguf_bf16 ? "gguf-bf16" : "hf-f32", testing::GemvOrderName(c.order), how, worst_err,
+                worst_err / scale);
   };
   check_tight(got, "16-token passes");
 
@@ -137,9 +144,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama-gqa", false}, Case{"llama-gqa", true}, Case{"mixtral", false},
                       Case{"mixtral", true}, Case{"qwen3-dense", false}, Case{"qwen3-dense", true},
                       Case{"qwen3moe-dense-layer", false}, Case{"qwen3moe-dense-layer", true},
-                      Case{"qwen3moe-norm", false}, Case{"qwen3moe-norm", true}),
+                      Case{"qwen3moe-norm", false}, Case{"qwen3moe-norm", true},
+                      Case{"llama-gqa", true, kernels::GemvOrder::kTensorCores},
+                      Case{"mixtral", true, kernels::GemvOrder::kTensorCores},
+                      Case{"qwen3-dense", true, kernels::GemvOrder::kTensorCores},
+                      Case{"qwen3moe-dense-layer", true, kernels::GemvOrder::kTensorCores},
+                      Case{"qwen3moe-norm", true, kernels::GemvOrder::kTensorCores}),
     [](const ::testing::TestParamInfo<Case>& info) {
-      std::string name = info.param.fixture + (info.param.gguf_bf16 ? "_gguf_bf16" : "_hf");
+      std::string name = info.param.fixture + (info.param.gguf_bf16 ? "_gguf_bf16" : "_hf") +
+                         (info.param.order == kernels::GemvOrder::kTensorCores ? "_tensor" : "");
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
