@@ -1,9 +1,6 @@
 #include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
-
-#include <cstdlib>
-
 #include "kernels/mma_tile.cuh"
 
 namespace specgen::kernels {
