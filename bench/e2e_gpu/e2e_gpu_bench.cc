@@ -950,8 +950,8 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
 }
 BENCHMARK(BM_SpeculativeSynthPair)
     ->ArgNames({"k", "sampling", "order"})->Args({0, 0, 0})->Args({4, 0, 0})->Args({0, 1, 0})->Args({4, 1, 0})
-    ->Args({0, 2, 0})->Args({4, 2, 0})->Args({8, 0, 0})->Args({0, 0, 1})->Args({4, 0, 1})->Args({8, 0, 1})
-    ->Args({4, 1, 1})
+    ->Args({0, 2, 0})->Args({4, 2, 0})->Args({8, 0, 0})->Args({15, 0, 0})->Args({0, 0, 1})->Args({4, 0, 1})
+    ->Args({8, 0, 1})->Args({15, 0, 1})->Args({4, 1, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
