@@ -778,6 +778,7 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   const DraftDecodeStats d = dec->draft_decode_stats();
   state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
   state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
+  state.counters["draft_overlapped"] = static_cast<double>(d.overlapped);
   if (has_draft) {
     state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
                    (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
@@ -898,20 +899,23 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.max_new_tokens = 128;
   opt.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(0.8f, 1);
   opt.accept = AcceptMode::kRejection;
+  opt.overlap_last_draft = state.range(2) != 0;
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
 BENCHMARK(BM_SpeculativeGeneration)
-    ->ArgNames({"k", "greedy"})
-    ->Args({0, 1})->Args({2, 1})->Args({4, 1})->Args({6, 1})->Args({0, 0})->Args({4, 0})
+    ->ArgNames({"k", "greedy", "overlap"})
+    ->Args({0, 1, 1})->Args({2, 1, 1})->Args({4, 1, 1})->Args({6, 1, 1})->Args({0, 0, 1})->Args({4, 0, 1})
+    ->Args({2, 1, 0})->Args({4, 1, 0})->Args({4, 0, 0})
     ->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
 // (bf16, 151936-token vocabulary), 64 new tokens after a 32-token prompt. ms_per_step is what the loop
 // costs per step at real sizes (args: k, 0 = the target alone; sampling 0 greedy, 1 the CLI's defaults,
 // 2 temperature 1 alone (vLLM's defaults: the temperature-only split path); rejection acceptance;
-// order: CudaBackendOptions::gemv_order, 0 FMA, 1 tensor cores).
+// order: CudaBackendOptions::gemv_order, 0 FMA, 1 tensor cores; overlap: SpeculativeOptions::
+// overlap_last_draft).
 // Their random weights give both models the same token (acceptance 1.0 on the H200): this measures
 // cost, not acceptance.
 void BM_SpeculativeSynthPair(benchmark::State& state) {
@@ -935,6 +939,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   SpeculativeOptions opt;
   opt.draft_max = k;
   opt.max_new_tokens = 64;
+  opt.overlap_last_draft = state.range(3) != 0;
   opt.sampling = SamplingParams::Greedy();
   if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
@@ -949,9 +954,11 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
-    ->ArgNames({"k", "sampling", "order"})->Args({0, 0, 0})->Args({4, 0, 0})->Args({0, 1, 0})->Args({4, 1, 0})
-    ->Args({0, 2, 0})->Args({4, 2, 0})->Args({8, 0, 0})->Args({15, 0, 0})->Args({0, 0, 1})->Args({4, 0, 1})
-    ->Args({8, 0, 1})->Args({15, 0, 1})->Args({4, 1, 1})
+    ->ArgNames({"k", "sampling", "order", "overlap"})
+    ->Args({0, 0, 0, 1})->Args({4, 0, 0, 1})->Args({0, 1, 0, 1})->Args({4, 1, 0, 1})->Args({0, 2, 0, 1})
+    ->Args({4, 2, 0, 1})->Args({8, 0, 0, 1})->Args({15, 0, 0, 1})->Args({0, 0, 1, 1})->Args({4, 0, 1, 1})
+    ->Args({8, 0, 1, 1})->Args({15, 0, 1, 1})->Args({4, 1, 1, 1})
+    ->Args({4, 0, 0, 0})->Args({8, 0, 0, 0})->Args({4, 1, 0, 0})->Args({4, 0, 1, 0})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

@@ -50,6 +50,13 @@ DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
       a.Free(p);
     }
   }
+  if (side_stream_ != nullptr) {
+    (void)cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+  }
+  for (cudaEvent_t e : {fork_, join_}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
 }
 
@@ -81,6 +88,7 @@ absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecod
 DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
   DraftDecodeStats s;
   s.transformer_passes = transformer_passes_;
+  s.overlapped = overlapped_;
   s.why_not_graph = why_not_graph_;
   if (graphed_ != nullptr) {
     s.path = graphed_->path();
@@ -122,7 +130,27 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
+  if (draft_ != nullptr && options_.draft_max > 0 && options_.overlap_last_draft) {
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DeviceSpeculativeDecoder::OverlapLastDraft(int k) {
+  if (side_stream_ == nullptr || graphed_ == nullptr || !graphed_->ReplaysCaptured()) return false;
+  const cudaStream_t stream = backend_->stream();
+  // After x_k's draw (the fork), beside the target's pass queued next on the backend's stream. The
+  // draft's graph reads batch_[k] and writes only the draft's own buffers and its cache row for x_k;
+  // the step's acceptance reads q_ (written before the fork), never the draft's logits.
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, stream));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_, 0));
+  RETURN_IF_ERROR(graphed_->Decode(batch_ + k, 0, side_stream_).status());
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_, side_stream_));
+  join_due_ = true;
+  ++overlapped_;
+  return true;
 }
 
 absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
@@ -226,6 +254,10 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       : options_.accept == AcceptMode::kCoupled ? kernels::AcceptKernelMode::kCoupled
                                                 : kernels::AcceptKernelMode::kRejection;
 
+  if (join_due_) {  // a call that failed mid-step left x_k's decode unjoined: order it before the prefill
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join_, 0));
+    join_due_ = false;
+  }
   auto t_prefill = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Prefill(prompt));
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));  // prefill timing ends here, not counted
@@ -254,8 +286,13 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     if (k > 0) RETURN_IF_ERROR(Propose(sequence, k));
     const double t_draft = SecondsSince(t0);
 
-    // ONE target pass over the k + 1 positions len-1 .. len+k-1, tokens read from batch_.
+    // ONE target pass over the k + 1 positions len-1 .. len+k-1, tokens read from batch_; with
+    // overlap_last_draft, the draft's decode of x_k beside it (the draft then holds x_1..x_k).
     t0 = std::chrono::steady_clock::now();
+    if (k > 0) {
+      ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k));
+      if (overlapped) draft_valid_ = len + k;
+    }
     dummy.assign(k + 1, 0);
     positions.resize(k + 1);
     for (int i = 0; i <= k; ++i) positions[i] = static_cast<int32_t>(len - 1 + i);
@@ -280,6 +317,10 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, result_, sizeof(kernels::AcceptanceResult),
                                                  cudaMemcpyDeviceToHost, stream));
     RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kStepResult));  // the step's one host wait
+    if (join_due_) {  // a device-side wait: x_k's decode finishes before the draft's next use
+      SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join_, 0));
+      join_due_ = false;
+    }
     const double t_accept = SecondsSince(t0);
 
     const int n_acc = host->n_accepted;

@@ -42,6 +42,7 @@ struct DraftDecodeStats {
   int64_t graph_replays = 0;     // single tokens through the CUDA graph
   int64_t fused_steps = 0;       // through the same fused kernels launched one by one
   int64_t transformer_passes = 0;  // draft passes through Transformer::ForwardResident
+  int64_t overlapped = 0;          // last drafts decoded beside the verification (overlap_last_draft)
 };
 
 class DeviceSpeculativeDecoder {
@@ -78,6 +79,9 @@ class DeviceSpeculativeDecoder {
   absl::Status Propose(const std::vector<int32_t>& sequence, int k);
   // One draft token at the draft's n_past(): *device_token, or host_token when device_token is null.
   absl::StatusOr<const float*> DecodeOne(const int32_t* device_token, int32_t host_token);
+  // overlap_last_draft: queues the draft's decode of x_k (batch_[k]) on side_stream_ after what the
+  // stream has queued so far, where the draft replays a captured graph; true when it did.
+  absl::StatusOr<bool> OverlapLastDraft(int k);
 
   CudaBackend* backend_;
   Transformer* target_;
@@ -94,6 +98,13 @@ class DeviceSpeculativeDecoder {
   std::unique_ptr<GraphedDraft> graphed_;  // null: single tokens through the Transformer
   std::string why_not_graph_;
   int64_t transformer_passes_ = 0;
+  int64_t overlapped_ = 0;
+  // overlap_last_draft: the stream x_k's decode runs on, the events that fork it from the backend's
+  // stream and join it back (the backend's stream waits for join_ right after each step's host wait,
+  // before anything else touches the draft), and whether a join is due.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool join_due_ = false;
 
   // Device memory (from the backend's arena).
   int32_t* batch_ = nullptr;  // [kAcceptMaxDraft + 1]: the last committed token, then the drafts

@@ -414,7 +414,17 @@ absl::Status GraphedDraft::Capture(bool programmatic, int index, const kernels::
   return status;
 }
 
-absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, int32_t host_token) {
+bool GraphedDraft::ReplaysCaptured() const {
+  const int64_t pos = lm_->kv_cache().size();
+  return persistent_blocks_ == 0 && use_graph_ && pos < lm_->kv_cache().max_positions() &&
+         exec_[ShapeIndex(pos)] != nullptr;
+}
+
+absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, int32_t host_token,
+                                                  cudaStream_t on_stream) {
+  if (on_stream != nullptr && on_stream != backend_->stream() && !ReplaysCaptured()) {
+    return absl::FailedPreconditionError("draft decode on a side stream: no captured graph to replay there");
+  }
   KvCache& cache = lm_->kv_cache();
   const int64_t pos = cache.size();
   if (pos >= cache.max_positions()) {
@@ -430,7 +440,7 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
     RETURN_IF_ERROR(cache.Append(1));
     return static_cast<const float*>(logits_);
   }
-  const cudaStream_t stream = backend_->stream();
+  const cudaStream_t stream = on_stream != nullptr ? on_stream : backend_->stream();
   const kernels::DecodeInput in = InputFor(device_token, host_token, static_cast<int32_t>(pos));
   const int shape = ShapeIndex(pos);
   if (use_graph_ && exec_[shape] == nullptr) {

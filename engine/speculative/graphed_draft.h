@@ -61,8 +61,15 @@ class GraphedDraft {
   // Decodes one token at position lm->n_past() and commits its K/V there. The token id is
   // *device_token when device_token is set (a drafted token that never visits the host), else
   // host_token. Returns the logits [V] in device memory, valid until the next Decode. Queues work
-  // only: no host wait, no allocation, no argument copy.
-  absl::StatusOr<const float*> Decode(const int32_t* device_token, int32_t host_token);
+  // only: no host wait, no allocation, no argument copy. `stream`: where the work goes (null: the
+  // backend's stream); another stream only where ReplaysCaptured() (a replay, never a capture), and the
+  // caller orders it against everything else that touches this draft (graph replays of one shape are
+  // ordered among themselves by CUDA, but the two shapes' graphs, eager launches and the Transformer's
+  // own passes are not).
+  absl::StatusOr<const float*> Decode(const int32_t* device_token, int32_t host_token,
+                                      cudaStream_t stream = nullptr);
+  // Whether the next Decode (at lm->n_past()) replays an already captured graph.
+  bool ReplaysCaptured() const;
 
   // The path in use: kPersistent, kGraph while the captured graph is in use, kFused when launching
   // eagerly (asked for, or a fallback: fallback_reason() says why).

@@ -30,6 +30,13 @@ struct SpeculativeOptions {
   // prefix with what the cache holds is not fed again (chat turns). The target must not be run by
   // anyone else in between (a changed n_past() is detected and falls back to a full prefill).
   bool keep_cache = false;
+  // GPU loop only: decode the step's last draft x_k on a second stream while the target verifies
+  // (it does not depend on the verification), so that a step which accepts every draft leaves the
+  // draft holding x_k and the next step feeds it only the target's bonus token (one decode instead of
+  // two); a step that rejects x_k discards it (the draft's cache is truncated, as always). The draft's
+  // states and proposals are the same either way (the same graph on the same inputs): off only to
+  // measure it.
+  bool overlap_last_draft = true;
   // Called after every pass with the drafted length k and the acceptance result (tests, tracing).
   std::function<void(int k, const AcceptResult&)> on_pass;
 };

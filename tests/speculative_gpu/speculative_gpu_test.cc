@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/model_loader.h"
@@ -159,6 +161,55 @@ TEST_F(GpuBundledPair, DraftDecodePaths) {
       EXPECT_TRUE(d.why_not_graph.empty()) << d.why_not_graph;
       EXPECT_GT(d.persistent_launches, stats.passes);
       EXPECT_EQ(d.fused_steps + d.graph_replays, 0);
+    }
+  }
+}
+
+// overlap_last_draft (the default) decodes each step's last draft x_k on a second stream beside the
+// verification, so that a step which accepts every draft leaves the draft holding x_k. It must change
+// nothing but where that decode runs: the same output, the same (k, accepted) for every pass (a draft
+// that missed or doubled a token would propose differently), one overlapped decode a drafted pass, and
+// exactly one replay fewer after each fully accepted pass that another drafted pass follows (its feed
+// is the bonus token alone), one more for every other drafted pass (x_k decoded and discarded).
+TEST_F(GpuBundledPair, OverlappedLastDraftChangesOnlyWhereItRuns) {
+  struct Pass {
+    int k, accepted;
+    bool operator==(const Pass&) const = default;
+  };
+  // Fixed draft lengths only: the adaptive controller picks k from measured times, which differ.
+  for (SamplingParams sampling : {SamplingParams::Greedy(), SamplingParams::Plain(0.8f, 5)}) {
+    for (int draft_max : {2, 4}) {
+      for (const auto& prompt : prompts_) {
+        std::vector<int32_t> out[2];
+        std::vector<Pass> passes[2];
+        DraftDecodeStats d[2];
+        for (int overlap = 0; overlap < 2; ++overlap) {
+          SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, draft_max, false,
+                                                                 AcceptMode::kRejection, kNewTokens);
+          o.overlap_last_draft = overlap != 0;
+          o.on_pass = [&, overlap](int k, const AcceptResult& r) { passes[overlap].push_back({k, r.n_accepted}); };
+          auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o);
+          ASSERT_TRUE(dec.ok()) << dec.status();
+          auto got = (*dec)->Generate(prompt);
+          ASSERT_TRUE(got.ok()) << got.status();
+          out[overlap] = *got;
+          d[overlap] = (*dec)->draft_decode_stats();
+          ASSERT_EQ(d[overlap].path, DraftDecodePath::kGraph) << d[overlap].why_not_graph;
+        }
+        const std::string what = std::string(sampling.greedy() ? "greedy" : "T=0.8") + " k=" + std::to_string(draft_max);
+        EXPECT_EQ(out[1], out[0]) << what;
+        ASSERT_EQ(passes[1], passes[0]) << what << ": the draft proposed differently";
+        int64_t drafted = 0, saved = 0;
+        for (size_t i = 0; i < passes[0].size(); ++i) {
+          const Pass& p = passes[0][i];
+          if (p.k == 0) continue;
+          ++drafted;
+          if (p.accepted == p.k && i + 1 < passes[0].size() && passes[0][i + 1].k > 0) ++saved;
+        }
+        EXPECT_EQ(d[0].overlapped, 0) << what;
+        EXPECT_EQ(d[1].overlapped, drafted) << what;
+        EXPECT_EQ(d[1].graph_replays, d[0].graph_replays + drafted - saved) << what;
+      }
     }
   }
 }
