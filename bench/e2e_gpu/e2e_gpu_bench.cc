@@ -871,6 +871,8 @@ BENCHMARK(BM_TargetPass)
     ->Args({0, 16, 1, 1})->Args({1, 1, 1, 1})->Args({1, 2, 1, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// args: k (0: the target alone), greedy (else T = 0.8 rejection), overlap (SpeculativeOptions::
+// overlap_last_draft).
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const auto models = SourceDir() / "models";
