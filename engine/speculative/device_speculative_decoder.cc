@@ -42,6 +42,11 @@ DeviceSpeculativeDecoder::DeviceSpeculativeDecoder(CudaBackend* backend, Transfo
 }
 
 DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
+  // The side stream first: a Generate that failed mid-step may have left x_k's decode reading batch_.
+  if (side_stream_ != nullptr) {
+    (void)cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+  }
   if (backend_ != nullptr) {
     (void)backend_->Synchronize(SyncKind::kOther);
     DeviceArena& a = backend_->arena();
@@ -49,10 +54,6 @@ DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
                     accept_ws_, sample_ws_}) {
       a.Free(p);
     }
-  }
-  if (side_stream_ != nullptr) {
-    (void)cudaStreamSynchronize(side_stream_);
-    cudaStreamDestroy(side_stream_);
   }
   for (cudaEvent_t e : {fork_, join_}) {
     if (e != nullptr) cudaEventDestroy(e);
