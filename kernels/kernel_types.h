@@ -23,5 +23,10 @@ enum class GemvOrder : uint8_t {
   kTensorCores = 1,  // bf16 mma over 16-row tiles, x split into bf16 hi + lo (kernels/mma_tile.cuh); only
                      // bf16 weights with inputs a multiple of 32 take it, everything else stays kFma
 };
+inline constexpr GemvOrder kGemvOrders[] = {GemvOrder::kFma, GemvOrder::kTensorCores};
+// The order's name as --gemv-order spells it.
+inline constexpr const char* GemvOrderName(GemvOrder order) {
+  return order == GemvOrder::kTensorCores ? "tensor" : "fma";
+}
 
 }  // namespace specgen::kernels

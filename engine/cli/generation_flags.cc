@@ -100,9 +100,9 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "CUDA-core FMAs, the fastest single-token pass; tensor: bf16 tensor cores (the "
                  "activations split into two bf16 halves), faster verify passes of 2..16 positions "
                  "and slower single-token ones (H200, a Qwen3-1.7B-sized target: 5 / 9 / 16 positions "
-                 "9 / 10 / 43% faster, 2 about even, 1 position 13% slower). Both modes of a run use the same order, so "
-                 "speculative output stays identical to target-only output under either; the two "
-                 "orders differ from each other in the last bits")
+                 "9 / 10 / 43% faster, 2 about even, 1 position 13% slower). Both modes of a run use "
+                 "the same order, so speculative output stays identical to target-only output under "
+                 "either; the two orders differ from each other in the last bits")
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
@@ -115,8 +115,9 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
 }
 
 absl::StatusOr<kernels::GemvOrder> ParseGemvOrder(std::string_view value) {
-  if (value == "fma") return kernels::GemvOrder::kFma;
-  if (value == "tensor") return kernels::GemvOrder::kTensorCores;
+  for (const kernels::GemvOrder order : kernels::kGemvOrders) {
+    if (value == kernels::GemvOrderName(order)) return order;
+  }
   return InvalidArgument("--gemv-order must be fma or tensor, got '", value, "'");
 }
 

@@ -154,6 +154,12 @@ absl::StatusOr<bool> DeviceSpeculativeDecoder::OverlapLastDraft(int k) {
   return true;
 }
 
+absl::Status DeviceSpeculativeDecoder::JoinLastDraft() {
+  if (!join_due_) return absl::OkStatus();
+  join_due_ = false;
+  return SPECGEN_CUDA_STATUS(cudaStreamWaitEvent(backend_->stream(), join_, 0));
+}
+
 absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) {
   // As SpeculativeDecoder: both models cache all but the last prompt token, and with keep_cache a
   // cache that already holds a prefix of them (the previous turn of a chat) is fed only the rest.
@@ -255,10 +261,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       : options_.accept == AcceptMode::kCoupled ? kernels::AcceptKernelMode::kCoupled
                                                 : kernels::AcceptKernelMode::kRejection;
 
-  if (join_due_) {  // a call that failed mid-step left x_k's decode unjoined: order it before the prefill
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join_, 0));
-    join_due_ = false;
-  }
+  RETURN_IF_ERROR(JoinLastDraft());  // a call that failed mid-step: x_k's decode before the prefill
   auto t_prefill = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Prefill(prompt));
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));  // prefill timing ends here, not counted
@@ -318,10 +321,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, result_, sizeof(kernels::AcceptanceResult),
                                                  cudaMemcpyDeviceToHost, stream));
     RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kStepResult));  // the step's one host wait
-    if (join_due_) {  // a device-side wait: x_k's decode finishes before the draft's next use
-      SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join_, 0));
-      join_due_ = false;
-    }
+    RETURN_IF_ERROR(JoinLastDraft());
     const double t_accept = SecondsSince(t0);
 
     const int n_acc = host->n_accepted;

@@ -82,6 +82,9 @@ class DeviceSpeculativeDecoder {
   // overlap_last_draft: queues the draft's decode of x_k (batch_[k]) on side_stream_ after what the
   // stream has queued so far, where the draft replays a captured graph; true when it did.
   absl::StatusOr<bool> OverlapLastDraft(int k);
+  // When a decode queued by OverlapLastDraft is not joined yet: the backend's stream waits for it (a
+  // device-side wait, no host wait), so that nothing queued after touches the draft before it ends.
+  absl::Status JoinLastDraft();
 
   CudaBackend* backend_;
   Transformer* target_;

@@ -618,9 +618,9 @@ TEST_P(CudaOps, ArenaBudgetIsAStatusNotACrash) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GemvOrders, CudaOps, ::testing::ValuesIn(testing::kGemvOrders),
+INSTANTIATE_TEST_SUITE_P(GemvOrders, CudaOps, ::testing::ValuesIn(kernels::kGemvOrders),
                          [](const ::testing::TestParamInfo<kernels::GemvOrder>& info) {
-                           return std::string(testing::GemvOrderName(info.param));
+                           return std::string(kernels::GemvOrderName(info.param));
                          });
 
 }  // namespace

@@ -98,12 +98,12 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
         worst = i;
       }
     }
-    EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16 " : " hf ") << testing::GemvOrderName(c.order)
+    EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16 " : " hf ") << kernels::GemvOrderName(c.order)
                        << " " << how
                        << ": worst at position " << worst / v << " id " << worst % v << ": cpu " << ref[worst]
                        << " gpu " << out[worst] << " (scale " << scale << ")";
     std::printf("%s %s %s %s: max |gpu - cpu| = %.3g (%.3g of the logit scale)\n", c.fixture.c_str(),
-                c.gguf_bf16 ? "gguf-bf16" : "hf-f32", testing::GemvOrderName(c.order), how, worst_err,
+                c.gguf_bf16 ? "gguf-bf16" : "hf-f32", kernels::GemvOrderName(c.order), how, worst_err,
                 worst_err / scale);
   };
   check_tight(got, "16-token passes");

@@ -36,14 +36,3 @@ inline std::unique_ptr<CudaBackend> TestCudaBackend(size_t budget = size_t{2} <<
 }
 
 }  // namespace specgen::testing
-
-namespace specgen::testing {
-
-// Both small-batch reduction orders (CudaBackendOptions::gemv_order), for tests that run under each,
-// and their names for test parameters.
-inline constexpr kernels::GemvOrder kGemvOrders[] = {kernels::GemvOrder::kFma, kernels::GemvOrder::kTensorCores};
-inline const char* GemvOrderName(kernels::GemvOrder order) {
-  return order == kernels::GemvOrder::kFma ? "fma" : "tensor";
-}
-
-}  // namespace specgen::testing

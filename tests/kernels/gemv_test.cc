@@ -20,9 +20,6 @@ namespace {
 using testing::DeviceBuffer;
 using testing::ExpectAllClose;
 
-constexpr GemvOrder kOrders[] = {GemvOrder::kFma, GemvOrder::kTensorCores};
-const char* OrderName(GemvOrder order) { return order == GemvOrder::kFma ? "fma" : "tensor"; }
-
 // Weights rounded to wtype (bf16 or f16): the bits the kernel reads and their exact fp32 values, which
 // the references below multiply (so that only the kernels' accumulation order is under test).
 struct RoundedWeights {
@@ -71,12 +68,12 @@ void CheckGemv(int n, int out, int in, ElemType wtype, GemvOrder order) {
   const bool tensor = GemvTensorOrder(order, wtype, in);
   const double per_sum = tensor ? in * 0x1p-23 + 0x1p-18 : in * 0x1p-24;
   ExpectAllClose(dy.Download(), ref, [&](size_t i) { return per_sum * abs_sum[i]; },
-                 std::string("gemv ") + OrderName(order) + " n=" + std::to_string(n));
+                 std::string("gemv ") + GemvOrderName(order) + " n=" + std::to_string(n));
 }
 
 TEST(GemvGpu, MatchesCpuAcrossBatchSizesAndTypes) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (GemvOrder order : kOrders) {
+  for (GemvOrder order : kGemvOrders) {
     for (int n : {1, 2, 3, 5, 8, 9, 16}) CheckGemv(n, 1000, 4096, ElemType::kBF16, order);
     CheckGemv(4, 777, 2056, ElemType::kF16, order);  // in not a multiple of 256, out not of the block rows
     CheckGemv(16, 64, 8, ElemType::kBF16, order);    // in = one chunk (FMA in both orders: not a multiple of 32)
@@ -103,7 +100,7 @@ TEST(GemvGpu, OrdersDifferWhereTensorCoresApply) {
     std::vector<float> y[2];
     for (int o = 0; o < 2; ++o) {
       dy.Poison();
-      CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr, kOrders[o]));
+      CUDA_OK(LaunchGemv(dw.get(), ElemType::kBF16, dx.get(), dy.get(), n, out, in, nullptr, kGemvOrders[o]));
       y[o] = dy.Download();
     }
     size_t differ = 0;
@@ -120,8 +117,8 @@ TEST(GemvGpu, OrdersDifferWhereTensorCoresApply) {
 // DESIGN.md §6: a row's result must not depend on how many tokens share the call.
 TEST(GemvGpu, BatchInvariantBitForBit) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (GemvOrder order : kOrders) {
-  SCOPED_TRACE(OrderName(order));
+  for (GemvOrder order : kGemvOrders) {
+  SCOPED_TRACE(GemvOrderName(order));
   auto rng = testing::FreshRng();
   const int out = 1536, in = 4096;
   const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(out) * in, 0.05f));
@@ -156,9 +153,9 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
 TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
   SPECGEN_SKIP_WITHOUT_GPU();
   auto rng = testing::FreshRng();
-  for (GemvOrder order : kOrders)
+  for (GemvOrder order : kGemvOrders)
   for (int in : {2048, 4104}) {
-    SCOPED_TRACE(OrderName(order));
+    SCOPED_TRACE(GemvOrderName(order));
     const auto wbits = testing::ToBf16(testing::RandomNormal(rng, size_t(4096) * in, 0.05f));
     DeviceBuffer<uint16_t> dw(wbits);
     for (int n : {2, 5, 9, 16}) {
@@ -245,14 +242,14 @@ void CheckGemvSegments(int n, GemvEpilogue epi, ElemType wtype, GemvOrder order,
     const auto a = got[i]->Download(), b = ref[i]->Download();
     for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "segment " << i;
     EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0)
-        << "gemv segments " << OrderName(order) << " n=" << n << " in=" << in << " epilogue " << int(epi)
+        << "gemv segments " << GemvOrderName(order) << " n=" << n << " in=" << in << " epilogue " << int(epi)
         << " segment " << i << " differs";
   }
 }
 
 TEST(GemvGpu, SegmentsAndEpiloguesEqualSeparateKernels) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (GemvOrder order : kOrders) {
+  for (GemvOrder order : kGemvOrders) {
     for (int n : {1, 2, 3, 5, 9, 16}) {
       // q, k, v in one launch; O / down + the residual; gate/up + SwiGLU; each at both input lengths.
       for (GemvEpilogue epi : {GemvEpilogue::kStore, GemvEpilogue::kAddTo, GemvEpilogue::kSwiGlu}) {

@@ -1,9 +1,10 @@
 // CudaBackend: the Backend of DESIGN §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
 // stored (quantized types are dequantized to bf16 at upload), KV caches and everything else in one
 // budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
-// verify path; in the backend's one GemvOrder), cuBLAS for bf16 prefill batches, a fixed-order row kernel for f32 weights. All work
-// is queued on one stream; the host waits only through Synchronize(), which counts every wait by kind
-// (DESIGN §6: one result copy per speculative step, plus the per-MoE-layer expert-union reads).
+// verify path; in the backend's one GemvOrder), cuBLAS for bf16 prefill batches, a fixed-order row
+// kernel for f32 weights. All work is queued on one stream; the host waits only through
+// Synchronize(), which counts every wait by kind (DESIGN §6: one result copy per speculative step,
+// plus the per-MoE-layer expert-union reads).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,8 +34,9 @@ struct CudaBackendOptions {
   // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
   // (kernels::GemvOrder). kTensorCores: verify passes of 2..16 positions faster, single-token passes
   // slower (H200, a Qwen3-1.7B-sized target: 5 / 9 / 16 positions 9 / 10 / 43% faster, 2 about even,
-  // 1 position 13% slower; bench/RESULTS_H200.md). Every pass of this backend takes the same order, so speculative and
-  // target-only greedy output stay token-identical under either; the orders differ in the last bits.
+  // 1 position 13% slower; bench/RESULTS_H200.md). Every pass of this backend takes the same order,
+  // so speculative and target-only greedy output stay token-identical under either; the orders differ
+  // in the last bits.
   kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
 };
 
