@@ -10,25 +10,20 @@ using detail::PartBlocks;
 template <int NT, GemvEpilogue kEpi, int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1>
 __device__ __forceinline__ void MmaStoreTile(const float (&sum)[kPer][NT][4], float* const (&yrow)[2],
                                              const int (&ld)[2], int tile, int n, int total_rows) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int h = i >> 1;  // c0, c1: row g; c2, c3: row g + 8
-      const int t = j * 8 + 2 * q + (i & 1);
-      if (t >= n || tile * 16 + g + 8 * h >= total_rows) continue;
-      float* y = yrow[h] + static_cast<int64_t>(t) * ld[h];
-      const float d0 = sum[0][j][i];
-      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-        const float d1 = sum[kPer - 1][j][i];
-        *y = d0 / (1.f + expf(-d0)) * d1;
-      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-        *y = *y + d0;
-      } else {
-        *y = d0;
-      }
+  const int g = (threadIdx.x & 31) >> 2;
+  detail::ForEachTileSum<NT>([&](int t, int h, int j, int i) {
+    if (t >= n || tile * 16 + g + 8 * h >= total_rows) return;
+    float* y = yrow[h] + static_cast<int64_t>(t) * ld[h];
+    const float d0 = sum[0][j][i];
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      const float d1 = sum[kPer - 1][j][i];
+      *y = d0 / (1.f + expf(-d0)) * d1;
+    } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+      *y = *y + d0;
+    } else {
+      *y = d0;
     }
+  });
 }
 
 // grid: tiles of 16 output rows, P warps each, W / P tiles a block.

@@ -173,6 +173,18 @@ __device__ __forceinline__ bool AddParts(float* v) {
   }
 }
 
+// Every accumulator sum[.][j][i] of this lane, as MmaTilePart leaves them (the mma.m16n8 C layout):
+// f(t, h, j, i) with t its token (column j * 8 + 2 (lane % 4) + i % 2) and h its half of the tile (row
+// lane / 4 + 8 h). The epilogues (MmaStoreTile, the routed experts') walk their outputs through it.
+template <int NT, typename F>
+__device__ __forceinline__ void ForEachTileSum(F f) {
+  const int q = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f(j * 8 + 2 * q + (i & 1), i >> 1, j, i);
+}
+
 // The 32-input blocks of part `part` of P over `in` inputs.
 __device__ __forceinline__ void PartBlocks(int in, int P, int part, int* b0, int* b1) {
   const int blocks = in / 32, per_part = (blocks + P - 1) / P;

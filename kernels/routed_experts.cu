@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, cons
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;  // the whole block: AddParts' barrier is not reached by any warp
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q = lane & 3;
+  const int g = lane >> 2;
   const int tile = blockIdx.x * (W / P) + warp / P;
   const bool live = tile * 16 < tab.ffn;
   const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
@@ -258,15 +258,12 @@ __global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, cons
       [] {}, sum);
   LetDependentsLaunch();  // as in GateUpKernel
   if (!detail::AddParts<W, P, 2 * NT * 4>(&sum[0][0][0]) || !live) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = j * 8 + 2 * q + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
-      if (t >= m || row >= tab.ffn) continue;
-      const float gv = sum[0][j][i];
-      plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = gv / (1.f + expf(-gv)) * sum[1][j][i];
-    }
+  detail::ForEachTileSum<NT>([&](int t, int h, int j, int i) {
+    const int row = tile * 16 + g + 8 * h;
+    if (t >= m || row >= tab.ffn) return;
+    const float gv = sum[0][j][i];
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = gv / (1.f + expf(-gv)) * sum[1][j][i];
+  });
 }
 
 template <int NT, int P, int W = (P > 8 ? P : 8)>
@@ -275,7 +272,7 @@ __global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan p
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q = lane & 3;
+  const int g = lane >> 2;
   const int tile = blockIdx.x * (W / P) + warp / P;
   const bool live = tile * 16 < tab.hidden;
   const int m = plan.count[u], first = plan.first[u];
@@ -293,14 +290,11 @@ __global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan p
       detail::XFromRows([&](int t) { return plan.act + static_cast<int64_t>(first + t) * tab.ffn; }), [] {}, sum);
   LetDependentsLaunch();
   if (!detail::AddParts<W, P, NT * 4>(&sum[0][0][0]) || !live) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = j * 8 + 2 * q + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
-      if (t >= m || row >= tab.hidden) continue;
-      plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = sum[0][j][i];
-    }
+  detail::ForEachTileSum<NT>([&](int t, int h, int j, int i) {
+    const int row = tile * 16 + g + 8 * h;
+    if (t >= m || row >= tab.hidden) return;
+    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = sum[0][j][i];
+  });
 }
 
 template <int NT, int P>
