@@ -779,6 +779,9 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
   state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
   state.counters["draft_overlapped"] = static_cast<double>(d.overlapped);
+  state.counters["draft_run_ahead"] = static_cast<double>(d.run_ahead);
+  state.counters["draft_run_ahead_used"] = static_cast<double>(d.run_ahead_used);
+  state.counters["draft_run_ahead_late"] = static_cast<double>(d.run_ahead_late);
   if (has_draft) {
     state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
                    (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
@@ -871,8 +874,15 @@ BENCHMARK(BM_TargetPass)
     ->Args({0, 16, 1, 1})->Args({1, 1, 1, 1})->Args({1, 2, 1, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
-// args: k (0: the target alone), greedy (else T = 0.8 rejection), overlap (SpeculativeOptions::
-// overlap_last_draft).
+// The benchmarks' `overlap` argument: 0 every draft decode on the backend's stream, 1 the last draft
+// beside the verification (SpeculativeOptions::overlap_last_draft), 2 that and the guess of the bonus
+// token (run_ahead kAuto: the defaults), 3 the guess in every step (kAlways).
+void SetOverlap(SpeculativeOptions& opt, int64_t overlap) {
+  opt.overlap_last_draft = overlap >= 1;
+  opt.run_ahead = overlap == 2 ? RunAhead::kAuto : overlap == 3 ? RunAhead::kAlways : RunAhead::kOff;
+}
+
+// args: k (0: the target alone), greedy (else T = 0.8 rejection), overlap (SetOverlap).
 void BM_SpeculativeGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const auto models = SourceDir() / "models";
@@ -901,23 +911,23 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.max_new_tokens = 128;
   opt.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(0.8f, 1);
   opt.accept = AcceptMode::kRejection;
-  opt.overlap_last_draft = state.range(2) != 0;
+  SetOverlap(opt, state.range(2));
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
 BENCHMARK(BM_SpeculativeGeneration)
     ->ArgNames({"k", "greedy", "overlap"})
-    ->Args({0, 1, 1})->Args({2, 1, 1})->Args({4, 1, 1})->Args({6, 1, 1})->Args({0, 0, 1})->Args({4, 0, 1})
-    ->Args({2, 1, 0})->Args({4, 1, 0})->Args({4, 0, 0})
+    ->Args({0, 1, 2})->Args({2, 1, 2})->Args({4, 1, 2})->Args({6, 1, 2})->Args({0, 0, 2})->Args({4, 0, 2})
+    ->Args({2, 1, 0})->Args({4, 1, 0})->Args({4, 0, 0})->Args({2, 1, 1})->Args({4, 1, 1})->Args({4, 0, 1})
+    ->Args({2, 1, 3})->Args({4, 1, 3})->Args({4, 0, 3})
     ->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
 // (bf16, 151936-token vocabulary), 64 new tokens after a 32-token prompt. ms_per_step is what the loop
 // costs per step at real sizes (args: k, 0 = the target alone; sampling 0 greedy, 1 the CLI's defaults,
 // 2 temperature 1 alone (vLLM's defaults: the temperature-only split path); rejection acceptance;
-// order: CudaBackendOptions::gemv_order, 0 FMA, 1 tensor cores; overlap: SpeculativeOptions::
-// overlap_last_draft).
+// order: CudaBackendOptions::gemv_order, 0 FMA, 1 tensor cores; overlap: SetOverlap).
 // Their random weights give both models the same token (acceptance 1.0 on the H200): this measures
 // cost, not acceptance.
 void BM_SpeculativeSynthPair(benchmark::State& state) {
@@ -941,7 +951,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   SpeculativeOptions opt;
   opt.draft_max = k;
   opt.max_new_tokens = 64;
-  opt.overlap_last_draft = state.range(3) != 0;
+  SetOverlap(opt, state.range(3));
   opt.sampling = SamplingParams::Greedy();
   if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
@@ -957,10 +967,12 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
 }
 BENCHMARK(BM_SpeculativeSynthPair)
     ->ArgNames({"k", "sampling", "order", "overlap"})
-    ->Args({0, 0, 0, 1})->Args({4, 0, 0, 1})->Args({0, 1, 0, 1})->Args({4, 1, 0, 1})->Args({0, 2, 0, 1})
-    ->Args({4, 2, 0, 1})->Args({8, 0, 0, 1})->Args({15, 0, 0, 1})->Args({0, 0, 1, 1})->Args({4, 0, 1, 1})
-    ->Args({8, 0, 1, 1})->Args({15, 0, 1, 1})->Args({4, 1, 1, 1})
+    ->Args({0, 0, 0, 2})->Args({4, 0, 0, 2})->Args({0, 1, 0, 2})->Args({4, 1, 0, 2})->Args({0, 2, 0, 2})
+    ->Args({4, 2, 0, 2})->Args({8, 0, 0, 2})->Args({15, 0, 0, 2})->Args({0, 0, 1, 2})->Args({4, 0, 1, 2})
+    ->Args({8, 0, 1, 2})->Args({15, 0, 1, 2})->Args({4, 1, 1, 2})
     ->Args({4, 0, 0, 0})->Args({8, 0, 0, 0})->Args({4, 1, 0, 0})->Args({4, 0, 1, 0})
+    ->Args({4, 0, 0, 1})->Args({8, 0, 0, 1})->Args({4, 1, 0, 1})->Args({4, 0, 1, 1})
+    ->Args({4, 0, 0, 3})->Args({8, 0, 0, 3})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

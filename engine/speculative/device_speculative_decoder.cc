@@ -20,6 +20,19 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// kAuto run-ahead: the weight of the latest guess in the running rates of hits and late misses, and
+// the drafted steps after which a guess is tried again while late misses outweigh hits.
+constexpr double kRunAheadRateWeight = 0.25;
+constexpr int kRunAheadProbe = 16;
+
+// What a step brings to the host: the acceptance's result (the backend's stream copies it), then the
+// draft's guess y of the bonus token (run_ahead: the side stream copies it; read only in a step that
+// queued one).
+struct StepResult {
+  kernels::AcceptanceResult accept;
+  int32_t guess;
+};
+
 kernels::SamplingConfig ToConfig(const SamplingParams& p) {
   kernels::SamplingConfig c;
   c.temperature = p.temperature;
@@ -51,11 +64,11 @@ DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
     (void)backend_->Synchronize(SyncKind::kOther);
     DeviceArena& a = backend_->arena();
     for (void* p : {static_cast<void*>(batch_), static_cast<void*>(q_), static_cast<void*>(p_), result_,
-                    accept_ws_, sample_ws_}) {
+                    accept_ws_, sample_ws_, side_ws_}) {
       a.Free(p);
     }
   }
-  for (cudaEvent_t e : {fork_, join_}) {
+  for (cudaEvent_t e : {fork_, join_, guess_ready_}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
@@ -90,6 +103,9 @@ DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
   DraftDecodeStats s;
   s.transformer_passes = transformer_passes_;
   s.overlapped = overlapped_;
+  s.run_ahead = run_ahead_;
+  s.run_ahead_used = run_ahead_used_;
+  s.run_ahead_late = run_ahead_late_;
   s.why_not_graph = why_not_graph_;
   if (graphed_ != nullptr) {
     s.path = graphed_->path();
@@ -121,7 +137,7 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   q_ = static_cast<float*>(q);
   ASSIGN_OR_RETURN(void* p, a.Allocate((kMax + 1) * v * sizeof(float), "target distributions p"));
   p_ = static_cast<float*>(p);
-  ASSIGN_OR_RETURN(result_, a.Allocate(sizeof(kernels::AcceptanceResult), "acceptance result"));
+  ASSIGN_OR_RETURN(result_, a.Allocate(sizeof(StepResult), "step result"));
   accept_ws_bytes_ = std::max<size_t>(kernels::AcceptanceWorkspaceBytes(kMax), 256);
   ASSIGN_OR_RETURN(accept_ws_, a.Allocate(accept_ws_bytes_, "acceptance workspace"));
   // Shared by the processing of up to kMax + 1 rows and the draft's draw: they run one after the
@@ -130,16 +146,21 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
                                kernels::ProcessSplitWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256}});
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
+      cudaHostAlloc(&host_result_, sizeof(StepResult), cudaHostAllocDefault));
   if (draft_ != nullptr && options_.draft_max > 0 && options_.overlap_last_draft) {
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    if (options_.run_ahead != RunAhead::kOff) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&guess_ready_, cudaEventDisableTiming));
+      side_ws_bytes_ = std::max<size_t>(kernels::SampleWorkspaceBytes(1), 256);
+      ASSIGN_OR_RETURN(side_ws_, a.Allocate(side_ws_bytes_, "run-ahead sampling workspace"));
+    }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> DeviceSpeculativeDecoder::OverlapLastDraft(int k) {
+absl::StatusOr<bool> DeviceSpeculativeDecoder::OverlapLastDraft(int k, bool guess) {
   if (side_stream_ == nullptr || graphed_ == nullptr || !graphed_->ReplaysCaptured()) return false;
   const cudaStream_t stream = backend_->stream();
   // After x_k's draw (the fork), beside the target's pass queued next on the backend's stream. The
@@ -147,11 +168,49 @@ absl::StatusOr<bool> DeviceSpeculativeDecoder::OverlapLastDraft(int k) {
   // the step's acceptance reads q_ (written before the fork), never the draft's logits.
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_, 0));
-  RETURN_IF_ERROR(graphed_->Decode(batch_ + k, 0, side_stream_).status());
+  ASSIGN_OR_RETURN(const float* logits, graphed_->Decode(batch_ + k, 0, side_stream_));
+  ++overlapped_;
+  // run_ahead: the draft's argmax after x_k (its likeliest bonus token; any guess is exact, a likely one
+  // is used more often), copied to the host at once (guess_ready_, which the step's result copy waits
+  // for), then its decode. The argmax has its own workspace: the acceptance's kernels use sample_ws_
+  // on the backend's stream meanwhile.
+  if (guess && side_ws_ != nullptr && graphed_->ReplaysCaptured()) {
+    int32_t* y = &static_cast<StepResult*>(result_)->guess;
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(logits, 1, static_cast<int>(draft_->vocab_size()),
+                                                             true, 0, 0, 0, y, side_ws_, side_ws_bytes_,
+                                                             side_stream_));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&static_cast<StepResult*>(host_result_)->guess, y,
+                                                 sizeof(int32_t), cudaMemcpyDeviceToHost, side_stream_));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(guess_ready_, side_stream_));
+    ASSIGN_OR_RETURN(guess_logits_, graphed_->Decode(y, 0, side_stream_));
+    ++run_ahead_;
+  }
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_, side_stream_));
   join_due_ = true;
-  ++overlapped_;
   return true;
+}
+
+bool DeviceSpeculativeDecoder::WantGuess() {
+  switch (options_.run_ahead) {
+    case RunAhead::kOff:
+      return false;
+    case RunAhead::kAlways:
+      return true;
+    case RunAhead::kAuto:
+      break;
+  }
+  // A hit saves the next step a decode; a late miss costs it what the guess's decode has left when the
+  // verification ends (up to a decode); an early miss costs only the multiprocessors it shared.
+  if (hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe) return true;
+  return false;
+}
+
+void DeviceSpeculativeDecoder::ObserveGuess(bool hit, bool late) {
+  steps_without_guess_ = 0;
+  const bool late_miss = !hit && late;
+  if (late_miss) ++run_ahead_late_;
+  hit_rate_ += kRunAheadRateWeight * ((hit ? 1.0 : 0.0) - hit_rate_);
+  late_miss_rate_ += kRunAheadRateWeight * ((late_miss ? 1.0 : 0.0) - late_miss_rate_);
 }
 
 absl::Status DeviceSpeculativeDecoder::JoinLastDraft() {
@@ -195,6 +254,31 @@ int DeviceSpeculativeDecoder::ChooseDraftLength(int64_t context_len, int64_t rem
   return static_cast<int>(std::max<int64_t>(k, 0));
 }
 
+absl::Status DeviceSpeculativeDecoder::Feed(const std::vector<int32_t>& sequence, const float** last) {
+  const int64_t len = static_cast<int64_t>(sequence.size());
+  // What the draft lacks of the committed sequence (its last token at least; known on the host).
+  draft_valid_ = std::min(draft_valid_, len - 1);
+  if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
+  std::vector<int32_t> feed(sequence.begin() + draft_valid_, sequence.end());
+  // A short feed (after a step that accepted every draft: the target's bonus token, and x_k where it
+  // was not decoded beside the verification) goes through the decode graph a token at a time: on the
+  // H200 two replays of synth:qwen3-0.6b cost ~1.2 ms, one two-token pass through the Backend ops
+  // (launched op by op) ~2.5 ms. The draft's numerics do not bear on the output (acceptance corrects
+  // for q), so either path is exact.
+  if (feed.size() == 1 || (graphed_ != nullptr && feed.size() <= kGraphedFeedMax)) {
+    for (const int32_t token : feed) {
+      ASSIGN_OR_RETURN(*last, DecodeOne(nullptr, token));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> positions(feed.size());
+  for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(draft_valid_ + i);
+  ++transformer_passes_;
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
+  *last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+  return absl::OkStatus();
+}
+
 absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& sequence, int k) {
   const int64_t len = static_cast<int64_t>(sequence.size());
   const int v = static_cast<int>(target_->vocab_size());
@@ -205,25 +289,14 @@ absl::Status DeviceSpeculativeDecoder::Propose(const std::vector<int32_t>& seque
   const uint32_t purpose = static_cast<uint32_t>(options_.accept == AcceptMode::kCoupled
                                                      ? RandomPurpose::kTargetSample
                                                      : RandomPurpose::kDraftSample);
-  // Feed what the draft lacks of the committed sequence (its last token at least; known on the host).
-  draft_valid_ = std::min(draft_valid_, len - 1);
-  if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
-  std::vector<int32_t> feed(sequence.begin() + draft_valid_, sequence.end());
   const float* last = nullptr;
-  // A short feed (after a step that accepted every draft: x_k and the target's bonus token) goes
-  // through the decode graph a token at a time: on the H200 two replays of synth:qwen3-0.6b cost ~1.2 ms,
-  // one two-token pass through the Backend ops (launched op by op) ~2.5 ms. The draft's numerics do not
-  // bear on the output (acceptance corrects for q), so either path is exact.
-  if (feed.size() == 1 || (graphed_ != nullptr && feed.size() <= kGraphedFeedMax)) {
-    for (const int32_t token : feed) {
-      ASSIGN_OR_RETURN(last, DecodeOne(nullptr, token));
-    }
+  if (ready_logits_ != nullptr && draft_valid_ == len && draft_->n_past() == len) {
+    // run_ahead: the last step's bonus token was the draft's guess, decoded beside the verification.
+    last = ready_logits_;
+    ready_logits_ = nullptr;
+    ++run_ahead_used_;
   } else {
-    std::vector<int32_t> positions(feed.size());
-    for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(draft_valid_ + i);
-    ++transformer_passes_;
-    ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
-    last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+    RETURN_IF_ERROR(Feed(sequence, &last));
   }
   for (int i = 0; i < k; ++i) {
     if (i > 0) {
@@ -262,6 +335,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
                                                 : kernels::AcceptKernelMode::kRejection;
 
   RETURN_IF_ERROR(JoinLastDraft());  // a call that failed mid-step: x_k's decode before the prefill
+  guess_logits_ = ready_logits_ = nullptr;
   auto t_prefill = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Prefill(prompt));
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));  // prefill timing ends here, not counted
@@ -274,7 +348,8 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   // (which an end token may cut from `sequence`).
   std::vector<int32_t> held(prompt.begin(), prompt.end() - 1);
   std::vector<int32_t> dummy, positions;
-  const auto* host = static_cast<const kernels::AcceptanceResult*>(host_result_);
+  const auto* step_result = static_cast<const StepResult*>(host_result_);
+  const kernels::AcceptanceResult* host = &step_result->accept;
   bool ended = false;
   while (!ended && static_cast<int64_t>(generated.size()) < options_.max_new_tokens &&
          static_cast<int64_t>(sequence.size()) < target_->max_context()) {
@@ -287,15 +362,23 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     ASSIGN_OR_RETURN(void* staged, backend_->Stage(&sequence.back(), sizeof(int32_t)));
     SPECGEN_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(batch_, staged, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
-    if (k > 0) RETURN_IF_ERROR(Propose(sequence, k));
+    if (k > 0) {
+      RETURN_IF_ERROR(Propose(sequence, k));
+    } else {
+      ready_logits_ = nullptr;  // a step without the draft: its logits after a guess go stale
+    }
     const double t_draft = SecondsSince(t0);
 
     // ONE target pass over the k + 1 positions len-1 .. len+k-1, tokens read from batch_; with
     // overlap_last_draft, the draft's decode of x_k beside it (the draft then holds x_1..x_k).
     t0 = std::chrono::steady_clock::now();
     if (k > 0) {
-      ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k));
-      if (overlapped) draft_valid_ = len + k;
+      // A guess of the bonus token pays only where another step follows: room for more tokens and
+      // context after this step's k + 1.
+      const bool next_step = static_cast<int64_t>(generated.size()) + k + 1 < options_.max_new_tokens &&
+                             len + k + 1 < target_->max_context();
+      ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k, next_step && WantGuess()));
+      if (overlapped) draft_valid_ = len + k;  // the guess counts once the step finds it was the bonus
     }
     dummy.assign(k + 1, 0);
     positions.resize(k + 1);
@@ -318,9 +401,16 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
         mode == kernels::AcceptKernelMode::kRejection ? q_ : nullptr, p, batch_ + 1, k,
         static_cast<int>(vocab), mode, options_.sampling.seed, len,
         static_cast<kernels::AcceptanceResult*>(result_), accept_ws_, accept_ws_bytes_, stream));
+    // With a guess queued the result waits for its copy too (x_k's decode and an argmax: it ends before
+    // the verification on the pairs measured), so the step's one host wait brings both.
+    const bool guessed = guess_logits_ != nullptr;
+    if (guessed) SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, guess_ready_, 0));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, result_, sizeof(kernels::AcceptanceResult),
                                                  cudaMemcpyDeviceToHost, stream));
     RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kStepResult));  // the step's one host wait
+    // Whether the side stream is still at work (the guess's decode): a query, not a wait.
+    const cudaError_t side_state = guessed ? cudaEventQuery(join_) : cudaSuccess;
+    if (side_state != cudaSuccess && side_state != cudaErrorNotReady) return SPECGEN_CUDA_STATUS(side_state);
     RETURN_IF_ERROR(JoinLastDraft());
     const double t_accept = SecondsSince(t0);
 
@@ -336,9 +426,17 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       held.insert(held.end(), host->tokens, host->tokens + n_acc);
     }
     if (draft_ != nullptr && k > 0) {
-      draft_valid_ = std::min<int64_t>(draft_valid_, keep);
+      const bool hit = guessed && n_acc == k && step_result->guess == host->tokens[k];
+      if (hit) {
+        draft_valid_ = keep + 1;  // the draft holds the bonus token too: the next step draws at once
+        ready_logits_ = guess_logits_;
+      } else {
+        draft_valid_ = std::min<int64_t>(draft_valid_, keep);
+      }
+      if (guessed) ObserveGuess(hit, side_state == cudaErrorNotReady);
       if (draft_->n_past() > draft_valid_) RETURN_IF_ERROR(draft_->Truncate(draft_valid_));
     }
+    guess_logits_ = nullptr;
     AcceptResult result;
     result.n_accepted = n_acc;
     const size_t first_new = generated.size();

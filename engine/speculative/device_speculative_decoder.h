@@ -43,6 +43,10 @@ struct DraftDecodeStats {
   int64_t fused_steps = 0;       // through the same fused kernels launched one by one
   int64_t transformer_passes = 0;  // draft passes through Transformer::ForwardResident
   int64_t overlapped = 0;          // last drafts decoded beside the verification (overlap_last_draft)
+  int64_t run_ahead = 0;           // guesses of the bonus token decoded beside it (run_ahead)
+  int64_t run_ahead_used = 0;      // steps that started from such a guess's logits (it was the bonus)
+  int64_t run_ahead_late = 0;      // missed guesses whose decode was still running at the step's end
+                                   // (the next step's draft waited for it)
 };
 
 class DeviceSpeculativeDecoder {
@@ -75,16 +79,28 @@ class DeviceSpeculativeDecoder {
   absl::Status Allocate();
   absl::Status Prefill(std::span<const int32_t> prompt);
   int ChooseDraftLength(int64_t context_len, int64_t remaining);
+  // Brings the draft's cache up to `sequence` (truncating what it holds past draft_valid_) and points
+  // *last at its logits after the sequence's last token.
+  absl::Status Feed(const std::vector<int32_t>& sequence, const float** last);
   // Queues the draft's k proposals (tokens into batch_[1..k], q rows into q_) after `sequence`.
   absl::Status Propose(const std::vector<int32_t>& sequence, int k);
   // One draft token at the draft's n_past(): *device_token, or host_token when device_token is null.
   absl::StatusOr<const float*> DecodeOne(const int32_t* device_token, int32_t host_token);
   // overlap_last_draft: queues the draft's decode of x_k (batch_[k]) on side_stream_ after what the
-  // stream has queued so far, where the draft replays a captured graph; true when it did.
-  absl::StatusOr<bool> OverlapLastDraft(int k);
+  // stream has queued so far, where the draft replays a captured graph; true when it did. With
+  // run_ahead and `guess` (no generation end before the next step), also the draft's guess of the
+  // bonus token and its decode (guess_logits_ then points at the logits after it).
+  absl::StatusOr<bool> OverlapLastDraft(int k, bool guess);
   // When a decode queued by OverlapLastDraft is not joined yet: the backend's stream waits for it (a
   // device-side wait, no host wait), so that nothing queued after touches the draft before it ends.
   absl::Status JoinLastDraft();
+  // run_ahead: whether this drafted step (one that another may follow) guesses the bonus token. kAuto
+  // guesses while hits are at least as frequent as late misses, and once every kRunAheadProbe steps
+  // otherwise (to notice a change).
+  bool WantGuess();
+  // After a step that guessed: whether the guess was the bonus token (hit) and whether its decode was
+  // still running when the step's result arrived (late).
+  void ObserveGuess(bool hit, bool late);
 
   CudaBackend* backend_;
   Transformer* target_;
@@ -102,23 +118,36 @@ class DeviceSpeculativeDecoder {
   std::string why_not_graph_;
   int64_t transformer_passes_ = 0;
   int64_t overlapped_ = 0;
+  int64_t run_ahead_ = 0, run_ahead_used_ = 0, run_ahead_late_ = 0;
+  // RunAhead::kAuto, over this decoder's life: running rates (over guesses) of hits and of late misses,
+  // and the drafted steps since the last guess.
+  double hit_rate_ = 1.0, late_miss_rate_ = 0.0;
+  int steps_without_guess_ = 0;
+  // run_ahead: the draft's logits after its guess y (valid until its next decode), set while a guess
+  // is queued; ready_logits_: the same once the step found y to be the bonus token, which the next
+  // Propose draws x_1 from (then cleared).
+  const float* guess_logits_ = nullptr;
+  const float* ready_logits_ = nullptr;
   // overlap_last_draft: the stream x_k's decode runs on, the events that fork it from the backend's
   // stream and join it back (the backend's stream waits for join_ right after each step's host wait,
   // before anything else touches the draft), and whether a join is due.
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  cudaEvent_t guess_ready_ = nullptr;  // run_ahead: the guess is on the host (the step's result waits for it)
   bool join_due_ = false;
 
   // Device memory (from the backend's arena).
   int32_t* batch_ = nullptr;  // [kAcceptMaxDraft + 1]: the last committed token, then the drafts
   float* q_ = nullptr;        // [kAcceptMaxDraft, V] the draft's processed distributions
   float* p_ = nullptr;        // [kAcceptMaxDraft + 1, V] the target's
-  void* result_ = nullptr;    // kernels::AcceptanceResult
+  void* result_ = nullptr;    // StepResult: kernels::AcceptanceResult, then the draft's guess y
   void* accept_ws_ = nullptr;
   size_t accept_ws_bytes_ = 0;
   void* sample_ws_ = nullptr;
   size_t sample_ws_bytes_ = 0;
-  void* host_result_ = nullptr;  // pinned AcceptanceResult
+  void* side_ws_ = nullptr;  // the guess's argmax on side_stream_ (sample_ws_ is the main stream's)
+  size_t side_ws_bytes_ = 0;
+  void* host_result_ = nullptr;  // pinned StepResult
 };
 
 }  // namespace specgen

@@ -19,6 +19,13 @@
 
 namespace specgen {
 
+// SpeculativeOptions::run_ahead.
+enum class RunAhead {
+  kOff,
+  kAuto,    // guess while hits are at least as frequent as misses whose decode outlasted the step
+  kAlways,  // guess in every drafted step that another may follow (tests and measurements)
+};
+
 struct SpeculativeOptions {
   int64_t max_new_tokens = 128;   // -n
   int draft_max = 4;              // --draft-max: k, or the adaptive controller's upper bound
@@ -37,6 +44,14 @@ struct SpeculativeOptions {
   // states and proposals are the same either way (the same graph on the same inputs): off only to
   // measure it.
   bool overlap_last_draft = true;
+  // GPU loop, with overlap_last_draft: after x_k the side stream also takes the draft's argmax y (its
+  // guess of the target's bonus token) and decodes it, so that a step which accepts every draft and
+  // whose bonus token is y starts the next step from the draft's logits after y (no decode before the
+  // first draw). Where it is used the draft's state is the one the bonus token's own decode would give
+  // (the same graph on the same token and position), so outputs and proposals are unchanged. A guess
+  // that misses costs its decode only where that decode outlasts the step's verification (the next
+  // step's draft waits for it): kAuto guesses while that is rarer than a hit (RunAhead above).
+  RunAhead run_ahead = RunAhead::kAuto;
   // Called after every pass with the drafted length k and the acceptance result (tests, tracing).
   std::function<void(int k, const AcceptResult&)> on_pass;
 };

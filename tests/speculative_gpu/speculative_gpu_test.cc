@@ -166,52 +166,83 @@ TEST_F(GpuBundledPair, DraftDecodePaths) {
 }
 
 // overlap_last_draft (the default) decodes each step's last draft x_k on a second stream beside the
-// verification, so that a step which accepts every draft leaves the draft holding x_k. It must change
-// nothing but where that decode runs: the same output, the same (k, accepted) for every pass (a draft
-// that missed or doubled a token would propose differently), one overlapped decode a drafted pass, and
-// exactly one replay fewer after each fully accepted pass that another drafted pass follows (its feed
-// is the bonus token alone), one more for every other drafted pass (x_k decoded and discarded).
-TEST_F(GpuBundledPair, OverlappedLastDraftChangesOnlyWhereItRuns) {
+// verification, so that a step which accepts every draft leaves the draft holding x_k; run_ahead (the
+// default too) also decodes there the draft's guess of the bonus token, so that a step whose bonus it
+// was starts the next from the draft's logits (kAlways: in every drafted step another may follow; kAuto,
+// the default: pausing after late misses, which depends on timing). Both must change nothing but where
+// decodes run: the same output, the same (k, accepted) for every pass (a draft that missed, doubled or
+// wrongly kept a token would propose differently), one overlapped decode a drafted pass, and the
+// replays accounted for: overlap saves one after each fully accepted pass that another drafted pass
+// follows (its feed is the bonus token alone) and adds one for every other drafted pass (x_k decoded
+// and discarded); run-ahead adds one a guess and saves one for every step that started from a guess.
+TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
   struct Pass {
     int k, accepted;
     bool operator==(const Pass&) const = default;
   };
+  enum Mode { kSerial, kOverlap, kRunAhead, kRunAheadAuto, kModes };
+  int64_t used_greedy = 0;
   // Fixed draft lengths only: the adaptive controller picks k from measured times, which differ.
   for (SamplingParams sampling : {SamplingParams::Greedy(), SamplingParams::Plain(0.8f, 5)}) {
     for (int draft_max : {2, 4}) {
       for (const auto& prompt : prompts_) {
-        std::vector<int32_t> out[2];
-        std::vector<Pass> passes[2];
-        DraftDecodeStats d[2];
-        for (int overlap = 0; overlap < 2; ++overlap) {
+        std::vector<int32_t> out[kModes];
+        std::vector<Pass> passes[kModes];
+        DraftDecodeStats d[kModes];
+        for (int mode = kSerial; mode < kModes; ++mode) {
           SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, draft_max, false,
                                                                  AcceptMode::kRejection, kNewTokens);
-          o.overlap_last_draft = overlap != 0;
-          o.on_pass = [&, overlap](int k, const AcceptResult& r) { passes[overlap].push_back({k, r.n_accepted}); };
+          o.overlap_last_draft = mode != kSerial;
+          o.run_ahead = mode == kRunAhead ? RunAhead::kAlways : mode == kRunAheadAuto ? RunAhead::kAuto : RunAhead::kOff;
+          o.on_pass = [&, mode](int k, const AcceptResult& r) { passes[mode].push_back({k, r.n_accepted}); };
           auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o);
           ASSERT_TRUE(dec.ok()) << dec.status();
           auto got = (*dec)->Generate(prompt);
           ASSERT_TRUE(got.ok()) << got.status();
-          out[overlap] = *got;
-          d[overlap] = (*dec)->draft_decode_stats();
-          ASSERT_EQ(d[overlap].path, DraftDecodePath::kGraph) << d[overlap].why_not_graph;
+          out[mode] = *got;
+          d[mode] = (*dec)->draft_decode_stats();
+          ASSERT_EQ(d[mode].path, DraftDecodePath::kGraph) << d[mode].why_not_graph;
         }
         const std::string what = std::string(sampling.greedy() ? "greedy" : "T=0.8") + " k=" + std::to_string(draft_max);
-        EXPECT_EQ(out[1], out[0]) << what;
-        ASSERT_EQ(passes[1], passes[0]) << what << ": the draft proposed differently";
-        int64_t drafted = 0, saved = 0;
-        for (size_t i = 0; i < passes[0].size(); ++i) {
-          const Pass& p = passes[0][i];
-          if (p.k == 0) continue;
-          ++drafted;
-          if (p.accepted == p.k && i + 1 < passes[0].size() && passes[0][i + 1].k > 0) ++saved;
+        for (int mode : {kOverlap, kRunAhead, kRunAheadAuto}) {
+          EXPECT_EQ(out[mode], out[kSerial]) << what << " mode " << mode;
+          ASSERT_EQ(passes[mode], passes[kSerial]) << what << " mode " << mode << ": the draft proposed differently";
         }
-        EXPECT_EQ(d[0].overlapped, 0) << what;
-        EXPECT_EQ(d[1].overlapped, drafted) << what;
-        EXPECT_EQ(d[1].graph_replays, d[0].graph_replays + drafted - saved) << what;
+        // Drafted passes; fully accepted ones that a drafted pass follows; and the guesses run-ahead
+        // makes: in every drafted pass after which the generation can go on (the prompts are short,
+        // so the context never ends it).
+        int64_t drafted = 0, saved = 0, guesses = 0, generated = 0;
+        for (size_t i = 0; i < passes[kSerial].size(); ++i) {
+          const Pass& p = passes[kSerial][i];
+          if (p.k > 0) {
+            ++drafted;
+            if (p.accepted == p.k && i + 1 < passes[kSerial].size() && passes[kSerial][i + 1].k > 0) ++saved;
+            if (generated + p.k + 1 < kNewTokens) ++guesses;
+          }
+          generated += p.accepted + 1;
+        }
+        EXPECT_EQ(d[kSerial].overlapped, 0) << what;
+        EXPECT_EQ(d[kSerial].run_ahead, 0) << what;
+        EXPECT_EQ(d[kOverlap].overlapped, drafted) << what;
+        EXPECT_EQ(d[kOverlap].run_ahead, 0) << what;
+        EXPECT_EQ(d[kOverlap].graph_replays, d[kSerial].graph_replays + drafted - saved) << what;
+        EXPECT_EQ(d[kRunAhead].overlapped, drafted) << what;
+        EXPECT_EQ(d[kRunAhead].run_ahead, guesses) << what;
+        EXPECT_LE(d[kRunAhead].run_ahead_used, saved) << what;
+        for (int mode : {kRunAhead, kRunAheadAuto}) {
+          EXPECT_EQ(d[mode].graph_replays, d[kOverlap].graph_replays + d[mode].run_ahead - d[mode].run_ahead_used)
+              << what << " mode " << mode;
+        }
+        EXPECT_EQ(d[kRunAheadAuto].overlapped, drafted) << what;
+        EXPECT_LE(d[kRunAheadAuto].run_ahead, guesses) << what;
+        EXPECT_LE(d[kRunAheadAuto].run_ahead_used, saved) << what;
+        if (sampling.greedy()) used_greedy += d[kRunAhead].run_ahead_used;
       }
     }
   }
+  // The draft's argmax is the bonus token often enough on the bundled pair (acceptance ~0.5) that
+  // greedy runs start steps from a guess; none would mean the guess is never found equal.
+  EXPECT_GT(used_greedy, 0);
 }
 
 // keep_cache on the GPU loop (chat turns): the next turn's prompt extends the previous prompt and reply,
