@@ -1,6 +1,7 @@
 #include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/gemv_rows.cuh"
 #include "kernels/mma_tile.cuh"
 
 namespace specgen::kernels {
@@ -47,14 +48,18 @@ __device__ __forceinline__ SegRow FindSegRow(const Segs& s, int row) {
 // the ones past n on x's last row and never stored (a run-time token count in the FMA loop kept its x
 // loads from being issued ahead: BM_Gemv at 8 tokens fell from 1762 to 916 GB/s). Every weight row is
 // reduced in the one order described in gemv.cuh, whatever the epilogue, the segments, N or n.
-template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe>
-__global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* __restrict__ x, int in, int n) {
+// kBW warps a block. kXs: x's n rows are staged once a block into shared memory (detail::StagedIndex
+// layout per row, kBW * 32 threads copying) after the wait, and read from there: the same values in
+// the same order, so the same bits.
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe, int kBW = kWarps,
+          bool kXs = false>
+__global__ void __launch_bounds__(kBW * 32) GemvKernel(Segs s, const float* __restrict__ x, int in, int n) {
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // weight rows an output row reads
   constexpr int kWR = R * kPer;
   const int nn = kExact ? N : n;  // tokens stored
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
-  if (row0 >= s.total_rows) return;
+  const int row0 = (blockIdx.x * kBW + (threadIdx.x >> 5)) * R;
+  if (!kXs && row0 >= s.total_rows) return;  // (kXs: every warp stages x; rows past the end store nothing)
   const uint16_t* wrow[kWR];
   float* yrow[R];
   int ld[R];
@@ -90,6 +95,18 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
   };
   load(kb0);
   WaitForPrecedingGrid();
+  extern __shared__ float4 xs4[];
+  float* xs = reinterpret_cast<float*>(xs4);
+  const int xs_stride = detail::StagedFloats(in);
+  if constexpr (kXs) {
+    for (int t = 0; t < nn; ++t) {
+      for (int k = threadIdx.x * 4; k < in; k += kBW * 32 * 4) {
+        *reinterpret_cast<float4*>(xs + t * xs_stride + detail::StagedIndex(k)) =
+            __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * in + k));
+      }
+    }
+    __syncthreads();
+  }
   for (int kb = kb0; kb < in; kb += kWarpK * U) {
     if (!kPipe && kb != kb0) load(kb);
     uint4 cur[U][kWR];
@@ -107,8 +124,23 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
       float wf[kWR][8];
 #pragma unroll
       for (int r = 0; r < kWR; ++r) detail::Unpack8<kW>(cur[u][r], wf[r]);
-      detail::FmaChunk8<kWR, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(min(t, nn - 1)) * in + k; },
-                                acc);
+      if constexpr (kXs) {
+        // StagedIndex(k) and StagedIndex(k + 4) of row t: lane l's k = 256 s + 8 l.
+#pragma unroll
+        for (int t = 0; t < N; ++t) {
+          const float* batch = xs + min(t, nn - 1) * xs_stride + (k & ~(kWarpK - 1)) + lane * 4;
+          const float4 a = *reinterpret_cast<const float4*>(batch);
+          const float4 b = *reinterpret_cast<const float4*>(batch + kWarpK / 2);
+          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int r = 0; r < kWR; ++r)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
+        }
+      } else {
+        detail::FmaChunk8<kWR, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(min(t, nn - 1)) * in + k; },
+                                  acc);
+      }
     }
   }
 #pragma unroll
@@ -129,6 +161,29 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(Segs s, const float* _
         }
       }
     }
+}
+
+// x's rows staged in shared memory (GemvKernel's kXs) by blocks of kXsWarps warps (128 blocks for 2048
+// rows at 2 a warp: one a multiprocessor beside its 123 KB of x at 5 x 6144 inputs), where they fit in
+// kXsMaxBytes; *taken says whether it launched.
+constexpr int kXsWarps = 8;
+constexpr size_t kXsMaxBytes = 200 * 1024;
+template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe>
+cudaError_t LaunchXs(const Segs& s, const float* x, int in, int n, cudaStream_t stream, bool* taken) {
+  const size_t bytes = static_cast<size_t>(kExact ? N : n) * detail::StagedFloats(in) * sizeof(float);
+  *taken = false;
+  if (bytes > kXsMaxBytes) return cudaSuccess;
+  constexpr auto kernel = GemvKernel<kW, N, R, U, kEpi, kExact, kPipe, kXsWarps, true>;
+  static const cudaError_t configured = [] {
+    detail::PreferSharedCarveout(kernel);
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kXsMaxBytes));
+  }();
+  if (configured != cudaSuccess) return configured;
+  *taken = true;
+  const int rows_per_block = kXsWarps * R;
+  const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
+  return LaunchDecodeKernel(kernel, dim3(blocks), dim3(kXsWarps * 32), bytes, stream,
+                            ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
 // kPipe: loads an iteration ahead (the default: where they measured faster, below).
@@ -158,7 +213,12 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // registers are not what bounds them there. H200 A/B in one call, 2048 x 6144 (BM_Gemv GB/s at 5 / 9
   // tokens; BM_TargetPass qwen3-1.7b us at 5 / 9): 2 chunks (loads ahead at 5) 1072 / 780, 2695 / 3651;
   // 4 chunks loaded ahead 1412 / -, 2474 / 3595; 8 chunks 1265 / 1143, 2502 / 3291; 4 rows a warp
-  // with 4 chunks 1509 / 1055 alone but 2621 / 3473 in the pass.
+  // with 4 chunks 1509 / 1055 alone but 2621 / 3473 in the pass. At 4-6 tokens their x rows are
+  // staged once a block in shared memory (LaunchXs: x read through L1 missed to L2 at 123 KB): H200, A/B
+  // in one call, two rounds: BM_Gemv 2048 x 6144 at 5 tokens 1408-1418 -> 1932-1936 GB/s, BM_TargetPass
+  // qwen3-1.7b n = 5 2357-2363 -> 2217-2220 us, the Qwen3-sized pair at k = 4 1065-1066 -> 1080-1082
+  // tok/s. From 7 tokens (8 chunks a lane; 221 KB at 9 x 6144: not taken) it lost: n = 9 3169-3172 ->
+  // 3238-3251 us, so x is read from global memory there.
   // From 2048 inputs (O of the 1.7b too) the same, in the same call: BM_TargetPass n = 5 / 9 2446 /
   // 3263 -> 2408 / 3161 us (all 8 chunks at once without loads ahead measured alike, 1 row a warp worse).
   // At 4-5 tokens the 4 rows a warp of many-row matrices with short rows (q/k/v, gate/up: 2048
@@ -190,7 +250,12 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
     if constexpr (kPer == 1) {  // (kSwiGlu pairs never take 2 rows a warp: no kernels for them here)
       if (s.total_rows >= 2 * min_warps) {
         if constexpr (N >= 4 && N <= 6) {
-          if (in >= kMoreChunksFromInputs) return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
+          if (in >= kMoreChunksFromInputs) {
+            bool taken = false;
+            const cudaError_t e = LaunchXs<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream, &taken);
+            if (taken || e != cudaSuccess) return e;
+            return LaunchR<kW, N, 2, 4, kEpi, kExact, true>(s, x, in, n, stream);
+          }
         } else if constexpr (N >= 7) {
           if (in >= kMoreChunksFromInputs) return LaunchR<kW, N, 2, 8, kEpi, kExact, false>(s, x, in, n, stream);
         }

@@ -148,7 +148,8 @@ TEST(GemvGpu, BatchInvariantBitForBit) {
 // The rows a warp takes (4, 2 or 1 from 3 tokens, by how many rows the matrix has; 2 at 2 tokens) and
 // the chunks a lane keeps in flight (more for few long rows) must not change a row's bits: the first
 // 1000 rows of a 4096-row product (4 a warp), of its first 2048 rows (2 on a GPU of up to 256
-// multiprocessors; from 2048 inputs 4 or 8 chunks a lane) and alone (1), at 2, 5, 9 and 16 tokens, for
+// multiprocessors; from 2048 inputs 4 or 8 chunks a lane, at 5 tokens with x staged in shared memory)
+// and alone (1), at 2, 5, 9 and 16 tokens, for
 // short rows and long ones (4104 inputs: a partial last chunk past 4096).
 TEST(GemvGpu, RowsPerWarpDoNotChangeBits) {
   SPECGEN_SKIP_WITHOUT_GPU();
