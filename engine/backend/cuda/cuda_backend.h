@@ -32,9 +32,9 @@ struct CudaBackendOptions {
   // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
   bool fused_ops = true;
   // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
-  // (kernels::GemvOrder). kTensorCores: verify passes of 2..16 positions faster, single-token passes
-  // slower (H200, a Qwen3-1.7B-sized target: 5 / 9 / 16 positions 9 / 10 / 43% faster, 2 about even,
-  // 1 position 13% slower; bench/RESULTS_H200.md). Every pass of this backend takes the same order,
+  // (kernels::GemvOrder). kTensorCores: verify passes of many positions faster, single-token passes
+  // slower (H200, a Qwen3-1.7B-sized target: 9 / 16 positions 10 / 43% faster, 2 and 5 about even,
+  // 1 position 13-16% slower; bench/RESULTS_H200.md). Every pass of this backend takes the same order,
   // so speculative and target-only greedy output stay token-identical under either; the orders differ
   // in the last bits.
   kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
