@@ -217,8 +217,8 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // staged once a block in shared memory (LaunchXs: x read through L1 missed to L2 at 123 KB): H200, A/B
   // in one call, two rounds: BM_Gemv 2048 x 6144 at 5 tokens 1408-1418 -> 1932-1936 GB/s, BM_TargetPass
   // qwen3-1.7b n = 5 2357-2363 -> 2217-2220 us, the Qwen3-sized pair at k = 4 1065-1066 -> 1080-1082
-  // tok/s. From 7 tokens (8 chunks a lane; 221 KB at 9 x 6144: not taken) it lost: n = 9 3169-3172 ->
-  // 3238-3251 us, so x is read from global memory there.
+  // tok/s. From 7 tokens (8 chunks a lane) it lost: n = 9 3169-3172 -> 3238-3251 us with O's 74 KB
+  // staged (down's 221 KB over the bound), so x is read from global memory there.
   // From 2048 inputs (O of the 1.7b too) the same, in the same call: BM_TargetPass n = 5 / 9 2446 /
   // 3263 -> 2408 / 3161 us (all 8 chunks at once without loads ahead measured alike, 1 row a warp worse).
   // At 4-5 tokens the 4 rows a warp of many-row matrices with short rows (q/k/v, gate/up: 2048
