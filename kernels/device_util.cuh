@@ -137,24 +137,37 @@ __device__ __forceinline__ void Unpack8(const uint4& v, float (&w)[8]) {
 }
 
 // One 8-weight step of a batched GEMV row: acc[r][t] += wf[r][j] * x_t[j] for j = 0..7 in order
-// (__fmaf_rn), rows r < kRows, tokens t < tokens (at most kMaxT), x_t = x_at(t) (8 floats, 16-byte
-// aligned, read through the read-only path). GemvKernel (gemv.cu) and the routed experts
-// (routed_experts.cu) both sum in these steps, which is what keeps an expert's product bit-identical
-// to the Backend's MatMul.
-template <int kRows, int kMaxT, typename XAt>
-__device__ __forceinline__ void FmaChunk8(const float (&wf)[kRows][8], int tokens, XAt x_at,
-                                          float (&acc)[kRows][kMaxT]) {
+// (__fmaf_rn), rows r < kRows, tokens t < tokens (at most kMaxT), x_t's 8 floats put in xv by
+// load_x(t, xv). GemvKernel (gemv.cu) and the routed experts (routed_experts.cu) both sum in these
+// steps, which is what keeps an expert's product bit-identical to the Backend's MatMul.
+template <int kRows, int kMaxT, typename LoadX>
+__device__ __forceinline__ void FmaChunk8Loaded(const float (&wf)[kRows][8], int tokens, LoadX load_x,
+                                                float (&acc)[kRows][kMaxT]) {
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) {
     if (t >= tokens) break;
-    const float4* xp = reinterpret_cast<const float4*>(x_at(t));
-    const float4 a = __ldg(xp), b = __ldg(xp + 1);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[8];
+    load_x(t, xv);
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
   }
+}
+
+// The same with x_t = x_at(t) in global memory (8 floats, 16-byte aligned, read through the read-only
+// path).
+template <int kRows, int kMaxT, typename XAt>
+__device__ __forceinline__ void FmaChunk8(const float (&wf)[kRows][8], int tokens, XAt x_at,
+                                          float (&acc)[kRows][kMaxT]) {
+  FmaChunk8Loaded<kRows, kMaxT>(
+      wf, tokens,
+      [&](int t, float(&xv)[8]) {
+        const float4* xp = reinterpret_cast<const float4*>(x_at(t));
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+      },
+      acc);
 }
 
 // The GPU's global nanosecond timer (the same clock on every multiprocessor).

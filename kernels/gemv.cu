@@ -125,18 +125,9 @@ __global__ void __launch_bounds__(kBW * 32) GemvKernel(Segs s, const float* __re
 #pragma unroll
       for (int r = 0; r < kWR; ++r) detail::Unpack8<kW>(cur[u][r], wf[r]);
       if constexpr (kXs) {
-        // StagedIndex(k) and StagedIndex(k + 4) of row t: lane l's k = 256 s + 8 l.
-#pragma unroll
-        for (int t = 0; t < N; ++t) {
-          const float* batch = xs + min(t, nn - 1) * xs_stride + (k & ~(kWarpK - 1)) + lane * 4;
-          const float4 a = *reinterpret_cast<const float4*>(batch);
-          const float4 b = *reinterpret_cast<const float4*>(batch + kWarpK / 2);
-          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-          for (int r = 0; r < kWR; ++r)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r][t] = __fmaf_rn(wf[r][j], xv[j], acc[r][t]);
-        }
+        detail::FmaChunk8Loaded<kWR, N>(
+            wf, N, [&](int t, float(&xv)[8]) { detail::LoadStaged8(xs + min(t, nn - 1) * xs_stride, k, lane, xv); },
+            acc);
       } else {
         detail::FmaChunk8<kWR, N>(wf, N, [&](int t) { return x + static_cast<int64_t>(min(t, nn - 1)) * in + k; },
                                   acc);

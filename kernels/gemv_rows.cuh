@@ -30,6 +30,15 @@ __host__ __device__ constexpr int StagedIndex(int k) {
 // Floats a staged activation of `in` inputs occupies (the last batch is laid out whole).
 __host__ __device__ constexpr int StagedFloats(int in) { return (in + kRowWarpK - 1) / kRowWarpK * kRowWarpK; }
 
+// Lane `lane`'s 8 inputs k .. k + 7 (k = 256 s + 8 lane) of an activation staged in the StagedIndex
+// layout: StagedIndex(k) and StagedIndex(k + 4), two conflict-free float4 reads.
+__device__ __forceinline__ void LoadStaged8(const float* xs, int k, int lane, float (&xv)[8]) {
+  const float* batch = xs + (k & ~(kRowWarpK - 1)) + lane * 4;
+  const float4 a = *reinterpret_cast<const float4*>(batch);
+  const float4 b = *reinterpret_cast<const float4*>(batch + kRowWarpK / 2);
+  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+}
+
 // kU 16-byte weight loads per row for lane offsets kb, kb + 256, .. (zeros past `in`).
 template <int kRows, int kU>
 __device__ __forceinline__ void LoadBatch(const uint16_t* const (&w)[kRows], int kb, int in,
@@ -61,10 +70,8 @@ __device__ __forceinline__ void RowDots(const uint16_t* const (&w)[kRows], const
     for (int u = 0; u < kU; ++u) {
       const int k = kb + u * kRowWarpK;
       if (k >= in) break;
-      const float* batch = xs + (k & ~(kRowWarpK - 1)) + lane * 4;  // StagedIndex(k), StagedIndex(k + 4)
-      const float4 a = *reinterpret_cast<const float4*>(batch);
-      const float4 b = *reinterpret_cast<const float4*>(batch + kRowWarpK / 2);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float xv[8];
+      LoadStaged8(xs, k, lane, xv);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float wf[8];

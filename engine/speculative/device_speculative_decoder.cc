@@ -201,8 +201,7 @@ bool DeviceSpeculativeDecoder::WantGuess() {
   }
   // A hit saves the next step a decode; a late miss costs it what the guess's decode has left when the
   // verification ends (up to a decode); an early miss costs only the multiprocessors it shared.
-  if (hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe) return true;
-  return false;
+  return hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe;
 }
 
 void DeviceSpeculativeDecoder::ObserveGuess(bool hit, bool late) {
