@@ -449,10 +449,12 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   detail::LaunchProbe probe;  // SetDecodeProbe
   probe.Begin(probe_stamps, qh == 0 && chunk == 0 && t == 0);
   // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
-  // newest were written by earlier launches: both are read before waiting for the previous kernel, so
-  // the first batch's K/V loads (from HBM: a token's weights evict them from L2) overlap its end and the
-  // prologue below. The newest row (slot len - 1), this launch's or the previous kernel's, after.
-  const int len = (d_n_past != nullptr ? *d_n_past : max_past) + 1 + t;  // slots the query sees
+  // launch's first new position were written by earlier launches: both are read before waiting for the
+  // previous kernel, so the first batch's K/V loads (from HBM: a token's weights evict them from L2)
+  // overlap its end and the prologue below. The new rows (slots `fresh` .. len - 1: this launch's or the
+  // previous kernel's), after.
+  const int fresh = d_n_past != nullptr ? *d_n_past : max_past;
+  const int len = fresh + 1 + t;  // slots the query sees
   const int chunk_slots = DecodeChunkSlots(len, D);
   const int c0 = chunk * chunk_slots;
   if (c0 >= len) return;
@@ -464,8 +466,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
     return ((static_cast<int64_t>(j) * kv_heads + kvh) * D + lane * kPer) * kElemBytes;
   };
   // The warp's current batch of K/V rows, slots j0, j0 + kDecWarps, ...: absent slots (past the chunk,
-  // and the newest, which is placed after the wait) hold zeros. The first batch is loaded here, so that
-  // it needs no branches on the path after the wait.
+  // and the new ones, which are placed after the wait) hold zeros. The first batch is loaded here.
   float kr[kBatch][kPer], vr[kBatch][kPer];
   const auto load_row = [&](int j, int b) {
     StagedToF32<kT, kPer>(kb + row_offset(j), kr[b]);
@@ -475,7 +476,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int j = j0 + b * kDecWarps;
-      if (j < end && j != len - 1) {
+      if (j < end && j < fresh) {
         load_row(j, b);
       } else {
 #pragma unroll
@@ -548,20 +549,19 @@ __global__ void __launch_bounds__(kDecThreads, 2)
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.f;
   for (int j0 = c0 + warp; j0 < end; j0 += kDecWarps * kBatch) {
-    // The newest row: from shared memory (fused prologue) or the cache, into its batch slot.
-    const int newest = len - 1 - j0;  // its batch slot times kDecWarps, when in this batch
-    const bool has_newest = newest >= 0 && newest % kDecWarps == 0 && newest < kDecWarps * kBatch;
     if (j0 != c0 + warp) load_batch(j0);  // later batches (long contexts): loaded now
-    if (has_newest) {  // in the first batch the only row not loaded before the wait
-      const int bn = newest / kDecWarps;
+    // The new rows into their batch slots: from shared memory (the fused prologue's one new row) or
+    // the cache (written by the previous kernel).
+    if (fresh < min(end, j0 + kDecWarps * kBatch)) {
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        if (b != bn) continue;
-        if (fused) {
+        const int j = j0 + b * kDecWarps;
+        if (j < fresh || j >= end) continue;
+        if (fused) {  // j == len - 1: one query, one new row
           StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(k_new + lane * kPer), kr[b]);
           StagedToF32<ElemType::kF32, kPer>(reinterpret_cast<const char*>(v_new + lane * kPer), vr[b]);
         } else {
-          load_row(len - 1, b);
+          load_row(j, b);
         }
       }
     }
@@ -805,7 +805,8 @@ cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, cons
                                        size_t workspace_bytes, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(q != nullptr);
   return DecodeAttention(q, k_cache, v_cache, kv_type, out, n_past, heads, kv_heads, head_dim, scale, workspace,
-                         workspace_bytes, nullptr, stream, false, DecodeRopeAppend{}, queries);
+                         workspace_bytes, nullptr, stream, ProgrammaticLaunchOnCurrentDevice(), DecodeRopeAppend{},
+                         queries);
 }
 
 }  // namespace specgen::kernels

@@ -113,8 +113,9 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
 // verification pass or a one-token step; the caller stores the batch's K/V rows first): query t sees
 // slots 0 .. n_past + t. Query t's output equals, bit for bit, a single-query launch's with n_past + t
 // (the reduction order depends only on the keys a query sees), so it does not depend on the batch it
-// came in: what keeps target-only and speculative greedy runs token-identical. Launched plainly (no
-// PDL).
+// came in: what keeps target-only and speculative greedy runs token-identical. Launched with
+// programmatic dependent launch where the device takes it (the cache rows before n_past are loaded
+// before waiting for the previous kernel, the batch's own rows after).
 //   q, out     [queries, heads, head_dim] fp32, device, 16-byte aligned
 //   queries    1..kDecodeMaxQueries
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, n_past + queries, head_dim, queries)

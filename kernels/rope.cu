@@ -1,3 +1,4 @@
+#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, the PDL calls
 #include "kernels/device_util.cuh"
 #include "kernels/rope.cuh"
 
@@ -48,6 +49,9 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
                                     int64_t dst_row) {
   __shared__ float scratch[32];
   __shared__ float y[256];
+  // Under PDL (LaunchNormRopeStore): everything it reads comes from the q/k/v projection before it.
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();
   const int per_token = heads + 2 * kv_heads;
   const int t = blockIdx.x / per_token, b = blockIdx.x % per_token;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
@@ -110,10 +114,9 @@ cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* 
   SPECGEN_KERNEL_REQUIRE(q && k && v && positions && k_cache && v_cache);
   const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;  // as LaunchRmsNorm's
   const unsigned blocks = static_cast<unsigned>(n) * static_cast<unsigned>(heads + 2 * kv_heads);
-  NormRopeStoreKernel<<<blocks, threads, 0, stream>>>(q, k, v, q_norm, k_norm, norm_type, eps, positions, heads,
-                                                      kv_heads, head_dim, theta, style, k_cache, v_cache,
-                                                      dst_row);
-  return cudaGetLastError();
+  return LaunchDecodeKernel(NormRopeStoreKernel, dim3(blocks), dim3(threads), 0, stream,
+                            ProgrammaticLaunchOnCurrentDevice(), q, k, v, q_norm, k_norm, norm_type, eps, positions,
+                            heads, kv_heads, head_dim, theta, style, k_cache, v_cache, dst_row);
 }
 
 }  // namespace specgen::kernels

@@ -27,7 +27,9 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 // every q and k head RMS-normed (when q_norm is set; LaunchRmsNorm's arithmetic with dim = head_dim),
 // then rotated with full rotary (LaunchRope's arithmetic), in place; the rotated k and v rows copied
 // to cache rows dst_row + t. The same bits as LaunchRmsNorm, LaunchRope and the copies one after the
-// other. One block per (token, head): H q heads, then Hkv k heads, then Hkv v heads.
+// other. One block per (token, head): H q heads, then Hkv k heads, then Hkv v heads. Launched with
+// programmatic dependent launch where the device takes it (it reads nothing before the previous
+// kernel's end).
 //   q          [n, heads, head_dim] fp32, device;  k, v  [n, kv_heads, head_dim] fp32, device
 //   q_norm, k_norm  [head_dim] of norm_type, device, or both null
 //   positions  [n] int32, device;  head_dim even, <= 256
