@@ -97,12 +97,12 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "minus 2 GiB)");
   app.add_option("--gemv-order", f->gemv_order,
                  "fma|tensor (GPU only): how the matrix products of 1..16 tokens are summed. fma: "
-                 "CUDA-core FMAs, the fastest single-token pass; tensor: bf16 tensor cores (the "
-                 "activations split into two bf16 halves), faster verify passes of many positions and "
-                 "slower single-token ones (H200, a Qwen3-1.7B-sized target: 9 / 16 positions 10 / 43% "
-                 "faster, 2 and 5 about even, 1 position 13-16% slower). Both modes of a run use "
-                 "the same order, so speculative output stays identical to target-only output under "
-                 "either; the two orders differ from each other in the last bits")
+                 "CUDA-core FMAs; tensor: bf16 tensor cores (the activations split into two bf16 "
+                 "halves), the faster at every width measured (H200, a Qwen3-1.7B-sized target: 1 / 5 "
+                 "/ 9 / 16 positions 4 / 16 / 17 / 46% faster; a Qwen3-sized pair at k = 4 2-3% "
+                 "faster). Both modes of a run use the same order, so speculative output stays "
+                 "identical to target-only output under either; the two orders differ from each "
+                 "other in the last bits")
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
