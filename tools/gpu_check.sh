@@ -29,11 +29,12 @@ if [ "$what" != bench ]; then
       --device "$dev" --stats json > "$OUT/generate_$dev.txt" 2>&1
     echo "generate_$dev $?" >> "$rc"
   done
-  # --gemv-order tensor: speculative (k = 4) and target-only (--draft-max 0) greedy give the same text.
+  # --gemv-order fma (the order the default, auto, does not take on the GPU): speculative (k = 4) and
+  # target-only (--draft-max 0) greedy give the same text.
   for k in 4 0; do
     timeout 60 specgen generate -m models/tiny-target -md models/tiny-draft -p "$prompt" -n 64 --temp 0 \
-      --device cuda --gemv-order tensor --draft-max "$k" --stats json > "$OUT/generate_tensor_k$k.txt" 2>&1
-    echo "generate_tensor_k$k $?" >> "$rc"
+      --device cuda --gemv-order fma --draft-max "$k" --stats json > "$OUT/generate_fma_k$k.txt" 2>&1
+    echo "generate_fma_k$k $?" >> "$rc"
   done
   timeout 60 specgen logits -m tests/data/models/llama-gqa --prompt-ids 1,2,3,4,5,6,7,8 --device cuda \
     > "$OUT/logits_cuda.txt" 2>&1
@@ -67,11 +68,11 @@ if [ -f "$OUT/generate_cuda.txt" ]; then
     echo "text differs between cuda and cpu (see generate_*.txt)"
   fi
   grep -h '^{' "$OUT/generate_cuda.txt" | cut -c1-400
-  echo "--- generate --gemv-order tensor: rc $(awk '$1=="generate_tensor_k4"{print $2}' "$rc") k=4, $(awk '$1=="generate_tensor_k0"{print $2}' "$rc") k=0"
-  if diff <(grep -v '^{' "$OUT/generate_tensor_k4.txt") <(grep -v '^{' "$OUT/generate_tensor_k0.txt") > /dev/null; then
-    echo "tensor order: same text with and without the draft"
+  echo "--- generate --gemv-order fma: rc $(awk '$1=="generate_fma_k4"{print $2}' "$rc") k=4, $(awk '$1=="generate_fma_k0"{print $2}' "$rc") k=0"
+  if diff <(grep -v '^{' "$OUT/generate_fma_k4.txt") <(grep -v '^{' "$OUT/generate_fma_k0.txt") > /dev/null; then
+    echo "fma order: same text with and without the draft"
   else
-    echo "tensor order: text differs between k=4 and k=0 (see generate_tensor_*.txt)"
+    echo "fma order: text differs between k=4 and k=0 (see generate_fma_*.txt)"
   fi
   grep -h 'checksum' "$OUT/logits_cuda.txt" "$OUT/logits_cpu.txt"
 fi

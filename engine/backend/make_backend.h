@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -21,9 +22,10 @@ namespace specgen {
 struct BackendOptions {
   int cpu_threads = 0;      // <= 0: all hardware threads
   size_t vram_bytes = 0;    // CUDA arena budget; 0: free VRAM minus a reserve
-  // CudaBackendOptions::gemv_order (--gemv-order); the CPU backend has one order of its own, so
-  // kTensorCores with a CPU backend is refused rather than silently ignored.
-  kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
+  // CudaBackendOptions::gemv_order (--gemv-order); unset: the tensor-core order on the GPU, the
+  // faster at every width measured (bench/RESULTS_H200.md). The CPU backend has one order of its own,
+  // so kTensorCores with a CPU backend is refused rather than silently ignored.
+  std::optional<kernels::GemvOrder> gemv_order;
 };
 
 inline bool CudaCompiledIn() {
@@ -43,7 +45,7 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
   if (device == "cuda" || (device == "auto" && CudaBackend::DeviceAvailable())) {
     CudaBackendOptions cuda;
     cuda.arena_bytes = options.vram_bytes;
-    cuda.gemv_order = options.gemv_order;
+    cuda.gemv_order = options.gemv_order.value_or(kernels::GemvOrder::kTensorCores);
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
     return std::unique_ptr<Backend>(std::move(be));
   }
@@ -53,10 +55,10 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
         "--device cuda: this build has no CUDA support (configure with -DSPECGEN_CUDA=ON)");
   }
 #endif
-  if (options.gemv_order != kernels::GemvOrder::kFma) {
+  if (options.gemv_order == kernels::GemvOrder::kTensorCores) {
     return absl::FailedPreconditionError(Cat(
         "--gemv-order tensor runs on the GPU only, and this run uses the CPU backend (--device ", device,
-        "); leave --gemv-order at fma or run with --device cuda"));
+        "); leave --gemv-order at auto or fma, or run with --device cuda"));
   }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.cpu_threads));
 }

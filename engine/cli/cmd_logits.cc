@@ -57,7 +57,7 @@ struct LogitsFlags {
   int64_t context = 0;
   int threads = 0;
   std::string device = "cpu";
-  std::string gemv_order = "fma";  // --gemv-order (ParseGemvOrder)
+  std::string gemv_order = "auto";  // --gemv-order (ParseGemvOrder)
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
@@ -112,8 +112,8 @@ Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CP
                                     "built in and a GPU is present)")
                          ->capture_default_str();
                      app.add_option("--gemv-order", flags->gemv_order,
-                                    "fma|tensor (GPU only): how products of 1..16 tokens are "
-                                    "summed (see `specgen generate --help`)")
+                                    "auto|fma|tensor: how products of 1..16 tokens are summed on "
+                                    "the GPU (see `specgen generate --help`)")
                          ->capture_default_str();
                      return [flags]() { return RunLogits(*flags); };
                    }}};

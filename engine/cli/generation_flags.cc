@@ -96,13 +96,14 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "of it, and a model that does not fit is a clear error, never an out-of-memory crash (default: free VRAM "
                  "minus 2 GiB)");
   app.add_option("--gemv-order", f->gemv_order,
-                 "fma|tensor (GPU only): how the matrix products of 1..16 tokens are summed. fma: "
-                 "CUDA-core FMAs; tensor: bf16 tensor cores (the activations split into two bf16 "
-                 "halves), the faster at every width measured (H200, a Qwen3-1.7B-sized target: 1 / 5 "
-                 "/ 9 / 16 positions 4 / 16 / 17 / 46% faster; a Qwen3-sized pair at k = 4 2-3% "
-                 "faster). Both modes of a run use the same order, so speculative output stays "
-                 "identical to target-only output under either; the two orders differ from each "
-                 "other in the last bits")
+                 "auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
+                 "tensor: bf16 tensor cores (the activations split into two bf16 halves), the faster "
+                 "at every width measured (H200, a Qwen3-1.7B-sized target: 1 / 5 / 9 / 16 positions "
+                 "4 / 16 / 17 / 46% faster; a Qwen3-sized pair at k = 4 2-3% faster); fma: CUDA-core "
+                 "FMAs; auto: tensor on the GPU (the CPU backend has one order of its own; tensor "
+                 "with it is an error). Both modes of a run use the same order, so speculative "
+                 "output stays identical to target-only output under either; the two orders differ "
+                 "from each other in the last bits")
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
@@ -114,11 +115,12 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
   app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
 }
 
-absl::StatusOr<kernels::GemvOrder> ParseGemvOrder(std::string_view value) {
+absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_view value) {
+  if (value == "auto") return std::optional<kernels::GemvOrder>();
   for (const kernels::GemvOrder order : kernels::kGemvOrders) {
-    if (value == kernels::GemvOrderName(order)) return order;
+    if (value == kernels::GemvOrderName(order)) return std::optional<kernels::GemvOrder>(order);
   }
-  return InvalidArgument("--gemv-order must be fma or tensor, got '", value, "'");
+  return InvalidArgument("--gemv-order must be auto, fma or tensor, got '", value, "'");
 }
 
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {

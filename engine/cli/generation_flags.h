@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,7 +34,7 @@ struct GenerationFlags {
   int64_t context = 0;
   std::string device = "auto";
   std::string vram_budget;  // --vram-budget, e.g. "8GiB"; empty: free VRAM minus a reserve
-  std::string gemv_order = "fma";  // --gemv-order: fma or tensor (ParseGemvOrder)
+  std::string gemv_order = "auto";  // --gemv-order: auto, fma or tensor (ParseGemvOrder)
   std::string stats = "text";
   bool allow_vocab_mismatch = false;
   bool ignore_eos = false;
@@ -45,8 +46,9 @@ struct GenerationFlags {
 // --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 
-// --gemv-order's value: "fma" or "tensor"; anything else is an error naming the flag.
-absl::StatusOr<kernels::GemvOrder> ParseGemvOrder(std::string_view value);
+// --gemv-order's value: "auto" (nullopt: the backend's fastest, see BackendOptions::gemv_order),
+// "fma" or "tensor"; anything else is an error naming the flag.
+absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_view value);
 
 // Range and choice checks that need no file; the error names the flag.
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags);

@@ -58,8 +58,11 @@ def main():
     base = ["generate", "-m", target, "-p", prompt, "-n", "40", "--temp", "0", "--ignore-eos",
             "--stats", "json"]
     outputs = {}
+    # --gemv-order auto (the default) and fma are accepted on every device (the CPU has one order).
     for name, extra in [("plain", []), ("k4", ["-md", draft, "--draft-max", "4"]),
-                        ("adaptive", ["-md", draft, "--draft-max", "8", "--draft-adaptive"])]:
+                        ("adaptive", ["-md", draft, "--draft-max", "8", "--draft-adaptive"]),
+                        ("k4 fma", ["-md", draft, "--draft-max", "4", "--gemv-order", "fma"]),
+                        ("k4 auto", ["-md", draft, "--draft-max", "4", "--gemv-order", "auto"])]:
         rc, out, err = run(specgen, base + extra)
         check(rc == 0, f"generate {name}: exit {rc}, stderr: {err.strip()}")
         text, stats = split_stats(out)
@@ -83,7 +86,7 @@ def main():
                   f"generate {name}: tau {tau} != tokens/passes")
         outputs[name] = text
     if "plain" in outputs:
-        for name in ("k4", "adaptive"):
+        for name in ("k4", "adaptive", "k4 fma", "k4 auto"):
             check(outputs.get(name) == outputs["plain"],
                   f"generate {name} text differs from plain:\n{outputs.get(name)!r}\n{outputs['plain']!r}")
 

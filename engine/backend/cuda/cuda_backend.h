@@ -34,10 +34,10 @@ struct CudaBackendOptions {
   // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
   // (kernels::GemvOrder). kTensorCores: faster at every width measured since the verify pass's store
   // and attention run under PDL (H200, a Qwen3-1.7B-sized target: 1 / 5 / 9 / 16 positions 4 / 16 / 17
-  // / 46% faster; bench/RESULTS_H200.md). kFma stays the default until the CLI picks the order by
-  // device (tensor is GPU only) and a GPU run has checked greedy text against the CPU reference under
-  // it. Every pass of this backend takes the same order, so speculative and target-only greedy output
-  // stay token-identical under either; the orders differ in the last bits.
+  // / 46% faster; bench/RESULTS_H200.md), and what the CLI's --gemv-order auto (its default) picks;
+  // kFma here is the default of the tests and benchmarks that construct a backend themselves. Every
+  // pass of this backend takes the same order, so speculative and target-only greedy output stay
+  // token-identical under either; the orders differ in the last bits.
   kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
 };
 
