@@ -437,6 +437,47 @@ BENCHMARK(BM_KernelChainFloor)
     ->Args({132, 4, 1})->Args({512, 4, 1})->Args({264, 1, 1})->Args({264, 4, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// What the host pays to queue one kernel (no graph): the chain's links launched one by one, 132 blocks
+// doing a prologue's work (work 1), with and without the PDL attribute: the driver's floor under each
+// Backend op of an eagerly launched pass (BM_TargetPass's us_host_launch counts ~230 of those a pass).
+void BM_HostLaunchCost(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const bool pdl = state.range(0) != 0;
+  constexpr int kLaunches = 230;
+  float* buf = nullptr;
+  if (cudaMalloc(&buf, sizeof(float) * 2 * 1024) != cudaSuccess) return state.SkipWithError("cudaMalloc");
+  cudaMemset(buf, 0, sizeof(float) * 2 * 1024);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const auto launch_all = [&] {
+    for (int i = 0; i < kLaunches; ++i) {
+      const float* in = buf + (i % 2) * 1024;
+      (void)bench::LaunchChainLink(in, buf + ((i + 1) % 2) * 1024, 132, 1, pdl, stream, i % 8);
+    }
+  };
+  launch_all();  // warm-up (module loading)
+  cudaStreamSynchronize(stream);
+  double host_s = 0, total_s = 0;
+  int64_t rounds = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < 20; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      launch_all();
+      const auto t1 = std::chrono::steady_clock::now();
+      cudaStreamSynchronize(stream);
+      host_s += std::chrono::duration<double>(t1 - t0).count();
+      total_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++rounds;
+    }
+  }
+  state.counters["us_host_per_launch"] = host_s * 1e6 / (rounds * kLaunches);
+  state.counters["us_per_launch"] = total_s * 1e6 / (rounds * kLaunches);
+  cudaStreamDestroy(stream);
+  cudaFree(buf);
+  if (cudaGetLastError() != cudaSuccess) state.SkipWithError("launch failed");
+}
+BENCHMARK(BM_HostLaunchCost)->ArgNames({"pdl"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
+
 // The same chain (132 blocks, work 1, PDL) while `readers` blocks on another stream read 4 GB of HBM
 // over and over: how much the chain's L2 round trips slow down under HBM traffic that is not theirs (the
 // decode graph's weight loads issued early), and the traffic's own GB/s. At most 66 readers: with a
