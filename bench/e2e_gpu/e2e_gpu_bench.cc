@@ -813,6 +813,7 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["tokens_per_s"] = tokens / seconds;
   state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
   state.counters["tau"] = steps ? double(tokens) / steps : 0.0;
+  state.counters["mean_k"] = steps ? double(drafted) / steps : 0.0;  // drafts a step (adaptive: its choice)
   state.counters["syncs_per_step"] = steps ? double(result_syncs + other) / steps : 0.0;
   state.counters["union_reads_per_step"] = steps ? double(unions) / steps : 0.0;
   state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
@@ -956,16 +957,21 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.max_new_tokens = 128;
   opt.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(0.8f, 1);
   opt.accept = AcceptMode::kRejection;
+  opt.adaptive = state.range(3) != 0;  // k is then the controller's bound (--draft-adaptive)
   SetOverlap(opt, state.range(2));
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
 BENCHMARK(BM_SpeculativeGeneration)
-    ->ArgNames({"k", "greedy", "overlap"})
-    ->Args({0, 1, 2})->Args({2, 1, 2})->Args({4, 1, 2})->Args({6, 1, 2})->Args({0, 0, 2})->Args({4, 0, 2})
-    ->Args({2, 1, 0})->Args({4, 1, 0})->Args({4, 0, 0})->Args({2, 1, 1})->Args({4, 1, 1})->Args({4, 0, 1})
-    ->Args({2, 1, 3})->Args({4, 1, 3})->Args({4, 0, 3})
+    ->ArgNames({"k", "greedy", "overlap", "adaptive"})
+    ->Args({0, 1, 2, 0})->Args({2, 1, 2, 0})->Args({4, 1, 2, 0})->Args({6, 1, 2, 0})->Args({0, 0, 2, 0})
+    ->Args({2, 0, 2, 0})->Args({4, 0, 2, 0})
+    ->Args({2, 1, 0, 0})->Args({4, 1, 0, 0})->Args({4, 0, 0, 0})->Args({2, 1, 1, 0})->Args({4, 1, 1, 0})
+    ->Args({4, 0, 1, 0})->Args({2, 1, 3, 0})->Args({4, 1, 3, 0})->Args({4, 0, 3, 0})
+    // The adaptive controller bounded by k (the CLI's --draft-adaptive): where it lands against the
+    // fixed lengths above.
+    ->Args({4, 1, 2, 1})->Args({8, 1, 2, 1})->Args({4, 0, 2, 1})->Args({8, 0, 2, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
