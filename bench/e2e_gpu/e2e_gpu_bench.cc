@@ -1003,6 +1003,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   opt.draft_max = k;
   opt.max_new_tokens = 64;
   SetOverlap(opt, state.range(3));
+  opt.adaptive = state.range(4) != 0;  // k is then the controller's bound (--draft-adaptive)
   opt.sampling = SamplingParams::Greedy();
   if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
@@ -1017,13 +1018,16 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
-    ->ArgNames({"k", "sampling", "order", "overlap"})
-    ->Args({0, 0, 0, 2})->Args({4, 0, 0, 2})->Args({0, 1, 0, 2})->Args({4, 1, 0, 2})->Args({0, 2, 0, 2})
-    ->Args({4, 2, 0, 2})->Args({8, 0, 0, 2})->Args({15, 0, 0, 2})->Args({0, 0, 1, 2})->Args({4, 0, 1, 2})
-    ->Args({8, 0, 1, 2})->Args({15, 0, 1, 2})->Args({4, 1, 1, 2})
-    ->Args({4, 0, 0, 0})->Args({8, 0, 0, 0})->Args({4, 1, 0, 0})->Args({4, 0, 1, 0})
-    ->Args({4, 0, 0, 1})->Args({8, 0, 0, 1})->Args({4, 1, 0, 1})->Args({4, 0, 1, 1})
-    ->Args({4, 0, 0, 3})->Args({8, 0, 0, 3})
+    ->ArgNames({"k", "sampling", "order", "overlap", "adaptive"})
+    ->Args({0, 0, 0, 2, 0})->Args({4, 0, 0, 2, 0})->Args({0, 1, 0, 2, 0})->Args({4, 1, 0, 2, 0})
+    ->Args({0, 2, 0, 2, 0})->Args({4, 2, 0, 2, 0})->Args({8, 0, 0, 2, 0})->Args({15, 0, 0, 2, 0})
+    ->Args({0, 0, 1, 2, 0})->Args({4, 0, 1, 2, 0})->Args({8, 0, 1, 2, 0})->Args({15, 0, 1, 2, 0})
+    ->Args({4, 1, 1, 2, 0})
+    ->Args({4, 0, 0, 0, 0})->Args({8, 0, 0, 0, 0})->Args({4, 1, 0, 0, 0})->Args({4, 0, 1, 0, 0})
+    ->Args({4, 0, 0, 1, 0})->Args({8, 0, 0, 1, 0})->Args({4, 1, 0, 1, 0})->Args({4, 0, 1, 1, 0})
+    ->Args({4, 0, 0, 3, 0})->Args({8, 0, 0, 3, 0})
+    // The adaptive controller bounded by k (acceptance 1.0 here: the longest draft is the best).
+    ->Args({8, 0, 1, 2, 1})->Args({15, 0, 1, 2, 1})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
