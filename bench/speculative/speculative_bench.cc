@@ -76,7 +76,8 @@ Pair& BundledPair() {
   return *pair;
 }
 
-// args: k (0 = plain decoding), mode (0 rejection, 1 coupled), greedy (0/1).
+// args: k (0 = plain decoding), mode (0 rejection, 1 coupled), greedy (0/1), adaptive (0/1: the
+// --draft-adaptive controller bounded by k).
 void BM_BundledPair(benchmark::State& state) {
   Pair& pair = BundledPair();
   if (!pair.error.empty() || !pair.target || !pair.draft) {
@@ -88,6 +89,7 @@ void BM_BundledPair(benchmark::State& state) {
   const bool greedy = state.range(2) != 0;
   SpeculativeOptions options;
   options.draft_max = k;
+  options.adaptive = state.range(3) != 0;
   options.accept = mode;
   options.max_new_tokens = pair.new_tokens;
   options.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(pair.temperature, 0);
@@ -114,6 +116,7 @@ void BM_BundledPair(benchmark::State& state) {
   state.counters["tokens_per_second"] = seconds > 0 ? tokens / seconds : 0;
   state.counters["acceptance_rate"] = drafted ? double(accepted) / drafted : 0;
   state.counters["tau"] = passes ? 1.0 + double(accepted) / passes : 0;
+  state.counters["mean_k"] = passes ? double(drafted) / passes : 0;
   if (k > 0 && mode == AcceptMode::kRejection && pair.stats.contains("acceptance")) {
     const auto& acc = pair.stats["acceptance"][greedy ? "greedy" : "sampled"];
     if (acc.contains(std::to_string(k))) {
@@ -123,15 +126,16 @@ void BM_BundledPair(benchmark::State& state) {
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"k", "coupled", "greedy"});
+  b->ArgNames({"k", "coupled", "greedy", "adaptive"});
   for (int greedy : {0, 1}) {
-    b->Args({0, 0, greedy});
+    b->Args({0, 0, greedy, 0});
     for (int k = 1; k <= 8; ++k) {
       for (int coupled : {0, 1}) {
         if (greedy && coupled) continue;  // identical rules at temperature 0
-        b->Args({k, coupled, greedy});
+        b->Args({k, coupled, greedy, 0});
       }
     }
+    b->Args({8, 0, greedy, 1});  // where the controller lands among the fixed lengths
   }
 }
 BENCHMARK(BM_BundledPair)->Apply(Args)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();

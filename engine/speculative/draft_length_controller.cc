@@ -70,7 +70,9 @@ void DraftLengthController::ObserveAcceptance(int k, int n_accepted) {
   const int tested = n_accepted + (n_accepted < k ? 1 : 0);
   for (int i = 0; i < tested; ++i) {
     const double hit = i < n_accepted ? 1.0 : 0.0;
-    alpha_ += options_.alpha_weight * (hit - alpha_);
+    const double weight = std::max(options_.alpha_weight, 1.0 / static_cast<double>(tested_ + 2));
+    alpha_ += weight * (hit - alpha_);
+    ++tested_;
   }
 }
 

@@ -13,7 +13,10 @@ class DraftLengthController {
  public:
   struct Options {
     double alpha_prior = 0.6;     // before any draft was tested
-    double alpha_weight = 0.05;   // EWMA weight of one tested draft token
+    // EWMA weight of one tested draft token; until 1 / alpha_weight tokens were tested, α is their
+    // running mean with the prior as one observation (so a first pass moves it, where a weight of
+    // 0.05 from the start kept a pair whose drafts all pass below 0.9 for 27 tokens).
+    double alpha_weight = 0.05;
     double time_weight = 0.2;     // EWMA weight of one timing sample
     int explore_every = 16;       // while k = 0 wins, try k = 1 this often to keep α and t_draft fresh
   };
@@ -40,6 +43,7 @@ class DraftLengthController {
   int k_max_;
   Options options_;
   double alpha_;
+  int64_t tested_ = 0;    // draft tokens tested so far
   double t_draft_ = 0.0;  // per drafted token; 0 until measured
   bool draft_measured_ = false;
   std::vector<double> t_verify_;   // [n] EWMA, index 1..k_max+1

@@ -47,6 +47,24 @@ TEST(DraftLengthController, ModerateDraftsInBetween) {
   EXPECT_LE(k, 6);
 }
 
+TEST(DraftLengthController, AlphaLeavesThePriorWithinAPass) {
+  // Until 1 / alpha_weight = 20 tokens were tested, α is the running mean of the prior (0.6, one
+  // observation) and the tests: a pass of 15 accepted drafts takes it to (0.6 + 15) / 16 (a plain EWMA
+  // of weight 0.05 left it at 1 - 0.4 * 0.95^15 = 0.81), a rejected first draft to 0.6 / 2.
+  DraftLengthController all(15);
+  all.ObserveAcceptance(15, 15);
+  EXPECT_NEAR(all.alpha(), 15.6 / 16, 1e-12);
+  DraftLengthController none(4);
+  none.ObserveAcceptance(4, 0);
+  EXPECT_NEAR(none.alpha(), 0.3, 1e-12);
+  // Past the window the weight is alpha_weight again: 20 hits, then one miss moves α by 5% of it.
+  DraftLengthController c(4);
+  for (int i = 0; i < 5; ++i) c.ObserveAcceptance(4, 4);  // 20 tested, all accepted
+  const double before = c.alpha();
+  c.ObserveAcceptance(4, 0);
+  EXPECT_NEAR(c.alpha(), before - 0.05 * before, 1e-12);
+}
+
 TEST(DraftLengthController, EstimatesAlpha) {
   DraftLengthController c(4);
   std::mt19937 rng(3);
