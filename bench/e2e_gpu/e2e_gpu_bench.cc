@@ -30,12 +30,14 @@
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
 //  - BM_TargetPass: one Transformer pass of n tokens (a verification, or the target alone) as the
-//    speculative loop runs it (Backend ops, launched one by one), against its weights' HBM floor.
+//    speculative loop runs it (Backend ops, launched one by one), against its weights' HBM floor, and
+//    the host's time to queue it. BM_HostLaunchCost: what queuing one kernel costs the host.
 //  - BM_SpeculativeSynthPair: a Qwen3-sized pair (synth qwen3-0.6b draft, qwen3-1.7b target, random
 //    weights) through the same loop: what a step costs at a 151936-token vocabulary.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
-//    same loop), acceptance rate, τ, host syncs per step (result copies + other waits; should be 1)
+//    same loop; adaptive: the controller bounded by k), acceptance rate, τ, drafts a step, host syncs
+//    per step (result copies + other waits; should be 1)
 //    and MoE expert-union reads per step (allowed, DESIGN §6 a).
 // Skips (with an error message) without a device or without the pair.
 #include <benchmark/benchmark.h>
