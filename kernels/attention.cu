@@ -752,7 +752,7 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
                             cudaStream_t stream, bool programmatic, const DecodeRopeAppend& rope,
                             int queries = 1) {
   SPECGEN_KERNEL_REQUIRE(max_past >= 0 && queries >= 1 && queries <= kDecodeMaxQueries);
-  SPECGEN_KERNEL_REQUIRE(queries == 1 || (rope.q_raw == nullptr && d_n_past == nullptr));
+  SPECGEN_KERNEL_REQUIRE(queries == 1 || rope.q_raw == nullptr);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
   SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
@@ -802,11 +802,11 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
 cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, const void* v_cache,
                                        ElemType kv_type, float* out, int n_past, int queries, int heads,
                                        int kv_heads, int head_dim, float scale, void* workspace,
-                                       size_t workspace_bytes, cudaStream_t stream) {
+                                       size_t workspace_bytes, cudaStream_t stream, const int32_t* d_n_past) {
   SPECGEN_KERNEL_REQUIRE(q != nullptr);
   return DecodeAttention(q, k_cache, v_cache, kv_type, out, n_past, heads, kv_heads, head_dim, scale, workspace,
-                         workspace_bytes, nullptr, stream, ProgrammaticLaunchOnCurrentDevice(), DecodeRopeAppend{},
-                         queries);
+                         workspace_bytes, d_n_past, stream, ProgrammaticLaunchOnCurrentDevice(),
+                         DecodeRopeAppend{}, queries);
 }
 
 }  // namespace specgen::kernels

@@ -121,10 +121,15 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, n_past + queries, head_dim, queries)
 //              bytes, ZEROED once before the first launch (per-(query, head) counters every launch
 //              leaves at zero); one launch at a time per workspace.
+//   d_n_past   optional device int32 (a graph-captured verification, whose arguments are fixed): the
+//              committed length is read from it, `n_past` is only its upper bound (grid and workspace
+//              are sized for it; blocks past a query's keys return at once), and the results equal a
+//              launch with n_past = *d_n_past bit for bit. It must be set before the previous kernel.
 inline constexpr int kDecodeMaxQueries = 16;
 cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, const void* v_cache,
                                        ElemType kv_type, float* out, int n_past, int queries, int heads,
                                        int kv_heads, int head_dim, float scale, void* workspace,
-                                       size_t workspace_bytes, cudaStream_t stream);
+                                       size_t workspace_bytes, cudaStream_t stream,
+                                       const int32_t* d_n_past = nullptr);
 
 }  // namespace specgen::kernels

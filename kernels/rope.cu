@@ -46,7 +46,7 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
                                     const void* __restrict__ k_norm, ElemType norm_type, float eps,
                                     const int32_t* __restrict__ positions, int heads, int kv_heads, int d,
                                     double theta, RopeStyle style, float* k_cache, float* v_cache,
-                                    int64_t dst_row) {
+                                    int64_t dst_row, const int32_t* __restrict__ d_base) {
   __shared__ float scratch[32];
   __shared__ float y[256];
   // Under PDL (LaunchNormRopeStore): everything it reads comes from the q/k/v projection before it.
@@ -55,7 +55,8 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
   const int per_token = heads + 2 * kv_heads;
   const int t = blockIdx.x / per_token, b = blockIdx.x % per_token;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
-  const int64_t cache_row = (dst_row + t) * kv_dim;
+  const int64_t base = d_base != nullptr ? *d_base : dst_row;
+  const int64_t cache_row = (base + t) * kv_dim;
   if (b >= heads + kv_heads) {  // V: copied as it is
     const int64_t h = b - heads - kv_heads;
     for (int i = threadIdx.x; i < d; i += blockDim.x) v_cache[cache_row + h * d + i] = v[t * kv_dim + h * d + i];
@@ -74,7 +75,7 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
     for (int i = threadIdx.x; i < d; i += blockDim.x) y[i] = x[i];
   }
   __syncthreads();
-  const int pos = positions[t];
+  const int pos = d_base != nullptr ? static_cast<int>(base) + t : positions[t];
   for (int i = threadIdx.x; i < d / 2; i += blockDim.x) {  // RopeKernel's, with rot_dim = d
     const RopePair r(pos, i, d, theta, style);
     const float x0 = y[r.i0], x1 = y[r.i1];
@@ -106,17 +107,17 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
                                 int kv_heads, int head_dim, double theta, RopeStyle style, float* k_cache,
-                                float* v_cache, int64_t dst_row, cudaStream_t stream) {
+                                float* v_cache, int64_t dst_row, cudaStream_t stream, const int32_t* d_base) {
   SPECGEN_KERNEL_REQUIRE(n >= 0 && heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
                          head_dim <= 256 && theta > 0 && dst_row >= 0);
   SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
   if (n == 0) return cudaSuccess;
-  SPECGEN_KERNEL_REQUIRE(q && k && v && positions && k_cache && v_cache);
+  SPECGEN_KERNEL_REQUIRE(q && k && v && (positions || d_base) && k_cache && v_cache);
   const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;  // as LaunchRmsNorm's
   const unsigned blocks = static_cast<unsigned>(n) * static_cast<unsigned>(heads + 2 * kv_heads);
   return LaunchDecodeKernel(NormRopeStoreKernel, dim3(blocks), dim3(threads), 0, stream,
                             ProgrammaticLaunchOnCurrentDevice(), q, k, v, q_norm, k_norm, norm_type, eps, positions,
-                            heads, kv_heads, head_dim, theta, style, k_cache, v_cache, dst_row);
+                            heads, kv_heads, head_dim, theta, style, k_cache, v_cache, dst_row, d_base);
 }
 
 }  // namespace specgen::kernels

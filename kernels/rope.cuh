@@ -34,9 +34,13 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 //   q_norm, k_norm  [head_dim] of norm_type, device, or both null
 //   positions  [n] int32, device;  head_dim even, <= 256
 //   k_cache, v_cache  [>= dst_row + n, kv_heads, head_dim] fp32, device
+//   d_base     optional device int32 (a graph-captured verification): token t's position and cache row
+//              are *d_base + t (positions and dst_row are then not read); the same bits as a launch
+//              with positions[t] = dst_row + t = *d_base + t. It must be set before the previous kernel.
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
                                 int kv_heads, int head_dim, double theta, RopeStyle style, float* k_cache,
-                                float* v_cache, int64_t dst_row, cudaStream_t stream);
+                                float* v_cache, int64_t dst_row, cudaStream_t stream,
+                                const int32_t* d_base = nullptr);
 
 }  // namespace specgen::kernels

@@ -362,6 +362,78 @@ TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
   CheckDecodeBatch(40, 1, 32, 4, 128, ElemType::kF32);     // one query: the single-query kernel's case
 }
 
+// The batch with its length read from the device, as a graph-captured verification would launch it
+// (grid and workspace sized for `bound`, the longest cache): the same bits as the launch given the
+// length on the host, for every query, and again on a second launch (the counters left at zero).
+void CheckDecodeBatchDeviceLength(int n_past, int bound, int queries, ElemType kv) {
+  auto rng = testing::FreshRng();
+  const int heads = 16, kv_heads = 8, d = 128, capacity = bound + queries;
+  const auto q = testing::RandomNormal(rng, size_t(queries) * heads * d);
+  const auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  const auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  DeviceBuffer<float> dq(q), dk32(k), dv32(v), host_out(q.size()), dev_out(q.size());
+  DeviceBuffer<uint16_t> dk16(testing::ToBf16(k)), dv16(testing::ToBf16(v));
+  const void* kp = kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
+  const void* vp = kv == ElemType::kF32 ? static_cast<const void*>(dv32.get()) : dv16.get();
+  DeviceBuffer<int32_t> d_len(std::vector<int32_t>{n_past});
+  const float scale = 1.f / std::sqrt(float(d));
+  const size_t host_ws = DecodeAttentionWorkspaceBytes(heads, kv_heads, n_past + queries, d, queries);
+  const size_t dev_ws = DecodeAttentionWorkspaceBytes(heads, kv_heads, bound + queries, d, queries);
+  DeviceBuffer<uint8_t> ws1(std::vector<uint8_t>(host_ws, 0)), ws2(std::vector<uint8_t>(dev_ws, 0));
+  const std::string what = "device length " + std::to_string(n_past) + " of " + std::to_string(bound) +
+                           ", queries " + std::to_string(queries);
+  CUDA_OK(LaunchDecodeAttentionBatch(dq.get(), kp, vp, kv, host_out.get(), n_past, queries, heads, kv_heads, d,
+                                     scale, ws1.get(), host_ws, nullptr));
+  const auto want = host_out.Download();
+  for (int run = 0; run < 2; ++run) {
+    dev_out.Poison();
+    CUDA_OK(LaunchDecodeAttentionBatch(dq.get(), kp, vp, kv, dev_out.get(), bound, queries, heads, kv_heads, d,
+                                       scale, ws2.get(), dev_ws, nullptr, d_len.get()));
+    const auto got = dev_out.Download();
+    for (float x : got) ASSERT_TRUE(std::isfinite(x)) << what;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * got.size()), 0) << what << ", run " << run;
+  }
+}
+
+TEST(AttentionGpu, DecodeBatchTakesItsLengthFromTheDevice) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  CheckDecodeBatchDeviceLength(31, 31, 5, ElemType::kF32);     // the bound is the length
+  CheckDecodeBatchDeviceLength(31, 500, 5, ElemType::kF32);    // a grid for 500: most blocks return
+  CheckDecodeBatchDeviceLength(120, 1100, 9, ElemType::kF32);  // a bound past the 1024-slot chunk switch
+  CheckDecodeBatchDeviceLength(0, 64, 16, ElemType::kBF16);    // the first query sees only its own key
+}
+
+// LaunchNormRopeStore with the batch's base position read from the device (positions base + t, cache
+// rows base + t) against the launch given them on the host: the same bits in q, k and both caches.
+TEST(AttentionGpu, NormRopeStoreTakesItsBaseFromTheDevice) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int n = 5, heads = 16, kv_heads = 8, d = 128, base = 37, capacity = 64;
+  const auto q = testing::RandomNormal(rng, size_t(n) * heads * d);
+  const auto k = testing::RandomNormal(rng, size_t(n) * kv_heads * d);
+  const auto v = testing::RandomNormal(rng, size_t(n) * kv_heads * d);
+  const auto cache = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
+  DeviceBuffer<uint16_t> qn(testing::ToBf16(testing::RandomNormal(rng, d))), kn(testing::ToBf16(testing::RandomNormal(rng, d)));
+  std::vector<int32_t> positions(n);
+  for (int t = 0; t < n; ++t) positions[t] = base + t;
+  DeviceBuffer<int32_t> dpos(positions), dbase(std::vector<int32_t>{base});
+  std::vector<std::vector<float>> out[2];
+  for (int device_base = 0; device_base < 2; ++device_base) {
+    DeviceBuffer<float> dq(q), dk(k), dv(v), kc(cache), vc(cache);
+    CUDA_OK(LaunchNormRopeStore(dq.get(), dk.get(), dv.get(), qn.get(), kn.get(), ElemType::kBF16, 1e-6f,
+                                device_base ? nullptr : dpos.get(), n, heads, kv_heads, d, 1e6,
+                                RopeStyle::kRotateHalf, kc.get(), vc.get(), device_base ? 0 : base, nullptr,
+                                device_base ? dbase.get() : nullptr));
+    out[device_base] = {dq.Download(), dk.Download(), kc.Download(), vc.Download()};
+  }
+  const char* names[] = {"q", "k", "k cache", "v cache"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(std::memcmp(out[0][i].data(), out[1][i].data(), sizeof(float) * out[0][i].size()), 0) << names[i];
+  }
+  // (The host launch's rows moved: the check would pass for a kernel ignoring both.)
+  EXPECT_NE(std::memcmp(out[0][2].data(), cache.data(), sizeof(float) * cache.size()), 0);
+}
+
 // One workspace through batches of changing size at a context of several chunks (merged through the
 // per-(query, head) counters, which every launch must find at zero): 5, 1, 5, 3, 16 queries, each query
 // against its single-query launch. (Counters placed after a batch-sized count had a batch of 1 lay its
