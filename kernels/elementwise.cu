@@ -45,7 +45,26 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
 }
 
+__global__ void StoreInt32Kernel(int32_t* dst, int32_t value) { *dst = value; }
+
 }  // namespace
+
+cudaError_t LaunchStoreInt32(int32_t* dst, int32_t value, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(dst != nullptr);
+  StoreInt32Kernel<<<1, 1, 0, stream>>>(dst, value);
+  return cudaGetLastError();
+}
+
+cudaError_t SetStoreInt32NodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, int32_t* dst, int32_t value) {
+  SPECGEN_KERNEL_REQUIRE(exec != nullptr && node != nullptr && dst != nullptr);
+  void* args[] = {&dst, &value};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(StoreInt32Kernel);
+  p.gridDim = dim3(1);
+  p.blockDim = dim3(1);
+  p.kernelParams = args;
+  return cudaGraphExecKernelNodeSetParams(exec, node, &p);
+}
 
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
                          cudaStream_t stream) {

@@ -26,4 +26,12 @@ cudaError_t LaunchAdd(const float* a, const float* b, float* out, int64_t n, cud
 cudaError_t LaunchEmbedding(const void* table, ElemType table_type, int64_t vocab, int dim,
                             const int32_t* ids, int tokens, float* out, cudaStream_t stream);
 
+// *dst = value, one thread, launched plainly (no programmatic edge: whatever follows it in a stream
+// or a graph starts after the store). A captured pass's first node (engine/speculative/
+// graphed_target_pass.h): SetStoreInt32NodeArgs gives each replay its value (the KV cache's length).
+cudaError_t LaunchStoreInt32(int32_t* dst, int32_t value, cudaStream_t stream);
+// Replaces the arguments of a captured LaunchStoreInt32 in `exec` (effective from its next launch).
+// `node`: that launch's node in the graph `exec` was instantiated from.
+cudaError_t SetStoreInt32NodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, int32_t* dst, int32_t value);
+
 }  // namespace specgen::kernels

@@ -60,6 +60,7 @@
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/device_speculative_decoder.h"
+#include "engine/speculative/graphed_target_pass.h"
 #include "engine/speculative/graphed_draft.h"
 #include "kernels/attention.cuh"
 #include "kernels/decode_fused.cuh"
@@ -796,7 +797,12 @@ BENCHMARK(BM_PersistentPhases)->ArgNames({"prefetch"})->Arg(0)->Arg(1)->Unit(ben
 void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
                        const std::vector<std::vector<int32_t>>& prompts, bool has_draft) {
   int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0, result_syncs = 0, other = 0, unions = 0;
-  double seconds = 0;
+  double seconds = 0, draft_s = 0, verify_s = 0, accept_s = 0;
+  // One generation untimed: the first use of each kernel loads its module (CUDA's lazy loading: 67-94
+  // ms for the Qwen3-sized target's single-token pass on the H200) and the first pass of each size
+  // captures its graph (1.9 ms for that target's 228 nodes); both would land on whichever variant
+  // runs first in the process.
+  if (auto warm = dec->Generate(prompts[0]); !warm.ok()) return state.SkipWithError(std::string(warm.status().message()).c_str());
   size_t i = 0;
   for (auto _ : state) {
     auto out = dec->Generate(prompts[i++ % prompts.size()]);
@@ -805,6 +811,9 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
     const StepSyncStats& y = dec->syncs();
     tokens += s.tokens;
     seconds += s.total_seconds;
+    draft_s += s.draft_seconds;
+    verify_s += s.verify_seconds;
+    accept_s += s.accept_seconds;
     drafted += s.drafted;
     accepted += s.accepted;
     steps += y.steps;
@@ -819,6 +828,11 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["syncs_per_step"] = steps ? double(result_syncs + other) / steps : 0.0;
   state.counters["union_reads_per_step"] = steps ? double(unions) / steps : 0.0;
   state.counters["ms_per_step"] = steps ? seconds * 1e3 / steps : 0.0;
+  // The step's phases on the host (the loop's Stats): drafting and verification queue work; the accept
+  // phase holds the step's one wait, for all the device's work.
+  state.counters["us_draft_host"] = steps ? draft_s * 1e6 / steps : 0.0;
+  state.counters["us_verify_host"] = steps ? verify_s * 1e6 / steps : 0.0;
+  state.counters["us_accept_wait"] = steps ? accept_s * 1e6 / steps : 0.0;
   const DraftDecodeStats d = dec->draft_decode_stats();
   state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
   state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
@@ -826,10 +840,16 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["draft_run_ahead"] = static_cast<double>(d.run_ahead);
   state.counters["draft_run_ahead_used"] = static_cast<double>(d.run_ahead_used);
   state.counters["draft_run_ahead_late"] = static_cast<double>(d.run_ahead_late);
+  const VerifyPassStats v = dec->verify_pass_stats();
+  state.counters["verify_graph_replays"] = static_cast<double>(v.graph_replays);
+  state.counters["verify_eager"] = static_cast<double>(v.eager_passes);
+  state.counters["verify_captures"] = static_cast<double>(v.captures);
+  std::string label;
   if (has_draft) {
-    state.SetLabel(std::string("draft ") + DraftDecodePathName(d.path) +
-                   (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph));
+    label = std::string("draft ") + DraftDecodePathName(d.path) + (d.why_not_graph.empty() ? "" : ": " + d.why_not_graph);
   }
+  if (!v.why_not_graph.empty()) label += (label.empty() ? "" : "; ") + std::string("verify eager: ") + v.why_not_graph;
+  if (!label.empty()) state.SetLabel(label);
 }
 
 // One Transformer::ForwardResident pass of n tokens (the speculative loop's verify at n = k + 1, the
@@ -837,8 +857,10 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
 // synth:qwen3-1.7b (model 0), synth:qwen3-0.6b (1) or the bundled tiny-target (2): us_per_pass, and
 // for the synthetic models its floor (every weight read once at 4.2 TB/s) and the share of it reached.
 // fused 0: CudaBackendOptions::fused_ops off (the ops one by one, the same bits): what fusing is worth.
-// order: CudaBackendOptions::gemv_order (0 FMA, 1 tensor cores).
-// ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it).
+// order: CudaBackendOptions::gemv_order (0 FMA, 1 tensor cores). graph 1: the pass replayed from a CUDA
+// graph (GraphedTargetPass, SpeculativeOptions::graph_verify, the loop's default), tokens from device memory.
+// ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it); the smaller ones are
+// paced by the host's launches eagerly (us_host_launch near us_per_pass).
 void BM_TargetPass(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const int which = static_cast<int>(state.range(0));
@@ -888,16 +910,34 @@ void BM_TargetPass(benchmark::State& state) {
   if (auto r = t.ForwardResident(tokens, positions, {}); !r.ok() || !t.Truncate(32).ok()) {
     return state.SkipWithError("warm-up pass failed");
   }
+  std::unique_ptr<GraphedTargetPass> graphed;
+  if (state.range(4) != 0) {
+    // The token ids' block goes with the backend's arena when the benchmark ends.
+    auto d_tokens = (*be)->arena().Allocate(n * sizeof(int32_t), "the pass's token ids");
+    if (!d_tokens.ok()) return state.SkipWithError(std::string(d_tokens.status().message()).c_str());
+    if (cudaMemcpy(*d_tokens, tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return state.SkipWithError("token copy failed");
+    }
+    auto g = GraphedTargetPass::Create(be->get(), &t, static_cast<const int32_t*>(*d_tokens), n);
+    if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+    graphed = std::move(g).value();
+    // The capture (and its warm-up pass) untimed.
+    if (auto r = graphed->Forward(n); !r.ok() || !t.Truncate(32).ok()) return state.SkipWithError("first graphed pass failed");
+    if (!graphed->fallback_reason().empty()) return state.SkipWithError(graphed->fallback_reason().c_str());
+  }
   double seconds = 0, host_seconds = 0;
   int64_t passes = 0;
   for (auto _ : state) {
     for (int r = 0; r < 8; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      auto out = t.ForwardResident(tokens, positions, {});
+      auto out = graphed ? graphed->Forward(n) : t.ForwardResident(tokens, positions, {});
       host_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       absl::Status st = out.status();
       if (st.ok()) st = (*be)->Synchronize(SyncKind::kOther);
-      if (st.ok()) st = t.Truncate(32);
+      // graph 2: the next pass at another length (32 or 33), as the loop's passes are: each replay then
+      // gives the graph's length node a new value.
+      if (st.ok()) st = t.Truncate(state.range(4) == 2 ? 32 + (r + 1) % 2 : 32);
       if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -914,13 +954,18 @@ void BM_TargetPass(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TargetPass)
-    ->ArgNames({"model", "n", "fused", "order"})
-    ->Args({0, 1, 1, 0})->Args({0, 1, 0, 0})->Args({0, 2, 1, 0})->Args({0, 5, 1, 0})->Args({0, 5, 0, 0})
-    ->Args({0, 9, 1, 0})->Args({0, 9, 0, 0})->Args({1, 1, 1, 0})->Args({1, 2, 1, 0})->Args({2, 1, 1, 0})
-    ->Args({2, 5, 1, 0})
-    ->Args({0, 1, 1, 1})->Args({0, 2, 1, 1})->Args({0, 5, 1, 1})->Args({0, 9, 1, 1})->Args({0, 16, 1, 0})
-    ->Args({0, 16, 1, 1})->Args({1, 1, 1, 1})->Args({1, 2, 1, 1})
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->ArgNames({"model", "n", "fused", "order", "graph"})
+    ->Args({0, 1, 1, 0, 0})->Args({0, 1, 0, 0, 0})->Args({0, 2, 1, 0, 0})->Args({0, 5, 1, 0, 0})->Args({0, 5, 0, 0, 0})
+    ->Args({0, 9, 1, 0, 0})->Args({0, 9, 0, 0, 0})->Args({1, 1, 1, 0, 0})->Args({1, 2, 1, 0, 0})->Args({2, 1, 1, 0, 0})
+    ->Args({2, 5, 1, 0, 0})
+    ->Args({0, 1, 1, 1, 0})->Args({0, 2, 1, 1, 0})->Args({0, 5, 1, 1, 0})->Args({0, 9, 1, 1, 0})->Args({0, 16, 1, 0, 0})
+    ->Args({0, 16, 1, 1, 0})->Args({1, 1, 1, 1, 0})->Args({1, 2, 1, 1, 0})
+        // Replayed from a graph (the loop's default), in the CLI's default order (tensor cores).
+    ->Args({0, 1, 1, 1, 1})->Args({0, 5, 1, 1, 1})->Args({0, 9, 1, 1, 1})->Args({0, 16, 1, 1, 1})
+    ->Args({1, 1, 1, 1, 1})->Args({1, 5, 1, 1, 1})->Args({2, 1, 1, 1, 1})->Args({2, 5, 1, 1, 1})
+    ->Args({1, 5, 1, 1, 0})->Args({2, 1, 1, 1, 0})->Args({2, 5, 1, 1, 0})
+    ->Args({0, 1, 1, 1, 2})->Args({1, 1, 1, 1, 2})->Args({2, 1, 1, 1, 2})
+->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // The benchmarks' `overlap` argument: 0 every draft decode on the backend's stream, 1 the last draft
 // beside the verification (SpeculativeOptions::overlap_last_draft), 2 that and the guess of the bonus
@@ -961,20 +1006,24 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.accept = AcceptMode::kRejection;
   opt.adaptive = state.range(3) != 0;  // k is then the controller's bound (--draft-adaptive)
   SetOverlap(opt, state.range(2));
+  opt.graph_verify = state.range(4) != 0;
   auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
 BENCHMARK(BM_SpeculativeGeneration)
-    ->ArgNames({"k", "greedy", "overlap", "adaptive"})
-    ->Args({0, 1, 2, 0})->Args({2, 1, 2, 0})->Args({4, 1, 2, 0})->Args({6, 1, 2, 0})->Args({0, 0, 2, 0})
-    ->Args({2, 0, 2, 0})->Args({4, 0, 2, 0})
-    ->Args({2, 1, 0, 0})->Args({4, 1, 0, 0})->Args({4, 0, 0, 0})->Args({2, 1, 1, 0})->Args({4, 1, 1, 0})
-    ->Args({4, 0, 1, 0})->Args({2, 1, 3, 0})->Args({4, 1, 3, 0})->Args({4, 0, 3, 0})
+    ->ArgNames({"k", "greedy", "overlap", "adaptive", "graph_verify"})
+    ->Args({0, 1, 2, 0, 1})->Args({2, 1, 2, 0, 1})->Args({4, 1, 2, 0, 1})->Args({6, 1, 2, 0, 1})->Args({0, 0, 2, 0, 1})
+    ->Args({2, 0, 2, 0, 1})->Args({4, 0, 2, 0, 1})
+    ->Args({2, 1, 0, 0, 1})->Args({4, 1, 0, 0, 1})->Args({4, 0, 0, 0, 1})->Args({2, 1, 1, 0, 1})->Args({4, 1, 1, 0, 1})
+    ->Args({4, 0, 1, 0, 1})->Args({2, 1, 3, 0, 1})->Args({4, 1, 3, 0, 1})->Args({4, 0, 3, 0, 1})
     // The adaptive controller bounded by k (the CLI's --draft-adaptive): where it lands against the
     // fixed lengths above.
-    ->Args({4, 1, 2, 1})->Args({8, 1, 2, 1})->Args({4, 0, 2, 1})->Args({8, 0, 2, 1})
-    ->Unit(benchmark::kMillisecond)->Iterations(4);
+    ->Args({4, 1, 2, 1, 1})->Args({8, 1, 2, 1, 1})->Args({4, 0, 2, 1, 1})->Args({8, 0, 2, 1, 1})
+        // The target's passes launched eagerly (graph_verify off): what the graphs are worth.
+    ->Args({0, 1, 2, 0, 0})->Args({2, 1, 2, 0, 0})->Args({4, 1, 2, 0, 0})->Args({2, 0, 2, 0, 0})
+    ->Args({4, 1, 2, 1, 0})
+->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // A Qwen3-sized pair through the GPU-resident loop: draft synth:qwen3-0.6b, target synth:qwen3-1.7b
 // (bf16, 151936-token vocabulary), 64 new tokens after a 32-token prompt. ms_per_step is what the loop
@@ -1006,6 +1055,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   opt.max_new_tokens = 64;
   SetOverlap(opt, state.range(3));
   opt.adaptive = state.range(4) != 0;  // k is then the controller's bound (--draft-adaptive)
+  opt.graph_verify = state.range(5) != 0;
   opt.sampling = SamplingParams::Greedy();
   if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
@@ -1020,17 +1070,19 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   MeasureGeneration(state, dec->get(), {prompt}, k > 0);
 }
 BENCHMARK(BM_SpeculativeSynthPair)
-    ->ArgNames({"k", "sampling", "order", "overlap", "adaptive"})
-    ->Args({0, 0, 0, 2, 0})->Args({4, 0, 0, 2, 0})->Args({0, 1, 0, 2, 0})->Args({4, 1, 0, 2, 0})
-    ->Args({0, 2, 0, 2, 0})->Args({4, 2, 0, 2, 0})->Args({8, 0, 0, 2, 0})->Args({15, 0, 0, 2, 0})
-    ->Args({0, 0, 1, 2, 0})->Args({4, 0, 1, 2, 0})->Args({8, 0, 1, 2, 0})->Args({15, 0, 1, 2, 0})
-    ->Args({4, 1, 1, 2, 0})
-    ->Args({4, 0, 0, 0, 0})->Args({8, 0, 0, 0, 0})->Args({4, 1, 0, 0, 0})->Args({4, 0, 1, 0, 0})
-    ->Args({4, 0, 0, 1, 0})->Args({8, 0, 0, 1, 0})->Args({4, 1, 0, 1, 0})->Args({4, 0, 1, 1, 0})
-    ->Args({4, 0, 0, 3, 0})->Args({8, 0, 0, 3, 0})
+    ->ArgNames({"k", "sampling", "order", "overlap", "adaptive", "graph_verify"})
+    ->Args({0, 0, 0, 2, 0, 1})->Args({4, 0, 0, 2, 0, 1})->Args({0, 1, 0, 2, 0, 1})->Args({4, 1, 0, 2, 0, 1})
+    ->Args({0, 2, 0, 2, 0, 1})->Args({4, 2, 0, 2, 0, 1})->Args({8, 0, 0, 2, 0, 1})->Args({15, 0, 0, 2, 0, 1})
+    ->Args({0, 0, 1, 2, 0, 1})->Args({4, 0, 1, 2, 0, 1})->Args({8, 0, 1, 2, 0, 1})->Args({15, 0, 1, 2, 0, 1})
+    ->Args({4, 1, 1, 2, 0, 1})
+    ->Args({4, 0, 0, 0, 0, 1})->Args({8, 0, 0, 0, 0, 1})->Args({4, 1, 0, 0, 0, 1})->Args({4, 0, 1, 0, 0, 1})
+    ->Args({4, 0, 0, 1, 0, 1})->Args({8, 0, 0, 1, 0, 1})->Args({4, 1, 0, 1, 0, 1})->Args({4, 0, 1, 1, 0, 1})
+    ->Args({4, 0, 0, 3, 0, 1})->Args({8, 0, 0, 3, 0, 1})
     // The adaptive controller bounded by k (acceptance 1.0 here: the longest draft is the best).
-    ->Args({8, 0, 1, 2, 1})->Args({15, 0, 1, 2, 1})
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Args({8, 0, 1, 2, 1, 1})->Args({15, 0, 1, 2, 1, 1})
+        // The target's passes launched eagerly (graph_verify off).
+    ->Args({0, 0, 1, 2, 0, 0})->Args({4, 0, 1, 2, 0, 0})->Args({15, 0, 1, 2, 0, 0})
+->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace specgen

@@ -160,6 +160,7 @@ absl::Status Transformer::EnsureScratch(int64_t n) {
     }
     RETURN_IF_ERROR(alloc(spec.vocab_size, &s->logits));
     scratch_ = std::move(s);
+    ++scratch_generation_;
   }
   for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
   return absl::OkStatus();
@@ -221,6 +222,19 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
   RETURN_IF_ERROR(cache_.Append(n));
   return s.logits.get();
+}
+
+absl::StatusOr<const Buffer*> Transformer::CommitReplayedPass(int64_t n) {
+  if (scratch_ == nullptr || n <= 0 || n > scratch_->capacity) {
+    return absl::FailedPreconditionError(Cat("replayed pass of ", n, " positions: no captured pass of that size"));
+  }
+  if (n_past() + n > max_context()) {
+    return InvalidArgument("forward: ", n_past(), " cached + ", n, " new positions exceed the context of ",
+                           max_context(), " (raise it with -c)");
+  }
+  for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
+  RETURN_IF_ERROR(cache_.Append(n));
+  return scratch_->logits.get();
 }
 
 absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t> positions,

@@ -55,6 +55,13 @@ class Transformer : public CausalLm {
                                                 std::span<const uint8_t> mask);
 
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
+  // For a caller that replays a ForwardResident of n positions captured in a CUDA graph
+  // (engine/speculative/graphed_target_pass.h): commits the n positions as the pass does and returns
+  // its logits buffer with n rows (the buffer the captured pass wrote; see scratch_generation).
+  absl::StatusOr<const Buffer*> CommitReplayedPass(int64_t n);
+  // Bumped whenever the pass's activation buffers are reallocated (a larger batch than any before):
+  // a captured pass holds their addresses.
+  int64_t scratch_generation() const { return scratch_generation_; }
 
   Backend& backend() const { return *backend_; }
 
@@ -90,6 +97,7 @@ class Transformer : public CausalLm {
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
   std::vector<LayerWeights> layers_;
   std::unique_ptr<Scratch> scratch_;
+  int64_t scratch_generation_ = 0;
 };
 
 }  // namespace specgen

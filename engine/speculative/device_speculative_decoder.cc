@@ -88,6 +88,10 @@ absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecod
   std::unique_ptr<DeviceSpeculativeDecoder> d(
       new DeviceSpeculativeDecoder(backend, target, draft, std::move(options)));
   RETURN_IF_ERROR(d->Allocate());
+  if (d->options_.graph_verify) {
+    ASSIGN_OR_RETURN(d->target_pass_,
+                     GraphedTargetPass::Create(backend, target, d->batch_, d->options_.draft_max + 1));
+  }
   if (draft != nullptr && d->options_.draft_max > 0) {
     d->why_not_graph_ = draft_path == DraftDecodePath::kTransformer ? "not asked for"
                                                                     : GraphedDraft::Unsupported(*draft);
@@ -113,6 +117,18 @@ DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
     s.persistent_launches = graphed_->persistent_launches();
     s.fused_steps = graphed_->eager_steps();
     if (!graphed_->fallback_reason().empty()) s.why_not_graph = graphed_->fallback_reason();
+  }
+  return s;
+}
+
+VerifyPassStats DeviceSpeculativeDecoder::verify_pass_stats() const {
+  VerifyPassStats s;
+  s.eager_passes = eager_verifies_;
+  if (target_pass_ != nullptr) {
+    s.graph_replays = target_pass_->replays();
+    s.captures = target_pass_->captures();
+    s.eager_passes += target_pass_->eager_passes();
+    s.why_not_graph = target_pass_->fallback_reason();
   }
   return s;
 }
@@ -379,11 +395,20 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k, next_step && WantGuess()));
       if (overlapped) draft_valid_ = len + k;  // the guess counts once the step finds it was the bonus
     }
-    dummy.assign(k + 1, 0);
-    positions.resize(k + 1);
-    for (int i = 0; i <= k; ++i) positions[i] = static_cast<int32_t>(len - 1 + i);
-    backend_->UseDeviceTokensOnce(batch_);
-    ASSIGN_OR_RETURN(const Buffer* logits, target_->ForwardResident(dummy, positions, {}));
+    if (target_->n_past() != len - 1) {
+      return absl::InternalError(Cat("target holds ", target_->n_past(), " positions of ", len, " tokens before a step"));
+    }
+    const Buffer* logits = nullptr;
+    if (target_pass_ != nullptr) {
+      ASSIGN_OR_RETURN(logits, target_pass_->Forward(k + 1));
+    } else {
+      dummy.assign(k + 1, 0);
+      positions.resize(k + 1);
+      for (int i = 0; i <= k; ++i) positions[i] = static_cast<int32_t>(len - 1 + i);
+      backend_->UseDeviceTokensOnce(batch_);
+      ASSIGN_OR_RETURN(logits, target_->ForwardResident(dummy, positions, {}));
+      ++eager_verifies_;
+    }
     const double t_verify = SecondsSince(t0);
 
     t0 = std::chrono::steady_clock::now();

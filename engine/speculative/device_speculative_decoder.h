@@ -19,6 +19,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/graphed_draft.h"
+#include "engine/speculative/graphed_target_pass.h"
 #include "engine/speculative/speculative_decoder.h"
 #include "engine/speculative/stats.h"
 
@@ -49,6 +50,14 @@ struct DraftDecodeStats {
                                    // (the next step's draft waited for it)
 };
 
+// How the target's passes of the generation steps ran (SpeculativeOptions::graph_verify).
+struct VerifyPassStats {
+  int64_t graph_replays = 0;  // passes replayed from a captured graph
+  int64_t captures = 0;       // graphs captured (one per pass size and key bound, again after a workspace grew)
+  int64_t eager_passes = 0;   // passes launched kernel by kernel (graph_verify off, or no graph possible)
+  std::string why_not_graph;  // why passes run eagerly (empty while graphs are in use or not asked for)
+};
+
 class DeviceSpeculativeDecoder {
  public:
   // `target` and `draft` run on `backend`; `draft` may be null (plain decoding through the same
@@ -69,6 +78,7 @@ class DeviceSpeculativeDecoder {
   const StepSyncStats& syncs() const { return syncs_; }
   // Cumulative over this decoder's life.
   DraftDecodeStats draft_decode_stats() const;
+  VerifyPassStats verify_pass_stats() const;
   // Prompt tokens the last Generate's prefill fed to the target (with keep_cache, only those past the
   // prefix its KV cache already held).
   int64_t last_prefill_fed() const { return last_prefill_fed_; }
@@ -115,6 +125,8 @@ class DeviceSpeculativeDecoder {
   std::vector<int32_t> target_cached_, draft_cached_;
   int64_t last_prefill_fed_ = 0;
   std::unique_ptr<GraphedDraft> graphed_;  // null: single tokens through the Transformer
+  std::unique_ptr<GraphedTargetPass> target_pass_;  // null: graph_verify off
+  int64_t eager_verifies_ = 0;                      // target passes without target_pass_
   std::string why_not_graph_;
   int64_t transformer_passes_ = 0;
   int64_t overlapped_ = 0;

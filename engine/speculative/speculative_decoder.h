@@ -52,6 +52,10 @@ struct SpeculativeOptions {
   // that misses costs its decode only where that decode outlasts the step's verification (the next
   // step's draft waits for it): kAuto guesses while that is rarer than a hit (RunAhead above).
   RunAhead run_ahead = RunAhead::kAuto;
+  // GPU loop only: the target's pass replayed from a CUDA graph per pass size (GraphedTargetPass) instead
+  // of launched kernel by kernel; the same bits. A small target's eager pass is paced by the host's
+  // launches (~230 at 4-5 us each): off only to measure it.
+  bool graph_verify = true;
   // Called after every pass with the drafted length k and the acceptance result (tests, tracing).
   std::function<void(int k, const AcceptResult&)> on_pass;
 };

@@ -248,6 +248,38 @@ TEST(TransformerErrors, PromptLongerThanContext) {
   EXPECT_EQ(Transformer::Create(model, &be).value()->max_context(), 512);
 }
 
+// What a replayed (CUDA-graph) pass relies on: CommitReplayedPass commits n positions and hands back the
+// logits buffer of the last pass with n rows; a size larger than any pass so far, or one past the
+// context, is refused without committing; the scratch generation moves only when a pass needs more rows.
+TEST(TransformerErrors, CommitReplayedPassKeepsTheCacheAndActivationsConsistent) {
+  auto model = Build(TinyDense());
+  CpuBackend be(1);
+  auto lm = Transformer::Create(model, &be, TransformerOptions{16}).value();
+  EXPECT_FALSE(lm->CommitReplayedPass(1).ok());  // no pass yet: nothing to replay
+  std::vector<float> logits;
+  ASSERT_TRUE(lm->Forward(Tokens(4, 300), &logits).ok());
+  const int64_t generation = lm->scratch_generation();
+  ASSERT_TRUE(lm->Forward(Tokens(3, 300), &logits).ok());
+  EXPECT_EQ(lm->scratch_generation(), generation);  // 3 rows fit the 4 allocated
+  ASSERT_TRUE(lm->Truncate(4).ok());
+  auto out = lm->CommitReplayedPass(2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)->rows(), 2);
+  EXPECT_EQ(lm->n_past(), 6);
+  absl::StatusOr<const Buffer*> too_many = lm->CommitReplayedPass(5);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(std::string(too_many.status().message()).find("5 positions"), std::string::npos) << too_many.status();
+  ASSERT_TRUE(lm->Forward(Tokens(4, 300), &logits).ok());  // 10 positions
+  ASSERT_TRUE(lm->Forward(Tokens(4, 300), &logits).ok());  // 14
+  absl::StatusOr<const Buffer*> past_end = lm->CommitReplayedPass(3);
+  ASSERT_FALSE(past_end.ok());
+  EXPECT_NE(std::string(past_end.status().message()).find("context of 16"), std::string::npos) << past_end.status();
+  EXPECT_EQ(lm->n_past(), 14);
+  ASSERT_TRUE(lm->Truncate(0).ok());
+  ASSERT_TRUE(lm->Forward(Tokens(6, 300), &logits).ok());
+  EXPECT_GT(lm->scratch_generation(), generation);  // 6 rows did not fit
+}
+
 TEST(TransformerErrors, TensorsThatDoNotMatchTheConfig) {
   auto model = Build(TinyMoe());
   auto wrong = std::make_shared<LoadedModel>(*model);

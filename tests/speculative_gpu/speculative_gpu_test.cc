@@ -245,6 +245,46 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
   EXPECT_GT(used_greedy, 0);
 }
 
+// SpeculativeOptions::graph_verify (the default): the target's passes replayed from CUDA graphs give the
+// bits of the eager passes, so greedy and seeded rejection sampling emit the same tokens with and without
+// it, pass for pass; with it every pass is a replay (none eager, no fallback), without it none.
+TEST_F(GpuBundledPair, GraphedVerificationEqualsEagerPasses) {
+  for (SamplingParams sampling : {SamplingParams::Greedy(), SamplingParams::Plain(0.8f, 7)}) {
+    for (int k : {0, 3}) {
+      for (const auto& prompt : prompts_) {
+        std::vector<int32_t> out[2];
+        std::vector<std::pair<int, int>> passes[2];
+        VerifyPassStats v[2];
+        int64_t steps[2] = {0, 0};
+        for (int graphed = 0; graphed < 2; ++graphed) {
+          SpeculativeOptions o =
+              testing::MakeSpeculativeOptions(sampling, k, false, AcceptMode::kRejection, kNewTokens);
+          o.graph_verify = graphed == 1;
+          o.on_pass = [&, graphed](int kk, const AcceptResult& r) { passes[graphed].push_back({kk, r.n_accepted}); };
+          auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), k > 0 ? draft_.get() : nullptr, o);
+          ASSERT_TRUE(dec.ok()) << dec.status();
+          auto got = (*dec)->Generate(prompt);
+          ASSERT_TRUE(got.ok()) << got.status();
+          out[graphed] = *got;
+          v[graphed] = (*dec)->verify_pass_stats();
+          steps[graphed] = (*dec)->syncs().steps;
+          EXPECT_EQ((*dec)->syncs().max_non_union_per_step, 1);
+          EXPECT_EQ((*dec)->syncs().other, 0);
+        }
+        const std::string what = std::string(sampling.greedy() ? "greedy" : "T=0.8") + " k=" + std::to_string(k);
+        EXPECT_EQ(out[1], out[0]) << what;
+        EXPECT_EQ(passes[1], passes[0]) << what;
+        EXPECT_EQ(v[0].graph_replays, 0) << what;
+        EXPECT_EQ(v[0].eager_passes, steps[0]) << what;
+        EXPECT_EQ(v[1].why_not_graph, "") << what;
+        EXPECT_EQ(v[1].eager_passes, 0) << what;
+        EXPECT_EQ(v[1].graph_replays, steps[1]) << what;
+        EXPECT_GE(v[1].captures, 1) << what;
+      }
+    }
+  }
+}
+
 // keep_cache on the GPU loop (chat turns): the next turn's prompt extends the previous prompt and reply,
 // and only its new tokens are fed; the reply equals a fresh decoder's. A prompt that diverges inside
 // the cached part is fed from the divergence on, with the same output as a fresh decoder.

@@ -152,6 +152,7 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::Status CudaBackend::Synchronize(SyncKind kind) {
+  if (capturing_) return absl::FailedPreconditionError("cuda: a host wait inside a captured pass");
   switch (kind) {
     case SyncKind::kStepResult: ++syncs_.step_result; break;
     case SyncKind::kExpertUnion: ++syncs_.expert_union; break;
@@ -160,7 +161,37 @@ absl::Status CudaBackend::Synchronize(SyncKind kind) {
   return SPECGEN_CUDA_STATUS(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::SetDeviceLength(const int32_t* d_length, int64_t max_keys) {
+  device_length_ = d_length;
+  device_length_max_keys_ = d_length != nullptr ? max_keys : 0;
+}
+
+absl::Status CudaBackend::BeginCapture() {
+  if (capturing_) return absl::FailedPreconditionError("cuda: a capture is already running");
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cudaGraph_t> CudaBackend::EndCapture() {
+  if (!capturing_) return absl::FailedPreconditionError("cuda: no capture to end");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // a failed capture leaves its error behind
+    return SPECGEN_CUDA_STATUS(ended);
+  }
+  return graph;
+}
+
 absl::StatusOr<void*> CudaBackend::Stage(const void* src, size_t bytes) {
+  if (capturing_) {
+    return absl::FailedPreconditionError(
+        Cat("cuda: ", bytes, " bytes of host arguments staged inside a captured pass (a replay would "
+            "read these bytes again)"));
+  }
   const size_t half = staging_bytes_ / 2;
   const size_t size = (bytes + 255) / 256 * 256;
   if (size > half) {
@@ -194,6 +225,8 @@ absl::StatusOr<void*> CudaBackend::Stage(const void* src, size_t bytes) {
 
 absl::Status CudaBackend::EnsureScratch(void** p, size_t* capacity, size_t bytes, std::string_view what) {
   if (*capacity >= bytes) return absl::OkStatus();
+  if (capturing_) return absl::FailedPreconditionError(Cat("cuda: ", what, " would grow inside a captured pass"));
+  ++scratch_generation_;
   // Work queued on the stream may still read the old block; the arena only hands it out again to a
   // later allocation whose users are queued after it on the same stream, so stream order keeps it safe.
   arena_->Free(*p);
@@ -430,7 +463,12 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
                           p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&
                           q->cols() % p.head_dim == 0 && k->cols() % p.head_dim == 0 && v.cols() == k->cols() &&
                           v.rows() == k->rows() && q->rows() == k->rows();
-  if (!one_kernel) return Backend::NormRopeStore(p, q, k, v, dst_row, k_cache, v_cache);  // its checks name the fault
+  if (!one_kernel) {
+    if (device_length_ != nullptr) {
+      return absl::FailedPreconditionError("cuda NormRopeStore: a device length needs the fused kernel");
+    }
+    return Backend::NormRopeStore(p, q, k, v, dst_row, k_cache, v_cache);  // its checks name the fault
+  }
   if (normed) {
     RETURN_IF_ERROR(CheckRmsNorm("cuda", *q, *p.q_norm, p.head_dim, *q));
     RETURN_IF_ERROR(CheckRmsNorm("cuda", *k, *p.k_norm, p.head_dim, *k));
@@ -440,14 +478,29 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
   RETURN_IF_ERROR(CheckCopyRows("cuda", *k, dst_row, *k_cache));
   RETURN_IF_ERROR(CheckCopyRows("cuda", v, dst_row, *v_cache));
   if (q->rows() == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t* d_pos, StagePositions(p.positions));
+  const int32_t* d_pos = nullptr;
+  if (device_length_ != nullptr) {
+    for (size_t t = 0; t < p.positions.size(); ++t) {
+      if (p.positions[t] != dst_row + static_cast<int64_t>(t)) {
+        return InvalidArgument("cuda NormRopeStore: position ", p.positions[t], " of row ", t,
+                               " is not its cache row ", dst_row + static_cast<int64_t>(t),
+                               " (a device length takes consecutive positions only)");
+      }
+    }
+    if (dst_row + q->rows() > device_length_max_keys_) {
+      return InvalidArgument("cuda NormRopeStore: rows up to ", dst_row + q->rows(), " past the device length's bound ",
+                             device_length_max_keys_);
+    }
+  } else {
+    ASSIGN_OR_RETURN(d_pos, StagePositions(p.positions));
+  }
   const int d = static_cast<int>(p.head_dim);
   return SPECGEN_CUDA_STATUS(kernels::LaunchNormRopeStore(
       B(*q).data(), B(*k).data(), B(v).data(), normed ? W(*p.q_norm).data() : nullptr,
       normed ? W(*p.k_norm).data() : nullptr, normed ? W(*p.q_norm).type() : ElemType::kF32, p.eps, d_pos,
       static_cast<int>(q->rows()), static_cast<int>(q->cols() / d), static_cast<int>(k->cols() / d), d, p.theta,
       p.style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf : kernels::RopeStyle::kInterleaved,
-      B(*k_cache).data(), B(*v_cache).data(), dst_row, stream_));
+      B(*k_cache).data(), B(*v_cache).data(), dst_row, stream_, device_length_));
 }
 
 absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
@@ -465,9 +518,24 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
   // (query, head, chunk) with every K/V row of a warp's batch loaded at once. H200, synth:qwen3-1.7b at
   // 32 keys: the general kernel took 15.6 us a layer (ncu), a sixth of the layer. Its results do not
   // depend on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
-  if (d_mask == nullptr && n <= kernels::kDecodeMaxQueries && (d == 64 || d == 128 || d == 256) &&
-      heads / kv_heads <= kernels::kAttentionMaxGroup) {
-    const size_t ws = kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, static_cast<int>(s.n_prefix + n),
+  const bool decode_kernel = d_mask == nullptr && n <= kernels::kDecodeMaxQueries && (d == 64 || d == 128 || d == 256) &&
+                             heads / kv_heads <= kernels::kAttentionMaxGroup;
+  // With a device length (a captured pass) the host's prefix is only checked against the bound the
+  // grid is sized for; the kernel reads the prefix itself.
+  int64_t n_prefix = s.n_prefix;
+  if (device_length_ != nullptr) {
+    if (!decode_kernel) {
+      return absl::FailedPreconditionError(Cat("cuda Attention: a device length needs the causal decode kernel (",
+                                               n, " queries, head_dim ", d, mask.empty() ? "" : ", a mask", ")"));
+    }
+    if (s.n_prefix + n > device_length_max_keys_ || device_length_max_keys_ > k_cache.rows()) {
+      return InvalidArgument("cuda Attention: ", s.n_prefix + n, " keys, a device length bound of ",
+                             device_length_max_keys_, " and a cache of ", k_cache.rows(), " rows");
+    }
+    n_prefix = device_length_max_keys_ - n;
+  }
+  if (decode_kernel) {
+    const size_t ws = kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, static_cast<int>(n_prefix + n),
                                                              static_cast<int>(d), static_cast<int>(n));
     if (decode_attn_ws_bytes_ < ws) {
       RETURN_IF_ERROR(EnsureScratch(&decode_attn_ws_, &decode_attn_ws_bytes_, ws, "the decode attention workspace"));
@@ -475,8 +543,8 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
     }
     return SPECGEN_CUDA_STATUS(kernels::LaunchDecodeAttentionBatch(
         B(q).data(), B(k_cache).data(), B(v_cache).data(), ElemType::kF32, B(*out).data(),
-        static_cast<int>(s.n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
-        decode_attn_ws_, decode_attn_ws_bytes_, stream_));
+        static_cast<int>(n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
+        decode_attn_ws_, decode_attn_ws_bytes_, stream_, device_length_));
   }
   const bool chunked = (d == 64 || d == 128 || d == 256) && n <= kernels::kAttentionMaxQueries &&
                        heads / kv_heads <= kernels::kAttentionMaxGroup;

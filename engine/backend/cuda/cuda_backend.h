@@ -116,6 +116,25 @@ class CudaBackend : public Backend {
   // device pointer is valid for the work queued next (until the ring wraps, 8 MiB later).
   absl::StatusOr<void*> Stage(const void* src, size_t bytes);
 
+  // --- a pass captured in a CUDA graph (engine/speculative/graphed_target_pass.h) ---
+  // A replayed pass keeps the arguments it was captured with, so the ops whose arguments follow the
+  // KV cache's length read it from the device while this is set: NormRopeStore takes positions and
+  // cache rows *d_length + t (its host positions must be dst_row + t), Attention its prefix *d_length
+  // (the causal decode kernel only; its grid is sized for `max_keys` keys, blocks past a query's keys
+  // return). The same bits as the host-given launches. Cleared by ClearDeviceLength.
+  void SetDeviceLength(const int32_t* d_length, int64_t max_keys);
+  void ClearDeviceLength() { SetDeviceLength(nullptr, 0); }
+  // Starts capturing the backend's stream (thread-local mode). Until EndCapture, everything that
+  // needs the host mid-pass fails with FailedPrecondition naming it (a staged argument, a host wait,
+  // a workspace that would grow), so a pass that cannot be replayed is refused, not recorded wrong.
+  absl::Status BeginCapture();
+  // Ends the capture: the graph of what was queued (the caller owns it), or the capture's error.
+  // Always leaves the stream out of capture mode.
+  absl::StatusOr<cudaGraph_t> EndCapture();
+  bool capturing() const { return capturing_; }
+  // Bumped whenever a workspace of the backend is reallocated: a captured pass holds the addresses.
+  int64_t scratch_generation() const { return scratch_generation_; }
+
   static float* Data(Buffer& b);
   static const float* Data(const Buffer& b);
   static const void* Data(const Weight& w);
@@ -168,6 +187,10 @@ class CudaBackend : public Backend {
   void* experts_ws_ = nullptr;
   size_t experts_ws_bytes_ = 0;
   const int32_t* device_tokens_ = nullptr;
+  const int32_t* device_length_ = nullptr;  // SetDeviceLength
+  int64_t device_length_max_keys_ = 0;
+  bool capturing_ = false;
+  int64_t scratch_generation_ = 0;
   SyncCounts syncs_;
 };
 

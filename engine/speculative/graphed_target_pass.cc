@@ -1,0 +1,162 @@
+#include "engine/speculative/graphed_target_pass.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "engine/core/status_macros.h"
+#include "kernels/attention.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise.cuh"
+
+namespace specgen {
+namespace {
+
+// The smallest key bound a graph is captured for. Bounds are powers of two from here to the context,
+// so a generation of L positions captures at most log2(L / 128) + 1 graphs per pass size; the decode
+// attention's grid stops growing at 16 chunks whatever the bound, so a larger bound costs only blocks
+// that return at once.
+constexpr int64_t kMinKeyBound = 128;
+
+}  // namespace
+
+GraphedTargetPass::GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens,
+                                     int max_tokens, int32_t* d_length)
+    : backend_(backend),
+      lm_(lm),
+      d_tokens_(d_tokens),
+      max_tokens_(max_tokens),
+      graph_max_tokens_(std::min(max_tokens, kernels::kDecodeMaxQueries)),
+      d_length_(d_length) {}
+
+absl::StatusOr<std::unique_ptr<GraphedTargetPass>> GraphedTargetPass::Create(CudaBackend* backend, Transformer* lm,
+                                                                              const int32_t* d_tokens,
+                                                                              int max_tokens) {
+  if (backend == nullptr || lm == nullptr || d_tokens == nullptr) {
+    return InvalidArgument("graphed target pass: no backend, model or token buffer");
+  }
+  if (&lm->backend() != backend) return InvalidArgument("graphed target pass: the model runs on another backend");
+  if (max_tokens < 1) return InvalidArgument("graphed target pass: ", max_tokens, " positions a pass");
+  ASSIGN_OR_RETURN(void* p, backend->arena().Allocate(sizeof(int32_t), "the graphed pass's cache length"));
+  return std::unique_ptr<GraphedTargetPass>(
+      new GraphedTargetPass(backend, lm, d_tokens, max_tokens, static_cast<int32_t*>(p)));
+}
+
+GraphedTargetPass::~GraphedTargetPass() {
+  // A replay may still be queued: the stream finishes it before the graphs and the length go.
+  (void)cudaStreamSynchronize(backend_->stream());
+  for (auto& [key, g] : graphs_) Release(&g);
+  backend_->arena().Free(d_length_);
+}
+
+void GraphedTargetPass::Release(Graph* g) {
+  if (g->exec != nullptr) cudaGraphExecDestroy(g->exec);
+  if (g->graph != nullptr) cudaGraphDestroy(g->graph);
+  *g = Graph();
+}
+
+bool GraphedTargetPass::Current(const Graph& g) const {
+  return g.exec != nullptr && g.backend_generation == backend_->scratch_generation() &&
+         g.lm_generation == lm_->scratch_generation();
+}
+
+absl::StatusOr<bool> GraphedTargetPass::Warm() {
+  if (warm_backend_generation_ == backend_->scratch_generation() &&
+      warm_lm_generation_ == lm_->scratch_generation()) {
+    return true;
+  }
+  const int64_t len = lm_->n_past();
+  if (len + graph_max_tokens_ > lm_->max_context()) return false;
+  dummy_.assign(graph_max_tokens_, 0);
+  positions_.resize(graph_max_tokens_);
+  for (int t = 0; t < graph_max_tokens_; ++t) positions_[t] = static_cast<int32_t>(len + t);
+  RETURN_IF_ERROR(lm_->ForwardResident(dummy_, positions_, {}).status());
+  RETURN_IF_ERROR(lm_->Truncate(len));  // its rows past the length are never read
+  warm_backend_generation_ = backend_->scratch_generation();
+  warm_lm_generation_ = lm_->scratch_generation();
+  return true;
+}
+
+absl::Status GraphedTargetPass::Capture(int n, int64_t max_keys, Graph* g) {
+  const int64_t len = lm_->n_past();
+  dummy_.assign(n, 0);
+  positions_.resize(n);
+  for (int t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(len + t);
+  RETURN_IF_ERROR(backend_->BeginCapture());
+  absl::Status queued =
+      SPECGEN_CUDA_STATUS(kernels::LaunchStoreInt32(d_length_, static_cast<int32_t>(len), backend_->stream()));
+  if (queued.ok()) {
+    backend_->SetDeviceLength(d_length_, max_keys);
+    backend_->UseDeviceTokensOnce(d_tokens_);
+    queued = lm_->ForwardResident(dummy_, positions_, {}).status();
+    backend_->UseDeviceTokensOnce(nullptr);  // unused when the pass failed before its embedding
+    backend_->ClearDeviceLength();
+  }
+  absl::StatusOr<cudaGraph_t> graph = backend_->EndCapture();
+  // The capture ran nothing: the host's commit of the n positions is undone.
+  if (lm_->n_past() > len) RETURN_IF_ERROR(lm_->Truncate(len));
+  absl::Status status = queued;
+  if (status.ok()) status = graph.status();
+  if (status.ok()) g->graph = *graph;
+  else if (graph.ok()) cudaGraphDestroy(*graph);
+  size_t roots = 0;
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(g->graph, nullptr, &roots));
+  if (status.ok() && roots != 1) status = absl::InternalError(Cat("target graph: ", roots, " root nodes, not 1"));
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(g->graph, &g->length_node, &roots));
+  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  if (!status.ok()) {
+    (void)cudaGetLastError();
+    Release(g);
+    return status;
+  }
+  g->backend_generation = backend_->scratch_generation();
+  g->lm_generation = lm_->scratch_generation();
+  ++captures_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Buffer*> GraphedTargetPass::Eager(int n) {
+  const int64_t len = lm_->n_past();
+  dummy_.assign(n, 0);
+  positions_.resize(n);
+  for (int t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(len + t);
+  backend_->UseDeviceTokensOnce(d_tokens_);
+  ++eager_;
+  return lm_->ForwardResident(dummy_, positions_, {});
+}
+
+absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
+  if (n < 1 || n > max_tokens_) {
+    return InvalidArgument("graphed target pass: ", n, " positions (1 .. ", max_tokens_, ")");
+  }
+  const int64_t len = lm_->n_past();
+  if (len + n > lm_->max_context()) {
+    return InvalidArgument("forward: ", len, " cached + ", n, " new positions exceed the context of ",
+                           lm_->max_context(), " (raise it with -c)");
+  }
+  // Past the decode attention's 16 queries a pass takes the general attention, which has no device length.
+  if (!use_graphs_ || n > graph_max_tokens_) return Eager(n);
+  const int64_t max_keys =
+      std::min(lm_->max_context(), std::max(kMinKeyBound, static_cast<int64_t>(std::bit_ceil(
+                                                               static_cast<uint64_t>(len + n)))));
+  Graph& g = graphs_[{n, max_keys}];
+  if (!Current(g)) {
+    Release(&g);
+    ASSIGN_OR_RETURN(const bool warm, Warm());
+    if (!warm) return Eager(n);  // no room for the warm-up pass: this one eagerly, a later one captures
+    const absl::Status captured = Capture(n, max_keys, &g);
+    if (!captured.ok()) {
+      use_graphs_ = false;
+      fallback_ = std::string(captured.message());
+      for (auto& [key, other] : graphs_) Release(&other);
+      graphs_.clear();
+      return Eager(n);
+    }
+  }
+  SPECGEN_CUDA_RETURN_IF_ERROR(
+      kernels::SetStoreInt32NodeArgs(g.exec, g.length_node, d_length_, static_cast<int32_t>(len)));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, backend_->stream()));
+  ++replays_;
+  return lm_->CommitReplayedPass(n);
+}
+
+}  // namespace specgen
