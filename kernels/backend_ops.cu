@@ -37,52 +37,77 @@ __global__ void MatMulRowsKernel(const void* __restrict__ w, const float* __rest
 
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
 
+// One warp per (query, head), keys in tiles of 32 slots from slot 0: lane j takes slot tile + j's dot
+// product (its own K row, q from shared memory, c ascending), the tile's visible scores join the online
+// softmax at once (warp max, fixed-butterfly sum), and the lanes, each owning kPerLane output columns,
+// add the tile's V rows in slot order. The old kernel walked the keys one by one, each key's load
+// waiting on the last's reduction (H200, the bundled draft's token: 92 -> 62 us through its graph;
+// unrolling the dot product's loop over the template's width measured the same, 61 us). A
+// query's arithmetic depends only on the slots it sees (tiles start at slot 0 whatever the batch;
+// slots it does not see are left out of every sum), so its result does not depend on the batch.
+template <int kPerLane>
 __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, const uint8_t* __restrict__ mask,
                                       float* __restrict__ out, int n, int n_past, int heads,
                                       int kv_heads, int d, float scale,
                                       const int32_t* __restrict__ d_n_past) {
+  __shared__ float q_s[kWarpsPerBlock][32 * kPerLane];
   if (d_n_past != nullptr) n_past = *d_n_past;
-  const int lane = threadIdx.x & 31;
-  const int item = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int item = blockIdx.x * kWarpsPerBlock + warp;
   if (item >= n * heads) return;
   const int i = item / heads, h = item % heads, g = h / (heads / kv_heads);
-  float qv[kMaxPerLane], acc[kMaxPerLane];
+  float* qs = q_s[warp];
 #pragma unroll
-  for (int e = 0; e < kMaxPerLane; ++e) {
+  for (int e = 0; e < kPerLane; ++e) {
     const int c = lane + 32 * e;
-    qv[e] = c < d ? q[(static_cast<int64_t>(i) * heads + h) * d + c] : 0.f;
-    acc[e] = 0.f;
+    qs[c] = c < d ? q[(static_cast<int64_t>(i) * heads + h) * d + c] : 0.f;
   }
+  __syncwarp();
+  float acc[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) acc[e] = 0.f;
   float m = -INFINITY, l = 0.f;
   const int keys = n_past + n;
-  for (int j = 0; j < keys; ++j) {
-    if (j >= n_past) {
+  const int64_t row_stride = static_cast<int64_t>(kv_heads) * d;
+  for (int tile = 0; tile < keys; tile += 32) {
+    const int j = tile + lane;
+    bool visible = j < keys;
+    if (visible && j >= n_past) {
       const int b = j - n_past;
-      const bool visible = mask ? mask[i * n + b] != 0 : b <= i;
-      if (!visible) continue;
+      visible = mask ? mask[i * n + b] != 0 : b <= i;
     }
-    const int64_t row = (static_cast<int64_t>(j) * kv_heads + g) * d;
-    float s = 0.f;
-#pragma unroll
-    for (int e = 0; e < kMaxPerLane; ++e) {
-      const int c = lane + 32 * e;
-      if (c < d) s = __fmaf_rn(qv[e], k[row + c], s);
+    float s = -INFINITY;
+    if (visible) {
+      const float* kr = k + j * row_stride + static_cast<int64_t>(g) * d;
+      float dot = 0.f;
+      for (int c = 0; c < d; ++c) dot = __fmaf_rn(qs[c], kr[c], dot);
+      s = dot * scale;
     }
-    s = detail::WarpSum(s) * scale;
-    const float m_new = fmaxf(m, s);
+    const unsigned seen = __ballot_sync(0xffffffffu, visible);
+    if (seen == 0) continue;
+    const float m_new = fmaxf(m, detail::WarpMax(s));
     const float c_old = m == -INFINITY ? 0.f : expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * c_old + p;
+    const float p = visible ? expf(s - m_new) : 0.f;
+    l = l * c_old + detail::WarpSum(p);
 #pragma unroll
-    for (int e = 0; e < kMaxPerLane; ++e) {
-      const int c = lane + 32 * e;
-      if (c < d) acc[e] = __fmaf_rn(p, v[row + c], acc[e] * c_old);
+    for (int e = 0; e < kPerLane; ++e) acc[e] *= c_old;
+    const float* vt = v + static_cast<int64_t>(tile) * row_stride + static_cast<int64_t>(g) * d;
+#pragma unroll 8
+    for (int jj = 0; jj < 32; ++jj) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+      if ((seen >> jj) & 1u) {
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) {
+          const int c = lane + 32 * e;
+          if (c < d) acc[e] = __fmaf_rn(pj, vt[jj * row_stride + c], acc[e]);
+        }
+      }
     }
     m = m_new;
   }
 #pragma unroll
-  for (int e = 0; e < kMaxPerLane; ++e) {
+  for (int e = 0; e < kPerLane; ++e) {
     const int c = lane + 32 * e;
     if (c < d) out[(static_cast<int64_t>(i) * heads + h) * d + c] = l > 0.f ? acc[e] / l : 0.f;
   }
@@ -143,9 +168,19 @@ cudaError_t LaunchAttentionSimple(const float* q, const float* k_cache, const fl
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
   SPECGEN_KERNEL_REQUIRE(head_dim >= 1 && head_dim <= 32 * kMaxPerLane);
   const unsigned blocks = static_cast<unsigned>((n * heads + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  AttentionSimpleKernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past);
-  return cudaGetLastError();
+  const int per_lane = (head_dim + 31) / 32;
+#define SPECGEN_SIMPLE_CASE(P)                                                                        \
+  if (per_lane <= P) {                                                                                 \
+    AttentionSimpleKernel<P><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                              \
+        q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past);         \
+    return cudaGetLastError();                                                                         \
+  }
+  SPECGEN_SIMPLE_CASE(1)
+  SPECGEN_SIMPLE_CASE(2)
+  SPECGEN_SIMPLE_CASE(4)
+  SPECGEN_SIMPLE_CASE(8)
+#undef SPECGEN_SIMPLE_CASE
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int m, int cols, float* dst,

@@ -21,8 +21,9 @@ cudaError_t LaunchMatMulRows(const void* w, ElemType w_type, const float* x, flo
                              int out, int in, cudaStream_t stream);
 
 // Attention with the semantics of LaunchAttention (kernels/attention.cuh) for fp32 K/V and any
-// head_dim <= 256 and any GQA group: one warp per (query, head) walks the visible keys in slot order
-// with an online softmax (fp32). Slower than the chunked kernel; used for small head sizes.
+// head_dim <= 256 and any GQA group: one warp per (query, head) takes the keys in tiles of 32 slots
+// (a lane a slot's dot product, then the tile's V rows in slot order) with an online softmax (fp32).
+// Used for the head sizes the chunked kernels do not take (the bundled draft's 32).
 //   q [n, heads, head_dim], k_cache/v_cache [capacity, kv_heads, head_dim] fp32, mask [n, n] or null,
 //   out [n, heads, head_dim] fp32 (must not alias q). A query that sees no key yields zeros.
 //   d_n_past: optional device int32 read instead of n_past (CUDA graphs), as in LaunchAttention.
