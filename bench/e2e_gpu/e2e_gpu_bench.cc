@@ -29,14 +29,18 @@
 //    traffic that is not the chain's does to its L2 round trips.
 //  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
 //    written by the kernel itself), with its L2 prefetch off and on.
-//  - BM_TargetPass: one Transformer pass of n tokens (a verification, or the target alone) as the
-//    speculative loop runs it (Backend ops, launched one by one), against its weights' HBM floor, and
-//    the host's time to queue it. BM_HostLaunchCost: what queuing one kernel costs the host.
+//  - BM_TargetPass: one Transformer pass of n tokens (a verification, or the target alone) launched
+//    op by op or replayed from a CUDA graph (graph 1, the loop's default; 2: at alternating lengths),
+//    against its weights' HBM floor, and the host's time to queue it. BM_HostLaunchCost: what queuing
+//    one kernel costs the host.
+//  - BM_BundledDraftDecode: the bundled draft's single-token decode by path: what a proposal costs
+//    against the bundled target's pass.
 //  - BM_SpeculativeSynthPair: a Qwen3-sized pair (synth qwen3-0.6b draft, qwen3-1.7b target, random
 //    weights) through the same loop: what a step costs at a 151936-token vocabulary.
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop: tokens/s with draft length k (k = 0: the target alone through the
-//    same loop; adaptive: the controller bounded by k), acceptance rate, τ, drafts a step, host syncs
+//    same loop; adaptive: the controller bounded by k; graph_verify 0: the target's passes launched
+//    op by op), acceptance rate, τ, drafts a step, the step's host phases, host syncs
 //    per step (result copies + other waits; should be 1)
 //    and MoE expert-union reads per step (allowed, DESIGN §6 a).
 // Skips (with an error message) without a device or without the pair.
@@ -224,6 +228,29 @@ BENCHMARK(BM_DraftDecode)
     ->Args({32, 2, 0, 1, 8, 2, 1})->Args({512, 2, 0, 1, 8, 2, 1})->Args({1900, 2, 0, 1, 8, 2, 1})
     ->Args({32, 2, 0, 1, 8, 2, 2})->Args({512, 2, 0, 1, 8, 2, 2})->Args({1900, 2, 0, 1, 8, 2, 2})
     ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The bundled pair's draft (models/tiny-draft: 2 layers of hidden 128, head_dim 32, a 4096-token
+// vocabulary) decoding 64 tokens after a 32-token context, by path (as BM_DraftDecode's): what one of
+// its proposals costs against the bundled target's graph-replayed pass (BM_TargetPass model 2).
+void BM_BundledDraftDecode(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  auto loaded = LoadModel((SourceDir() / "models" / "tiny-draft").string());
+  if (!loaded.ok()) return state.SkipWithError(std::string(loaded.status().message()).c_str());
+  QwenDraft d;
+  d.spec = (*loaded)->spec;
+  CudaBackendOptions o;
+  o.arena_bytes = size_t{1} << 30;
+  auto be = CudaBackend::Create(o);
+  if (!be.ok()) return state.SkipWithError(std::string(be.status().message()).c_str());
+  d.backend = std::move(be).value();
+  TransformerOptions topt;
+  topt.max_context = 512;
+  auto lm = Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(loaded).value()), d.backend.get(), topt);
+  if (!lm.ok()) return state.SkipWithError(std::string(lm.status().message()).c_str());
+  d.lm = std::move(lm).value();
+  DraftDecode(state, &d, 32, static_cast<DraftDecodePath>(state.range(0)), true, 8, 0, 0, false);
+}
+BENCHMARK(BM_BundledDraftDecode)->ArgNames({"path"})->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(4);
 
 // The same graph-replayed decode (the draft's own GEMV shapes) on synth:qwen3-1.7b in bf16 (hidden
 // 2048, FFN 6144: 3.4 GB of weights read a token, 4x qwen3-0.6b's a layer over the same 28 layers and

@@ -399,6 +399,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       return absl::InternalError(Cat("target holds ", target_->n_past(), " positions of ", len, " tokens before a step"));
     }
     const Buffer* logits = nullptr;
+    const int64_t captures_before = target_pass_ != nullptr ? target_pass_->captures() : 0;
     if (target_pass_ != nullptr) {
       ASSIGN_OR_RETURN(logits, target_pass_->Forward(k + 1));
     } else {
@@ -480,8 +481,12 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     stats_.draft_seconds += t_draft;
     stats_.verify_seconds += t_verify;
     stats_.accept_seconds += t_accept;
-    if (controller_) {
-      controller_->ObserveAcceptance(k, n_acc);
+    // A step whose pass was captured (its warm-up pass, the capture and the instantiation: ~2-4 ms on
+    // a Qwen3-1.7B-sized target) says nothing about what a pass of that size costs: its times would
+    // stay in the controller's estimate of that k until it is chosen again, which they prevent.
+    const bool captured = target_pass_ != nullptr && target_pass_->captures() != captures_before;
+    if (controller_) controller_->ObserveAcceptance(k, n_acc);
+    if (controller_ && !captured) {
       controller_->ObserveDraftTime(k, t_draft);
       // Here the draft and verify times are the host's launches; the device's work is waited for in
       // the accept phase (the step's one sync), so the verification of k + 1 is charged with all that
