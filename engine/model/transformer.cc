@@ -186,10 +186,7 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   const ModelSpec& spec = model_->spec;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return InvalidArgument("forward: no tokens");
-  if (n_past() + n > max_context()) {
-    return InvalidArgument("forward: ", n_past(), " cached + ", n, " new positions exceed the context of ",
-                           max_context(), " (raise it with -c)");
-  }
+  RETURN_IF_ERROR(CheckRoom(n));
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= spec.vocab_size) {
       return InvalidArgument("token id ", tokens[i], " at position ", n_past() + i,
@@ -224,14 +221,17 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   return s.logits.get();
 }
 
+absl::Status Transformer::CheckRoom(int64_t n) const {
+  if (n_past() + n <= max_context()) return absl::OkStatus();
+  return InvalidArgument("forward: ", n_past(), " cached + ", n, " new positions exceed the context of ",
+                         max_context(), " (raise it with -c)");
+}
+
 absl::StatusOr<const Buffer*> Transformer::CommitReplayedPass(int64_t n) {
   if (scratch_ == nullptr || n <= 0 || n > scratch_->capacity) {
     return absl::FailedPreconditionError(Cat("replayed pass of ", n, " positions: no captured pass of that size"));
   }
-  if (n_past() + n > max_context()) {
-    return InvalidArgument("forward: ", n_past(), " cached + ", n, " new positions exceed the context of ",
-                           max_context(), " (raise it with -c)");
-  }
+  RETURN_IF_ERROR(CheckRoom(n));
   for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
   RETURN_IF_ERROR(cache_.Append(n));
   return scratch_->logits.get();

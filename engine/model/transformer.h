@@ -62,6 +62,8 @@ class Transformer : public CausalLm {
   // Bumped whenever the pass's activation buffers are reallocated (a larger batch than any before):
   // a captured pass holds their addresses.
   int64_t scratch_generation() const { return scratch_generation_; }
+  // n more positions fit the context (the error names both counts and the flag that raises it).
+  absl::Status CheckRoom(int64_t n) const;
 
   Backend& backend() const { return *backend_; }
 

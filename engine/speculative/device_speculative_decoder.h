@@ -1,7 +1,8 @@
 // DeviceSpeculativeDecoder: the loop of DESIGN §1 with everything on the GPU (CudaBackend). The draft
 // proposes on the device (its logits → q with the sampling kernels, tokens drawn with the shared
 // Philox keys, fed back to the draft and to the target straight from device memory); the target
-// verifies the k+1 positions in one pass whose logits stay on the device; logits processing and the
+// verifies the k+1 positions in one pass whose logits stay on the device (replayed from a CUDA graph
+// per pass size: GraphedTargetPass, SpeculativeOptions::graph_verify); logits processing and the
 // acceptance rule run as kernels; the step's result {n_accepted, tokens, logprobs} comes back in ONE
 // pinned copy, the step's only host wait (resident MoE experts route on the device; an expert-union
 // read, DESIGN §6 a, happens only where a layer's experts cannot: a verify pass of more than 16

@@ -128,11 +128,8 @@ absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
   if (n < 1 || n > max_tokens_) {
     return InvalidArgument("graphed target pass: ", n, " positions (1 .. ", max_tokens_, ")");
   }
+  RETURN_IF_ERROR(lm_->CheckRoom(n));
   const int64_t len = lm_->n_past();
-  if (len + n > lm_->max_context()) {
-    return InvalidArgument("forward: ", len, " cached + ", n, " new positions exceed the context of ",
-                           lm_->max_context(), " (raise it with -c)");
-  }
   // Past the decode attention's 16 queries a pass takes the general attention, which has no device length.
   if (!use_graphs_ || n > graph_max_tokens_) return Eager(n);
   const int64_t max_keys =
