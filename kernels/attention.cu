@@ -79,12 +79,16 @@ __device__ __forceinline__ void StagedToF32(const char* p, float (&v)[kN]) {
         v[4 * i + 2] = f.z;
         v[4 * i + 3] = f.w;
       }
-    } else {
-      static_assert(kN == 2);
+    } else if constexpr (kN == 2) {
       const float2 f = *reinterpret_cast<const float2*>(p);
       v[0] = f.x;
       v[1] = f.y;
+    } else {
+      static_assert(kN == 1);
+      v[0] = *reinterpret_cast<const float*>(p);
     }
+  } else if constexpr (kN == 1) {  // head_dim 32: one 16-bit element a lane
+    v[0] = __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p)) << 16);
   } else {
     uint32_t w[kN / 2];
     if constexpr (kN == 8) {
@@ -394,7 +398,7 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 }
 
 // How the decode attention cuts `len` cache slots into chunks (one block each): in units of one batch
-// of every warp (kDecWarps x kBatch slots: 128, 64, 32 for D = 64, 128, 256), as few units per chunk as
+// of every warp (kDecWarps x kBatch slots: 128, 128, 64, 32 for D = 32, 64, 128, 256), as few units per chunk as
 // keep the chunks at most kDecodeSplits; up to kDecodeWholeUnits units stay one chunk. A batch costs a
 // memory round trip and a split the chunks' merge by the head's last block (a counter round trip and
 // the partials' reads), about as much: so 2 units are 2 batches in one chunk (the merge would cost what
@@ -407,7 +411,12 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 // reduction order never depends on the grid.
 constexpr int kDecodeSplits = 16;
 constexpr int kDecodeWholeUnits = 2;
-__host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * (32 / (head_dim / 32)); }
+// Slots a warp batch: 32 / (D / 32) (one K/V row's D / 32 elements a lane), at most 16 (D = 32: 16 rows'
+// registers and scores, not 32, under the kernel's 128-register bound).
+__host__ __device__ constexpr int DecodeBatchSlots(int head_dim) {
+  return head_dim >= 64 ? 32 / (head_dim / 32) : 16;
+}
+__host__ __device__ constexpr int DecodeUnitSlots(int head_dim) { return kDecWarps * DecodeBatchSlots(head_dim); }
 __host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
   const int unit = DecodeUnitSlots(head_dim);
   const int units = (len + unit - 1) / unit;
@@ -434,7 +443,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
                           unsigned* __restrict__ counters, int chunks, const int32_t* __restrict__ d_n_past,
                           float* __restrict__ out, DecodeRopeAppend rope, unsigned long long* probe_stamps) {
   constexpr int kPer = D / 32;
-  constexpr int kBatch = 32 / kPer;  // 16, 8, 4 slots per warp batch for D = 64, 128, 256
+  constexpr int kBatch = DecodeBatchSlots(D);  // 16, 16, 8, 4 slots per warp batch for D = 32, 64, 128, 256
   constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
   extern __shared__ float4 dec_dyn_s[];
   float* acc_s = reinterpret_cast<float*>(dec_dyn_s);  // [kDecWarps][D]
@@ -755,7 +764,7 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_KERNEL_REQUIRE(queries == 1 || rope.q_raw == nullptr);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
-  SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
+  SPECGEN_KERNEL_REQUIRE(DecodeAttentionTakes(head_dim));
   SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
   SPECGEN_KERNEL_REQUIRE((q || rope.q_raw) && k_cache && v_cache && out && workspace);
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
@@ -768,9 +777,11 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
   if (kv_type == T && head_dim == D)                                                                 \
     return LaunchDecodeTyped<T, D>(q, k_cache, v_cache, out, max_past, heads, kv_heads, scale,       \
                                    workspace, d_n_past, stream, programmatic, rope, queries);
+  SPECGEN_DEC_CASE(ElemType::kF32, 32)
   SPECGEN_DEC_CASE(ElemType::kF32, 64)
   SPECGEN_DEC_CASE(ElemType::kF32, 128)
   SPECGEN_DEC_CASE(ElemType::kF32, 256)
+  SPECGEN_DEC_CASE(ElemType::kBF16, 32)
   SPECGEN_DEC_CASE(ElemType::kBF16, 64)
   SPECGEN_DEC_CASE(ElemType::kBF16, 128)
   SPECGEN_DEC_CASE(ElemType::kBF16, 256)

@@ -73,7 +73,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 //   nullptr. With `programmatic` (PDL) the kernel reads *d_n_past and the cache rows before slot n_past
 //   before waiting for the previous kernel: those must not be written by it (the previous kernel may
 //   write q and the row of slot n_past).
-//   head_dim   64, 128 or 256;  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
+//   head_dim   32, 64, 128 or 256 (DecodeAttentionTakes);  heads % kv_heads == 0, heads / kv_heads <= kAttentionMaxGroup
 //   workspace  DecodeAttentionWorkspaceBytes(heads, kv_heads, max_past + 1, head_dim) bytes, ZEROED
 //              once before the first launch (it holds per-query-head counters that every launch
 //              leaves at zero); one launch at a time per workspace.
@@ -126,6 +126,10 @@ cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, 
 //              are sized for it; blocks past a query's keys return at once), and the results equal a
 //              launch with n_past = *d_n_past bit for bit. It must be set before the previous kernel.
 inline constexpr int kDecodeMaxQueries = 16;
+// The head sizes LaunchDecodeAttention / LaunchDecodeAttentionBatch take.
+inline constexpr bool DecodeAttentionTakes(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
 cudaError_t LaunchDecodeAttentionBatch(const float* q, const void* k_cache, const void* v_cache,
                                        ElemType kv_type, float* out, int n_past, int queries, int heads,
                                        int kv_heads, int head_dim, float scale, void* workspace,

@@ -23,8 +23,13 @@ bool IsHalfType(const Weight* w) {
                           CudaBackend::Type(*w) == ElemType::kF16);
 }
 
-// The chunked attention kernel is what CudaBackend::Attention picks for one query; keep the same one.
-bool ChunkedAttention(const ModelSpec& s) {
+// The decode attention kernel is what CudaBackend::Attention picks for one query; keep the same one.
+bool DecodeKernelTakes(const ModelSpec& s) {
+  return kernels::DecodeAttentionTakes(static_cast<int>(s.head_dim)) &&
+         s.n_heads / s.n_kv_heads <= kernels::kAttentionMaxGroup;
+}
+// The general chunked kernel (the fallback for caches the decode kernel cannot read) takes fewer sizes.
+bool ChunkedKernelTakes(const ModelSpec& s) {
   return (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
          s.n_heads / s.n_kv_heads <= kernels::kAttentionMaxGroup;
 }
@@ -229,7 +234,7 @@ absl::Status GraphedDraft::Allocate() {
   RETURN_IF_ERROR(floats(s.q_dim(), "graphed draft attention", &attn_));
   RETURN_IF_ERROR(floats(s.ffn_dim, "graphed draft FFN", &act_));
   RETURN_IF_ERROR(floats(s.vocab_size, "graphed draft logits", &logits_));
-  if (ChunkedAttention(s)) {
+  if (DecodeKernelTakes(s)) {
     // The single-query decode kernel needs 16-byte aligned caches (vector loads); else the general
     // chunked kernel, as CudaBackend::Attention.
     KvCache& cache = lm_->kv_cache();
@@ -242,12 +247,14 @@ absl::Status GraphedDraft::Allocate() {
     }
     const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads),
               keys = static_cast<int>(lm_->max_context()), hd = static_cast<int>(s.head_dim);
-    attn_ws_bytes_ = decode_attention_
-                         ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
-                         : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
-    ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
-    // The decode kernel's per-query-head counters start at zero (each launch leaves them there).
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
+    if (decode_attention_ || ChunkedKernelTakes(s)) {  // else the simple kernel, without a workspace
+      attn_ws_bytes_ = decode_attention_
+                           ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
+                           : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
+      ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
+      // The decode kernel's per-query-head counters start at zero (each launch leaves them there).
+      SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
+    }
   }
   // RoPE's cos/sin for every position of the cache, computed once (the same double arithmetic as the
   // per-call kernel, so the rotation is bit-identical).

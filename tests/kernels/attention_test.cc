@@ -288,6 +288,7 @@ TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   CheckFusedRopeAppend(1900, 16, 8, 128, false, RopeStyle::kRotateHalf); // 15 chunks, no q/k norm
   CheckFusedRopeAppend(70, 8, 8, 64, true, RopeStyle::kInterleaved);     // MHA, pairwise RoPE
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
+  CheckFusedRopeAppend(63, 4, 2, 32, true, RopeStyle::kRotateHalf);      // the bundled draft's heads
 }
 
 // Each of a batch's `queries` outputs (got: [queries, heads * d]) against LaunchDecodeAttention of
@@ -360,6 +361,7 @@ TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
   CheckDecodeBatch(300, 4, 8, 8, 64, ElemType::kBF16);     // MHA, bf16 cache
   CheckDecodeBatch(70, 3, 16, 2, 256, ElemType::kF32);     // group 8, head_dim 256
   CheckDecodeBatch(40, 1, 32, 4, 128, ElemType::kF32);     // one query: the single-query kernel's case
+  CheckDecodeBatch(250, 5, 4, 2, 32, ElemType::kF32);      // head_dim 32, across its 256-slot chunks
 }
 
 // The batch with its length read from the device, as a graph-captured verification would launch it
@@ -543,6 +545,9 @@ TEST(AttentionGpu, DecodeSingleQuery) {
   CheckDecodeAttention(300, 8, 8, 64, ElemType::kBF16);    // MHA, batches of 16 keys
   CheckDecodeAttention(513, 16, 2, 256, ElemType::kF32);   // group 8, head_dim 256: 9 chunks of 64
   CheckDecodeAttention(37, 4, 1, 64, ElemType::kF32);      // MQA
+  CheckDecodeAttention(95, 4, 2, 32, ElemType::kF32);      // head_dim 32 (the bundled draft): one chunk
+  CheckDecodeAttention(300, 4, 2, 32, ElemType::kF32);     // 301 keys: 3 chunks of 128 slots, merged
+  CheckDecodeAttention(2047, 4, 2, 32, ElemType::kBF16);   // 16 chunks, bf16 cache
 }
 
 }  // namespace

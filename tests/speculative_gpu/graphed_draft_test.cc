@@ -7,7 +7,8 @@
 // Models: qwen3-0.6b's layer shape cut to 2 layers (head_dim 128: the single-query decode attention,
 // whose 250-270 slots are 4-5 chunks of 64, so its cross-chunk merge runs and the chunk count changes
 // at 256), the bundled tiny draft
-// (head_dim 32: the simple attention) and synth tiny-dense. Skips without a device.
+// (head_dim 32: the decode attention with 16-slot warp batches) and synth tiny-dense. Skips without a
+// device.
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -518,7 +518,8 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
   // (query, head, chunk) with every K/V row of a warp's batch loaded at once. H200, synth:qwen3-1.7b at
   // 32 keys: the general kernel took 15.6 us a layer (ncu), a sixth of the layer. Its results do not
   // depend on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
-  const bool decode_kernel = d_mask == nullptr && n <= kernels::kDecodeMaxQueries && (d == 64 || d == 128 || d == 256) &&
+  const bool decode_kernel = d_mask == nullptr && n <= kernels::kDecodeMaxQueries &&
+                             kernels::DecodeAttentionTakes(static_cast<int>(d)) &&
                              heads / kv_heads <= kernels::kAttentionMaxGroup;
   // With a device length (a captured pass) the host's prefix is only checked against the bound the
   // grid is sized for; the kernel reads the prefix itself.
