@@ -229,12 +229,14 @@ absl::Status CudaBackend::EnsureScratch(void** p, size_t* capacity, size_t bytes
   ++scratch_generation_;
   // Work queued on the stream may still read the old block; the arena only hands it out again to a
   // later allocation whose users are queued after it on the same stream, so stream order keeps it safe.
+  // The exact size (the code had read as doubling, but took the capacity after zeroing it): the decode
+  // path's workspaces reach their size at the first pass of each shape, and doubling a long prompt's
+  // attention workspace would double the largest one.
   arena_->Free(*p);
   *p = nullptr;
   *capacity = 0;
-  const size_t grown = std::max(bytes, *capacity * 2);
-  ASSIGN_OR_RETURN(*p, arena_->Allocate(grown, what));
-  *capacity = grown;
+  ASSIGN_OR_RETURN(*p, arena_->Allocate(bytes, what));
+  *capacity = bytes;
   return absl::OkStatus();
 }
 
