@@ -4,7 +4,7 @@
 //     on through epoch-tagged pairs instead of grid barriers (kernels/persistent_decode.cuh); correct,
 //     but slower than the graph today (bench/RESULTS_H200.md): kept as the base for that work;
 //   kGraph (the speculative loop's default): a fixed sequence of fused kernels
-//     (kernels/decode_fused.cuh; for head_dim 64/128/256 the q/k-norm + RoPE + KV append runs inside the
+//     (kernels/decode_fused.cuh; for head_dim 32/64/128/256 the q/k-norm + RoPE + KV append runs inside the
 //     decode attention kernel: 5 per layer), captured once
 //     into a CUDA graph and replayed for every token (the token and position are read from device
 //     memory); on sm_90+ with programmatic dependent launch, so each kernel's weight loads overlap the
@@ -14,7 +14,7 @@
 // fails (fallback_reason() says why).
 // Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
 // GEMV/norm/RoPE code repeats the Backend ops' arithmetic, but the attention (the graph's single-query
-// decode kernel for head_dim 64/128/256, the persistent kernel's own) and the split-row O and down
+// decode kernel for head_dim 32/64/128/256, the persistent kernel's own) and the split-row O and down
 // GEMVs (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and
 // the eager launches of the same kernels agree bit for bit; the persistent kernel is deterministic
 // (same inputs, same bits).
