@@ -167,17 +167,26 @@ absl::Status Transformer::EnsureScratch(int64_t n) {
 }
 
 absl::Status Transformer::Forward(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  ASSIGN_OR_RETURN(const Buffer* out, ForwardResident(tokens));
+  return ReadBack(*out, logits);
+}
+
+absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens) {
   std::vector<int32_t> positions(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int32_t>(n_past() + i);
-  return ForwardMasked(tokens, positions, {}, logits);
+  return ForwardResident(tokens, positions, {});
 }
 
 absl::Status Transformer::ForwardMasked(std::span<const int32_t> tokens,
                                         std::span<const int32_t> positions,
                                         std::span<const uint8_t> mask, std::vector<float>* logits) {
   ASSIGN_OR_RETURN(const Buffer* out, ForwardResident(tokens, positions, mask));
-  logits->resize(out->rows() * out->cols());
-  return backend_->Read(*out, *logits);
+  return ReadBack(*out, logits);
+}
+
+absl::Status Transformer::ReadBack(const Buffer& out, std::vector<float>* logits) const {
+  logits->resize(out.rows() * out.cols());
+  return backend_->Read(out, *logits);
 }
 
 absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens,

@@ -53,6 +53,8 @@ class Transformer : public CausalLm {
   absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens,
                                                 std::span<const int32_t> positions,
                                                 std::span<const uint8_t> mask);
+  // The same at consecutive positions n_past() .. with a causal mask (what Forward computes).
+  absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens);
 
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
   // For a caller that replays a ForwardResident of n positions captured in a CUDA graph
@@ -86,6 +88,8 @@ class Transformer : public CausalLm {
   Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache);
   absl::Status UploadWeights();
   absl::Status EnsureScratch(int64_t n);
+  // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
+  absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
   absl::Status AttentionBlock(int64_t layer, std::span<const int32_t> positions,
                               std::span<const uint8_t> mask);
   absl::Status DenseFfnBlock(int64_t layer);

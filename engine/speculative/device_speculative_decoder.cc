@@ -137,9 +137,8 @@ absl::StatusOr<const float*> DeviceSpeculativeDecoder::DecodeOne(const int32_t* 
                                                                   int32_t host_token) {
   if (graphed_ != nullptr) return graphed_->Decode(device_token, host_token);
   if (device_token != nullptr) backend_->UseDeviceTokensOnce(device_token);
-  const int32_t pos = static_cast<int32_t>(draft_->n_past());
   ++transformer_passes_;
-  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident({&host_token, 1}, {&pos, 1}, {}));
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident({&host_token, 1}));
   return CudaBackend::Data(*logits);
 }
 
@@ -239,7 +238,6 @@ absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) 
   // cache that already holds a prefix of them (the previous turn of a chat) is fed only the rest.
   // Logits stay unread.
   const auto head = prompt.first(prompt.size() - 1);
-  std::vector<int32_t> positions;
   for (Transformer* lm : {target_, draft_}) {
     if (lm == nullptr) continue;
     std::vector<int32_t>& cached = lm == target_ ? target_cached_ : draft_cached_;
@@ -250,10 +248,9 @@ absl::Status DeviceSpeculativeDecoder::Prefill(std::span<const int32_t> prompt) 
     cached.clear();  // set again once this Generate has finished
     if (lm->n_past() > static_cast<int64_t>(common)) RETURN_IF_ERROR(lm->Truncate(static_cast<int64_t>(common)));
     for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
+      // At positions begin .. (the cache holds the prompt's first `begin` tokens).
       const auto chunk = head.subspan(begin, std::min(kPrefillChunk, head.size() - begin));
-      positions.resize(chunk.size());
-      for (size_t i = 0; i < chunk.size(); ++i) positions[i] = static_cast<int32_t>(begin + i);
-      RETURN_IF_ERROR(lm->ForwardResident(chunk, positions, {}).status());
+      RETURN_IF_ERROR(lm->ForwardResident(chunk).status());
     }
     if (lm == target_) last_prefill_fed_ = static_cast<int64_t>(head.size() - common);
   }
@@ -362,7 +359,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   // What the target's cache holds: the sequence but its last token, then per pass the accepted drafts
   // (which an end token may cut from `sequence`).
   std::vector<int32_t> held(prompt.begin(), prompt.end() - 1);
-  std::vector<int32_t> dummy, positions;
+  std::vector<int32_t> dummy;
   const auto* step_result = static_cast<const StepResult*>(host_result_);
   const kernels::AcceptanceResult* host = &step_result->accept;
   bool ended = false;
@@ -404,10 +401,8 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
       ASSIGN_OR_RETURN(logits, target_pass_->Forward(k + 1));
     } else {
       dummy.assign(k + 1, 0);
-      positions.resize(k + 1);
-      for (int i = 0; i <= k; ++i) positions[i] = static_cast<int32_t>(len - 1 + i);
       backend_->UseDeviceTokensOnce(batch_);
-      ASSIGN_OR_RETURN(logits, target_->ForwardResident(dummy, positions, {}));
+      ASSIGN_OR_RETURN(logits, target_->ForwardResident(dummy));  // positions len - 1 .. (checked above)
       ++eager_verifies_;
     }
     const double t_verify = SecondsSince(t0);

@@ -67,9 +67,7 @@ absl::StatusOr<bool> GraphedTargetPass::Warm() {
   const int64_t len = lm_->n_past();
   if (len + graph_max_tokens_ > lm_->max_context()) return false;
   dummy_.assign(graph_max_tokens_, 0);
-  positions_.resize(graph_max_tokens_);
-  for (int t = 0; t < graph_max_tokens_; ++t) positions_[t] = static_cast<int32_t>(len + t);
-  RETURN_IF_ERROR(lm_->ForwardResident(dummy_, positions_, {}).status());
+  RETURN_IF_ERROR(lm_->ForwardResident(dummy_).status());
   RETURN_IF_ERROR(lm_->Truncate(len));  // its rows past the length are never read
   warm_backend_generation_ = backend_->scratch_generation();
   warm_lm_generation_ = lm_->scratch_generation();
@@ -79,15 +77,13 @@ absl::StatusOr<bool> GraphedTargetPass::Warm() {
 absl::Status GraphedTargetPass::Capture(int n, int64_t max_keys, Graph* g) {
   const int64_t len = lm_->n_past();
   dummy_.assign(n, 0);
-  positions_.resize(n);
-  for (int t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(len + t);
   RETURN_IF_ERROR(backend_->BeginCapture());
   absl::Status queued =
       SPECGEN_CUDA_STATUS(kernels::LaunchStoreInt32(d_length_, static_cast<int32_t>(len), backend_->stream()));
   if (queued.ok()) {
     backend_->SetDeviceLength(d_length_, max_keys);
     backend_->UseDeviceTokensOnce(d_tokens_);
-    queued = lm_->ForwardResident(dummy_, positions_, {}).status();
+    queued = lm_->ForwardResident(dummy_).status();
     backend_->UseDeviceTokensOnce(nullptr);  // unused when the pass failed before its embedding
     backend_->ClearDeviceLength();
   }
@@ -115,13 +111,10 @@ absl::Status GraphedTargetPass::Capture(int n, int64_t max_keys, Graph* g) {
 }
 
 absl::StatusOr<const Buffer*> GraphedTargetPass::Eager(int n) {
-  const int64_t len = lm_->n_past();
   dummy_.assign(n, 0);
-  positions_.resize(n);
-  for (int t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(len + t);
   backend_->UseDeviceTokensOnce(d_tokens_);
   ++eager_;
-  return lm_->ForwardResident(dummy_, positions_, {});
+  return lm_->ForwardResident(dummy_);
 }
 
 absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {

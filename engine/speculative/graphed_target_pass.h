@@ -82,7 +82,7 @@ class GraphedTargetPass {
   int64_t warm_backend_generation_ = -1, warm_lm_generation_ = -1;
   bool use_graphs_ = true;
   std::string fallback_;
-  std::vector<int32_t> dummy_, positions_;  // host arguments of the pass (ids unused: device tokens)
+  std::vector<int32_t> dummy_;  // the pass's host token ids (unused: the ids come from d_tokens)
   int64_t replays_ = 0, captures_ = 0, eager_ = 0;
 };
 
