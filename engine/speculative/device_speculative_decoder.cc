@@ -88,10 +88,8 @@ absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecod
   std::unique_ptr<DeviceSpeculativeDecoder> d(
       new DeviceSpeculativeDecoder(backend, target, draft, std::move(options)));
   RETURN_IF_ERROR(d->Allocate());
-  if (d->options_.graph_verify) {
-    ASSIGN_OR_RETURN(d->target_pass_,
-                     GraphedTargetPass::Create(backend, target, d->batch_, d->options_.draft_max + 1));
-  }
+  ASSIGN_OR_RETURN(d->target_pass_, GraphedTargetPass::Create(backend, target, d->batch_, d->options_.draft_max + 1,
+                                                              d->options_.graph_verify));
   if (draft != nullptr && d->options_.draft_max > 0) {
     d->why_not_graph_ = draft_path == DraftDecodePath::kTransformer ? "not asked for"
                                                                     : GraphedDraft::Unsupported(*draft);
@@ -123,13 +121,10 @@ DraftDecodeStats DeviceSpeculativeDecoder::draft_decode_stats() const {
 
 VerifyPassStats DeviceSpeculativeDecoder::verify_pass_stats() const {
   VerifyPassStats s;
-  s.eager_passes = eager_verifies_;
-  if (target_pass_ != nullptr) {
-    s.graph_replays = target_pass_->replays();
-    s.captures = target_pass_->captures();
-    s.eager_passes += target_pass_->eager_passes();
-    s.why_not_graph = target_pass_->fallback_reason();
-  }
+  s.graph_replays = target_pass_->replays();
+  s.captures = target_pass_->captures();
+  s.eager_passes = target_pass_->eager_passes();
+  s.why_not_graph = target_pass_->fallback_reason();
   return s;
 }
 
@@ -359,7 +354,6 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   // What the target's cache holds: the sequence but its last token, then per pass the accepted drafts
   // (which an end token may cut from `sequence`).
   std::vector<int32_t> held(prompt.begin(), prompt.end() - 1);
-  std::vector<int32_t> dummy;
   const auto* step_result = static_cast<const StepResult*>(host_result_);
   const kernels::AcceptanceResult* host = &step_result->accept;
   bool ended = false;
@@ -395,16 +389,8 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     if (target_->n_past() != len - 1) {
       return absl::InternalError(Cat("target holds ", target_->n_past(), " positions of ", len, " tokens before a step"));
     }
-    const Buffer* logits = nullptr;
-    const int64_t captures_before = target_pass_ != nullptr ? target_pass_->captures() : 0;
-    if (target_pass_ != nullptr) {
-      ASSIGN_OR_RETURN(logits, target_pass_->Forward(k + 1));
-    } else {
-      dummy.assign(k + 1, 0);
-      backend_->UseDeviceTokensOnce(batch_);
-      ASSIGN_OR_RETURN(logits, target_->ForwardResident(dummy));  // positions len - 1 .. (checked above)
-      ++eager_verifies_;
-    }
+    const int64_t captures_before = target_pass_->captures();
+    ASSIGN_OR_RETURN(const Buffer* logits, target_pass_->Forward(k + 1));
     const double t_verify = SecondsSince(t0);
 
     t0 = std::chrono::steady_clock::now();
@@ -479,7 +465,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     // A step whose pass was captured (its warm-up pass, the capture and the instantiation: ~2-4 ms on
     // a Qwen3-1.7B-sized target) says nothing about what a pass of that size costs: its times would
     // stay in the controller's estimate of that k until it is chosen again, which they prevent.
-    const bool captured = target_pass_ != nullptr && target_pass_->captures() != captures_before;
+    const bool captured = target_pass_->captures() != captures_before;
     if (controller_) controller_->ObserveAcceptance(k, n_acc);
     if (controller_ && !captured) {
       controller_->ObserveDraftTime(k, t_draft);

@@ -126,8 +126,7 @@ class DeviceSpeculativeDecoder {
   std::vector<int32_t> target_cached_, draft_cached_;
   int64_t last_prefill_fed_ = 0;
   std::unique_ptr<GraphedDraft> graphed_;  // null: single tokens through the Transformer
-  std::unique_ptr<GraphedTargetPass> target_pass_;  // null: graph_verify off
-  int64_t eager_verifies_ = 0;                      // target passes without target_pass_
+  std::unique_ptr<GraphedTargetPass> target_pass_;  // every target pass of a step (eager: graph_verify off)
   std::string why_not_graph_;
   int64_t transformer_passes_ = 0;
   int64_t overlapped_ = 0;

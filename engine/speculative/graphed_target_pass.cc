@@ -20,17 +20,18 @@ constexpr int64_t kMinKeyBound = 128;
 }  // namespace
 
 GraphedTargetPass::GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens,
-                                     int max_tokens, int32_t* d_length)
+                                     int max_tokens, bool graphs, int32_t* d_length)
     : backend_(backend),
       lm_(lm),
       d_tokens_(d_tokens),
       max_tokens_(max_tokens),
       graph_max_tokens_(std::min(max_tokens, kernels::kDecodeMaxQueries)),
-      d_length_(d_length) {}
+      d_length_(d_length),
+      use_graphs_(graphs) {}
 
 absl::StatusOr<std::unique_ptr<GraphedTargetPass>> GraphedTargetPass::Create(CudaBackend* backend, Transformer* lm,
                                                                               const int32_t* d_tokens,
-                                                                              int max_tokens) {
+                                                                              int max_tokens, bool graphs) {
   if (backend == nullptr || lm == nullptr || d_tokens == nullptr) {
     return InvalidArgument("graphed target pass: no backend, model or token buffer");
   }
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<GraphedTargetPass>> GraphedTargetPass::Create(Cud
   if (max_tokens < 1) return InvalidArgument("graphed target pass: ", max_tokens, " positions a pass");
   ASSIGN_OR_RETURN(void* p, backend->arena().Allocate(sizeof(int32_t), "the graphed pass's cache length"));
   return std::unique_ptr<GraphedTargetPass>(
-      new GraphedTargetPass(backend, lm, d_tokens, max_tokens, static_cast<int32_t*>(p)));
+      new GraphedTargetPass(backend, lm, d_tokens, max_tokens, graphs, static_cast<int32_t*>(p)));
 }
 
 GraphedTargetPass::~GraphedTargetPass() {

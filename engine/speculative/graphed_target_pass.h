@@ -35,9 +35,11 @@ namespace specgen {
 class GraphedTargetPass {
  public:
   // `lm` runs on `backend`; `d_tokens` (device int32, at least max_tokens) holds each pass's token ids
-  // when Forward is called. Nothing is captured before the first Forward.
+  // when Forward is called. Nothing is captured before the first Forward; with `graphs` false nothing
+  // ever is (every pass launched op by op, as graph_verify off asks; fallback_reason() stays empty).
   static absl::StatusOr<std::unique_ptr<GraphedTargetPass>> Create(CudaBackend* backend, Transformer* lm,
-                                                                    const int32_t* d_tokens, int max_tokens);
+                                                                    const int32_t* d_tokens, int max_tokens,
+                                                                    bool graphs = true);
   ~GraphedTargetPass();
   GraphedTargetPass(const GraphedTargetPass&) = delete;
   GraphedTargetPass& operator=(const GraphedTargetPass&) = delete;
@@ -62,7 +64,7 @@ class GraphedTargetPass {
     int64_t backend_generation = -1, lm_generation = -1;
   };
   GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens, int max_tokens,
-                    int32_t* d_length);
+                    bool graphs, int32_t* d_length);
   static void Release(Graph* g);
   // The capture of the pass over n tokens at the current length with the attention sized for max_keys.
   absl::Status Capture(int n, int64_t max_keys, Graph* g);
@@ -80,7 +82,7 @@ class GraphedTargetPass {
   int32_t* d_length_;  // the cache's length as the replayed kernels read it (arena)
   std::map<std::pair<int, int64_t>, Graph> graphs_;  // by (n, max_keys)
   int64_t warm_backend_generation_ = -1, warm_lm_generation_ = -1;
-  bool use_graphs_ = true;
+  bool use_graphs_;  // Create's `graphs`, false from a failed capture on
   std::string fallback_;
   std::vector<int32_t> dummy_;  // the pass's host token ids (unused: the ids come from d_tokens)
   int64_t replays_ = 0, captures_ = 0, eager_ = 0;
