@@ -25,6 +25,7 @@
 #include "engine/speculative/graphed_draft.h"
 #include "gtest/gtest.h"
 #include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/synth_model.h"
 
 namespace specgen {
 namespace {
@@ -186,22 +187,9 @@ void CheckModel(const char* label, std::shared_ptr<const LoadedModel> model, int
   be->arena().Free(*d);
 }
 
-std::shared_ptr<const LoadedModel> Synth(const char* preset, int64_t layers, int64_t vocab) {
-  auto spec = SynthSpec(preset);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  if (!spec.ok()) return nullptr;
-  spec->n_layers = layers;
-  spec->layer_is_moe.assign(layers, false);
-  if (vocab > 0) spec->vocab_size = vocab;
-  auto w = SynthWeights(*spec, DType::kBF16, 1);
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (!w.ok()) return nullptr;
-  return std::shared_ptr<const LoadedModel>(std::move(w).value());
-}
-
 TEST(GraphedDraft, Qwen3ShapeChunkedAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
-  auto model = Synth("qwen3-0.6b", 2, 4096);
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096);
   ASSERT_NE(model, nullptr);
   // 250 prompt tokens: the decode attention merges 4 chunks, then 5 past slot 256, and the rollback
   // crosses back.
@@ -210,7 +198,7 @@ TEST(GraphedDraft, Qwen3ShapeChunkedAttention) {
 
 TEST(GraphedDraft, Qwen3ShapeAcrossGemvShapes) {
   SPECGEN_SKIP_WITHOUT_CUDA();
-  auto model = Synth("qwen3-0.6b", 2, 4096);
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096);
   ASSERT_NE(model, nullptr);
   // 376 prompt tokens: the draft replays its short-context graph to position 383 and its long-context
   // one (other GEMV grids, GraphedDraft::ShapeFor) from 384; the rollback at step 12 (to 383) goes back
@@ -220,7 +208,7 @@ TEST(GraphedDraft, Qwen3ShapeAcrossGemvShapes) {
 
 TEST(GraphedDraft, TinyDenseSimpleAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
-  auto model = Synth("tiny-dense", 2, 0);
+  auto model = testing::SynthModel("tiny-dense", 2, 0);
   ASSERT_NE(model, nullptr);
   CheckModel("synth tiny-dense", model, 9);
 }

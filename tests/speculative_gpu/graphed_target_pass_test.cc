@@ -23,11 +23,11 @@
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/model_loader.h"
-#include "engine/io/synth.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
 #include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/synth_model.h"
 
 namespace specgen {
 namespace {
@@ -139,17 +139,8 @@ Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt
   return o;
 }
 
-std::shared_ptr<const LoadedModel> Qwen3Shape() {
-  auto spec = SynthSpec("qwen3-0.6b");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  if (!spec.ok()) return nullptr;
-  spec->n_layers = 2;
-  spec->layer_is_moe.assign(2, false);
-  spec->vocab_size = 4096;
-  auto w = SynthWeights(*spec, DType::kBF16, 1);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return w.ok() ? std::shared_ptr<const LoadedModel>(std::move(w).value()) : nullptr;
-}
+// qwen3-0.6b's layer shape cut to 2 layers and a 4096-token vocabulary.
+std::shared_ptr<const LoadedModel> Qwen3Shape() { return testing::SynthModel("qwen3-0.6b", 2, 4096); }
 
 std::unique_ptr<Transformer> Create(std::shared_ptr<const LoadedModel> model, CudaBackend* be) {
   TransformerOptions options;
