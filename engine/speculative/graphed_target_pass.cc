@@ -56,22 +56,17 @@ void GraphedTargetPass::Release(Graph* g) {
 }
 
 bool GraphedTargetPass::Current(const Graph& g) const {
-  return g.exec != nullptr && g.backend_generation == backend_->scratch_generation() &&
-         g.lm_generation == lm_->scratch_generation();
+  return g.exec != nullptr && g.made == Now();
 }
 
 absl::StatusOr<bool> GraphedTargetPass::Warm() {
-  if (warm_backend_generation_ == backend_->scratch_generation() &&
-      warm_lm_generation_ == lm_->scratch_generation()) {
-    return true;
-  }
+  if (warmed_ == Now()) return true;
   const int64_t len = lm_->n_past();
   if (len + graph_max_tokens_ > lm_->max_context()) return false;
   dummy_.assign(graph_max_tokens_, 0);
   RETURN_IF_ERROR(lm_->ForwardResident(dummy_).status());
   RETURN_IF_ERROR(lm_->Truncate(len));  // its rows past the length are never read
-  warm_backend_generation_ = backend_->scratch_generation();
-  warm_lm_generation_ = lm_->scratch_generation();
+  warmed_ = Now();
   return true;
 }
 
@@ -105,8 +100,7 @@ absl::Status GraphedTargetPass::Capture(int n, int64_t max_keys, Graph* g) {
     Release(g);
     return status;
   }
-  g->backend_generation = backend_->scratch_generation();
-  g->lm_generation = lm_->scratch_generation();
+  g->made = Now();
   ++captures_;
   return absl::OkStatus();
 }

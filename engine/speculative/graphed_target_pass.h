@@ -57,11 +57,16 @@ class GraphedTargetPass {
   const std::string& fallback_reason() const { return fallback_; }
 
  private:
+  // The scratch generations of the backend and the model: what a graph's addresses depend on.
+  struct Generations {
+    int64_t backend = -1, lm = -1;
+    bool operator==(const Generations&) const = default;
+  };
   struct Graph {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     cudaGraphNode_t length_node = nullptr;  // the root: LaunchStoreInt32 of the cache's length
-    int64_t backend_generation = -1, lm_generation = -1;
+    Generations made;                       // when it was captured
   };
   GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens, int max_tokens,
                     bool graphs, int32_t* d_length);
@@ -73,6 +78,7 @@ class GraphedTargetPass {
   absl::StatusOr<bool> Warm();
   absl::StatusOr<const Buffer*> Eager(int n);
   bool Current(const Graph& g) const;
+  Generations Now() const { return {backend_->scratch_generation(), lm_->scratch_generation()}; }
 
   CudaBackend* backend_;
   Transformer* lm_;
@@ -81,7 +87,7 @@ class GraphedTargetPass {
   int graph_max_tokens_;  // passes up to this size are captured (the decode attention's limit)
   int32_t* d_length_;  // the cache's length as the replayed kernels read it (arena)
   std::map<std::pair<int, int64_t>, Graph> graphs_;  // by (n, max_keys)
-  int64_t warm_backend_generation_ = -1, warm_lm_generation_ = -1;
+  Generations warmed_;  // when the last warm-up pass ran
   bool use_graphs_;  // Create's `graphs`, false from a failed capture on
   std::string fallback_;
   std::vector<int32_t> dummy_;  // the pass's host token ids (unused: the ids come from d_tokens)

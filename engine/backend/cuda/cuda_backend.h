@@ -131,7 +131,6 @@ class CudaBackend : public Backend {
   // Ends the capture: the graph of what was queued (the caller owns it), or the capture's error.
   // Always leaves the stream out of capture mode.
   absl::StatusOr<cudaGraph_t> EndCapture();
-  bool capturing() const { return capturing_; }
   // Bumped whenever a workspace of the backend is reallocated: a captured pass holds the addresses.
   int64_t scratch_generation() const { return scratch_generation_; }
 
