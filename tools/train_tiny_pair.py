@@ -167,9 +167,49 @@ def windows(stream, n):
     return stream[starts[:, None] + torch.arange(SEQ + 1)]
 
 
-def train(model, is_moe, stream, val_stream, seconds, batch, lr, dev, seed, aux_coef=0.01,
-          eval_every=15.0):
-    """Time-boxed AdamW; keeps the weights with the best validation loss (the corpus is small)."""
+def lm_objective(is_moe, aux_coef=0.01):
+    """Next-token cross entropy (+ the router's aux loss while training a MoE): (objective, CE)."""
+    def fn(model, x, training):
+        total, loss = lm_loss(model, x, is_moe and training, aux_coef if training else 0)
+        return (total if training else loss), loss
+    fn.name = "cross entropy"
+    return fn
+
+
+def distill_objective(teacher):
+    """Forward KL(teacher || student) over every position, with the teacher's soft next-token
+    distribution at T = 1: what speculative acceptance rewards (1 - TV(p, q) per token, and TV is
+    bounded by KL through Pinsker) rather than the corpus's one-hot next token, which the small
+    corpus lets a model overfit. Returns (KL, CE of the student against the corpus)."""
+    def fn(model, x, training):
+        with torch.no_grad():
+            logp = F.log_softmax(teacher(input_ids=x[:, :-1]).logits.float(), -1)
+        logits = model(input_ids=x[:, :-1]).logits.float()
+        logq = F.log_softmax(logits, -1)
+        kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+        ce = F.nll_loss(logq.reshape(-1, logq.shape[-1]), x[:, 1:].reshape(-1))
+        return kl, ce
+    fn.name = "KL(target || draft)"
+    return fn
+
+
+def load_teacher(d, stream, dev):
+    """The saved target for distillation: grouped_mm experts where they run here, else eager."""
+    for impl in ("grouped_mm", "eager"):
+        try:
+            t = from_pretrained(d, attn_implementation="sdpa", experts_implementation=impl).to(dev).eval()
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                t(input_ids=stream[:2 * SEQ].view(2, SEQ).to(dev))
+            log(f"teacher: experts_implementation={impl}")
+            return t
+        except Exception as e:  # noqa: BLE001 - fall back to eager
+            log(f"teacher with experts_implementation={impl} failed: {type(e).__name__}: {str(e)[:300]}")
+    raise RuntimeError("the target does not run as a teacher")
+
+
+def train(model, objective, stream, val_stream, seconds, batch, lr, dev, seed, eval_every=15.0):
+    """Time-boxed AdamW on objective(model, x, training) -> (objective, CE); keeps the weights with
+    the best validation objective (the corpus is small)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     nodecay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -191,11 +231,11 @@ def train(model, is_moe, stream, val_stream, seconds, batch, lr, dev, seed, aux_
             next_eval += eval_every
             model.eval()
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-                vl = float(sum(lm_loss(model, val_x[i:i + 32], False, 0)[1] for i in range(0, len(val_x), 32))
+                vl = float(sum(objective(model, val_x[i:i + 32], False)[0] for i in range(0, len(val_x), 32))
                            / len(range(0, len(val_x), 32)))
             model.train()
             curve.append([step, round(vl, 4)])
-            log(f"  step {step} validation loss {vl:.4f}")
+            log(f"  step {step} validation {objective.name} {vl:.4f}")
             if vl < best[0]:
                 best = (vl, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
         if elapsed >= seconds:
@@ -207,7 +247,7 @@ def train(model, is_moe, stream, val_stream, seconds, batch, lr, dev, seed, aux_
         idx = torch.randint(0, len(stream) - SEQ - 1, (batch,), generator=g).to(dev)
         x = stream_dev[idx[:, None] + ar]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            total, loss = lm_loss(model, x, is_moe, aux_coef)
+            total, loss = objective(model, x, True)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -220,7 +260,8 @@ def train(model, is_moe, stream, val_stream, seconds, batch, lr, dev, seed, aux_
             log(f"  step {step} loss {lv:.3f} lr {cur:.2e} {tokens / (time.time() - t0) / 1e3:.0f}k tok/s")
     torch.cuda.synchronize()
     model.load_state_dict(best[2])
-    return {"best_validation_loss": round(best[0], 4), "best_step": best[1], "validation_curve": curve,
+    return {"objective": objective.name,
+            "best_validation_loss": round(best[0], 4), "best_step": best[1], "validation_curve": curve,
             "steps": step, "tokens": tokens, "seconds": round(time.time() - t0, 1),
             "batch": batch, "seq_len": SEQ, "peak_lr": lr, "final_train_loss_ema": ema}
 
@@ -425,7 +466,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "models"))
     ap.add_argument("--target-seconds", type=float, default=200)
-    ap.add_argument("--draft-seconds", type=float, default=90)
+    ap.add_argument("--draft-seconds", type=float, default=150)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--prompts", type=int, default=32)
@@ -434,6 +475,11 @@ def main():
     ap.add_argument("--max-k", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--draft-loss", choices=("distill", "ce"), default="distill",
+                    help="distill: KL to the trained target's next-token distribution; ce: the corpus")
+    ap.add_argument("--draft-only", action="store_true",
+                    help="keep --out's tiny-target (and its tokenizer and pair_stats.json entries); "
+                         "retrain and re-measure the draft")
     args = ap.parse_args()
     import tokenizers
     import transformers
@@ -451,7 +497,12 @@ def main():
     held_bytes = sum(len(t.encode()) for _, t in held_docs)
     log(f"corpus {root}: {len(train_docs)} train files ({train_bytes / 2**20:.1f} MiB), "
         f"{len(held_docs)} held-out files ({held_bytes / 2**20:.1f} MiB)")
-    tok = train_bpe_tokenizer([t for _, t in train_docs], args.vocab)
+    if args.draft_only:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(os.path.join(args.out, "tiny-target", "tokenizer.json"))
+        log("draft only: the tokenizer and target of " + os.path.join(args.out, "tiny-target"))
+    else:
+        tok = train_bpe_tokenizer([t for _, t in train_docs], args.vocab)
     V = tok.get_vocab_size()
     eot, im_end = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
     train_stream = encode_stream(tok, train_docs, eot)
@@ -474,17 +525,33 @@ def main():
 
     stats = {"versions": versions}
     models = {}
+    if args.draft_only:
+        with open(os.path.join(args.out, "pair_stats.json")) as f:
+            stats["target"] = json.load(f)["target"]
+        models["target"] = from_pretrained(os.path.join(args.out, "tiny-target"), attn_implementation="sdpa",
+                                           experts_implementation="eager").to(dev).eval()
     for role, cfg_fn, is_moe, seconds, lr in (
             ("target", target_cfg, True, args.target_seconds, 2e-3),
             ("draft", draft_cfg, False, args.draft_seconds, 3e-3)):
+        if role in models:
+            continue
         cfg = cfg_fn(V, eot)
         model, impl = build_trainable(cfg, is_moe, args.batch, train_stream, dev)
-        log(f"{role}: {count_params(model) / 1e6:.2f}M parameters; training {seconds:.0f}s")
-        tr = train(model, is_moe, train_stream, val_stream, seconds, args.batch, lr, dev, args.seed + (1 if is_moe else 2))
+        distill = role == "draft" and args.draft_loss == "distill"
+        log(f"{role}: {count_params(model) / 1e6:.2f}M parameters; training {seconds:.0f}s"
+            + (" to the target's distribution" if distill else ""))
+        # The teacher is the saved bf16 target, with the faster experts implementation where it
+        # loads (the measurements below keep eager's), run under the student's autocast.
+        teacher = None
+        if distill:
+            teacher = load_teacher(os.path.join(args.out, "tiny-target"), train_stream, dev)
+        objective = distill_objective(teacher) if distill else lm_objective(is_moe)
+        tr = train(model, objective, train_stream, val_stream, seconds, args.batch, lr, dev,
+                   args.seed + (1 if is_moe else 2))
         tr["experts_implementation"] = impl
         d = os.path.join(args.out, f"tiny-{role}")
         write_model_dir(model, d, tok, bpe_tokenizer_config(tok, 4096), [im_end, eot], eot)
-        del model
+        del model, teacher
         torch.cuda.empty_cache()
         # Everything below runs the saved bf16 weights in fp32 (what the engine loads).
         m = from_pretrained(d, attn_implementation="sdpa", experts_implementation="eager").to(dev).eval()
