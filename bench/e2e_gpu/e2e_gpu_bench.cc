@@ -1041,7 +1041,7 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
 BENCHMARK(BM_SpeculativeGeneration)
     ->ArgNames({"k", "greedy", "overlap", "adaptive", "graph_verify"})
     ->Args({0, 1, 2, 0, 1})->Args({2, 1, 2, 0, 1})->Args({4, 1, 2, 0, 1})->Args({6, 1, 2, 0, 1})->Args({0, 0, 2, 0, 1})
-    ->Args({2, 0, 2, 0, 1})->Args({4, 0, 2, 0, 1})
+    ->Args({2, 0, 2, 0, 1})->Args({4, 0, 2, 0, 1})->Args({3, 1, 2, 0, 1})->Args({3, 0, 2, 0, 1})->Args({6, 0, 2, 0, 1})
     ->Args({2, 1, 0, 0, 1})->Args({4, 1, 0, 0, 1})->Args({4, 0, 0, 0, 1})->Args({2, 1, 1, 0, 1})->Args({4, 1, 1, 0, 1})
     ->Args({4, 0, 1, 0, 1})->Args({2, 1, 3, 0, 1})->Args({4, 1, 3, 0, 1})->Args({4, 0, 3, 0, 1})
     // The adaptive controller bounded by k (the CLI's --draft-adaptive): where it lands against the

@@ -357,6 +357,7 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   const auto* step_result = static_cast<const StepResult*>(host_result_);
   const kernels::AcceptanceResult* host = &step_result->accept;
   bool ended = false;
+  int previous_k = -1;  // the draft holds the prompt: the first step has nothing to catch up
   while (!ended && static_cast<int64_t>(generated.size()) < options_.max_new_tokens &&
          static_cast<int64_t>(sequence.size()) < target_->max_context()) {
     const SyncCounts before = backend_->syncs();
@@ -466,15 +467,19 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
     // a Qwen3-1.7B-sized target) says nothing about what a pass of that size costs: its times would
     // stay in the controller's estimate of that k until it is chosen again, which they prevent.
     const bool captured = target_pass_->captures() != captures_before;
-    if (controller_) controller_->ObserveAcceptance(k, n_acc);
-    if (controller_ && !captured) {
-      controller_->ObserveDraftTime(k, t_draft);
-      // Here the draft and verify times are the host's launches; the device's work is waited for in
-      // the accept phase (the step's one sync), so the verification of k + 1 is charged with all that
-      // follows the drafting: per k, the controller then sees what a step of that k costs. Charged
-      // with t_verify alone it missed the wait, and on the bundled pair (H200, greedy, bound 4) chose
-      // 1.3-2.9 drafts a step for 3899-3903 tokens/s where a fixed k = 2 gave 4617-4625.
-      controller_->ObserveVerifyTime(k + 1, t_verify + t_accept);
+    // Nor does a step whose draft first caught up on the tokens of steps made without it (k = 0), as an
+    // exploration of k = 1 after a run of plain steps does.
+    const bool draft_caught_up = k > 0 && previous_k == 0;
+    previous_k = k;
+    if (controller_) {
+      controller_->ObserveAcceptance(k, n_acc);
+      // The step's wall time: the host's launches of the drafting and the verification, and the wait
+      // for the device's work (the step's one sync), so each k is charged with what a step of it costs.
+      if (captured || draft_caught_up) {
+        controller_->ObserveUntimed();
+      } else {
+        controller_->ObserveStepTime(k, t_draft + t_verify + t_accept);
+      }
     }
     const SyncCounts& after = backend_->syncs();
     ++syncs_.steps;

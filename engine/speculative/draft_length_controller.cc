@@ -8,9 +8,10 @@ namespace specgen {
 DraftLengthController::DraftLengthController(int k_max, Options options)
     : k_max_(std::max(0, k_max)),
       options_(options),
-      alpha_(options.alpha_prior),
-      t_verify_(k_max_ + 2, 0.0),
-      verify_measured_(k_max_ + 2, false) {}
+      alpha_(k_max_ + 1, options.alpha_prior),
+      tested_(k_max_ + 1, 0),
+      t_step_(k_max_ + 1, 0.0),
+      step_measured_(k_max_ + 1, false) {}
 
 double DraftLengthController::ExpectedTokens(double alpha, int k) {
   double sum = 0.0, term = 1.0;
@@ -18,76 +19,109 @@ double DraftLengthController::ExpectedTokens(double alpha, int k) {
   return sum;
 }
 
-double DraftLengthController::PredictedVerifySeconds(int n) const {
-  if (verify_measured_[n]) return t_verify_[n];
-  // Least-squares line through the measured (n, t) points; one point: constant; none: unit cost.
-  double sn = 0, st = 0, snn = 0, snt = 0;
-  int m = 0;
-  for (int i = 1; i <= k_max_ + 1; ++i) {
-    if (!verify_measured_[i]) continue;
-    ++m;
-    sn += i;
-    st += t_verify_[i];
-    snn += double(i) * i;
-    snt += i * t_verify_[i];
+double DraftLengthController::alpha(int depth) const {
+  depth = std::clamp(depth, 1, std::max(1, k_max_));
+  // An untested depth inherits from the nearest tested one above it (the geometric assumption).
+  while (depth > 1 && tested_[depth] == 0) --depth;
+  return k_max_ == 0 ? options_.alpha_prior : alpha_[depth];
+}
+
+double DraftLengthController::ExpectedTokens(int k) const {
+  double sum = 1.0, reach = 1.0;  // reach: probability that drafts 1..j are all accepted
+  for (int j = 1; j <= k; ++j) {
+    reach *= alpha(j);
+    sum += reach;
   }
-  if (m == 0) return 1.0;
-  const double det = m * snn - sn * sn;
-  if (m == 1 || det <= 0) return st / m;
-  const double slope = std::max(0.0, (m * snt - sn * st) / det);
-  const double intercept = (st - slope * sn) / m;
-  return std::max(intercept + slope * n, 1e-9);
+  return sum;
+}
+
+double DraftLengthController::PredictedStepSeconds(int k) const {
+  if (k >= 0 && k <= k_max_ && step_measured_[k]) return t_step_[k];
+  // The measured lengths nearest to k: below and above it, or the two nearest on one side. So a
+  // prediction rests on the lengths next to it, which the exploration around the chosen k keeps
+  // fresh, not on far ones measured once during the warm-up (a least-squares line through every
+  // length let those weigh as much), and it follows a cost that is not one line in k (tensor-core
+  // tiles, a second wave of blocks).
+  std::vector<int> below, above;
+  for (int i = std::min(k - 1, k_max_); i >= 0; --i) {
+    if (step_measured_[i]) below.push_back(i);
+  }
+  for (int i = std::max(k + 1, 0); i <= k_max_; ++i) {
+    if (step_measured_[i]) above.push_back(i);
+  }
+  int a = 0, b = 0;
+  if (!below.empty() && !above.empty()) {
+    a = below[0], b = above[0];
+  } else if (below.size() >= 2) {
+    a = below[1], b = below[0];
+  } else if (above.size() >= 2) {
+    a = above[0], b = above[1];
+  } else if (!below.empty() || !above.empty()) {
+    return t_step_[below.empty() ? above[0] : below[0]];
+  } else {
+    return 1.0;
+  }
+  // A cost that falls with longer drafts is noise: no negative slope.
+  const double slope = std::max(0.0, (t_step_[b] - t_step_[a]) / (b - a));
+  return std::max(t_step_[a] + slope * (k - a), 1e-9);
 }
 
 double DraftLengthController::Rate(int k) const {
-  const double t = k * t_draft_ + PredictedVerifySeconds(k + 1);
-  return ExpectedTokens(alpha_, k) / std::max(t, 1e-12);
+  return ExpectedTokens(k) / std::max(PredictedStepSeconds(k), 1e-12);
 }
 
-int DraftLengthController::Choose() {
-  ++passes_;
-  if (k_max_ == 0) return 0;
-  // Warm-up: measure the longest pass and the plain pass once, so the verify-cost line has two ends.
-  if (!draft_measured_ || !verify_measured_[k_max_ + 1]) return k_max_;
-  if (!verify_measured_[1]) return 0;
+int DraftLengthController::Best() const {
   int best = 0;
   for (int k = 1; k <= k_max_; ++k) {
     if (Rate(k) > Rate(best)) best = k;
   }
-  if (best == 0) {
-    if (++zero_streak_ >= options_.explore_every) {
-      zero_streak_ = 0;
-      return 1;
-    }
-  } else {
-    zero_streak_ = 0;
-  }
   return best;
+}
+
+int DraftLengthController::Choose() {
+  if (k_max_ == 0) return 0;
+  // Warm-up: measure the longest step and the plain step once, so the costs have two ends.
+  if (!step_measured_[k_max_]) return k_max_;
+  if (!step_measured_[0]) return 0;
+  explored_ = -1;
+  if (repeat_ >= 0) {
+    const int k = repeat_;
+    repeat_ = -1;
+    return k;
+  }
+  const int best = Best();
+  if (++since_explore_ < options_.explore_every) return best;
+  since_explore_ = 0;
+  const bool longer = best == 0 || (explore_longer_ && best < k_max_);
+  explore_longer_ = !explore_longer_;
+  explored_ = longer ? std::min(best + 1, k_max_) : best - 1;
+  return explored_;
+}
+
+void DraftLengthController::ObserveUntimed() {
+  repeat_ = explored_;
+  explored_ = -1;
 }
 
 void DraftLengthController::ObserveAcceptance(int k, int n_accepted) {
   if (k <= 0) return;
+  k = std::min(k, k_max_);
+  n_accepted = std::clamp(n_accepted, 0, k);
   const int tested = n_accepted + (n_accepted < k ? 1 : 0);
-  for (int i = 0; i < tested; ++i) {
-    const double hit = i < n_accepted ? 1.0 : 0.0;
-    const double weight = std::max(options_.alpha_weight, 1.0 / static_cast<double>(tested_ + 2));
-    alpha_ += weight * (hit - alpha_);
-    ++tested_;
+  for (int depth = 1; depth <= tested; ++depth) {
+    if (tested_[depth] == 0) alpha_[depth] = alpha(depth);  // starts from what it inherited
+    const double hit = depth <= n_accepted ? 1.0 : 0.0;
+    const double weight =
+        std::max(options_.alpha_weight, 1.0 / static_cast<double>(tested_[depth] + 2));
+    alpha_[depth] += weight * (hit - alpha_[depth]);
+    ++tested_[depth];
   }
 }
 
-void DraftLengthController::ObserveDraftTime(int k, double seconds) {
-  if (k <= 0) return;
-  const double per_token = seconds / k;
-  t_draft_ = draft_measured_ ? t_draft_ + options_.time_weight * (per_token - t_draft_) : per_token;
-  draft_measured_ = true;
-}
-
-void DraftLengthController::ObserveVerifyTime(int n, double seconds) {
-  if (n < 1 || n > k_max_ + 1) return;
-  t_verify_[n] = verify_measured_[n] ? t_verify_[n] + options_.time_weight * (seconds - t_verify_[n])
-                                     : seconds;
-  verify_measured_[n] = true;
+void DraftLengthController::ObserveStepTime(int k, double seconds) {
+  if (k < 0 || k > k_max_) return;
+  t_step_[k] = step_measured_[k] ? t_step_[k] + options_.time_weight * (seconds - t_step_[k]) : seconds;
+  step_measured_[k] = true;
 }
 
 }  // namespace specgen

@@ -96,6 +96,7 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeDecoder::Generate(std::span<cons
   Proposal proposal;
   const size_t v = static_cast<size_t>(vocab);
   bool ended = false;
+  int previous_k = -1;  // the draft holds the prompt: the first pass has nothing to catch up
   while (!ended && static_cast<int64_t>(generated.size()) < options_.max_new_tokens &&
          static_cast<int64_t>(sequence.size()) < target_->max_context()) {
     const int64_t context_len = static_cast<int64_t>(sequence.size());
@@ -159,9 +160,15 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeDecoder::Generate(std::span<cons
     stats_.accept_seconds += t_accept;
     if (controller_) {
       controller_->ObserveAcceptance(k, result.n_accepted);
-      controller_->ObserveDraftTime(k, t_draft);
-      controller_->ObserveVerifyTime(k + 1, t_verify);
+      // A pass whose draft first caught up on the tokens of passes made without it (k = 0) did more
+      // than drafting k: its times are not what a pass of that k costs.
+      if (k > 0 && previous_k == 0) {
+        controller_->ObserveUntimed();
+      } else {
+        controller_->ObserveStepTime(k, t_draft + t_verify + t_accept);
+      }
     }
+    previous_k = k;
     if (options_.on_pass) options_.on_pass(k, result);
     if (sink) sink(std::span<const int32_t>(generated).subspan(first_new));
   }
