@@ -20,26 +20,29 @@ constexpr int64_t kMinKeyBound = 128;
 }  // namespace
 
 GraphedTargetPass::GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens,
-                                     int max_tokens, bool graphs, int32_t* d_length)
+                                     int max_tokens, bool graphs, int max_graphs, int32_t* d_length)
     : backend_(backend),
       lm_(lm),
       d_tokens_(d_tokens),
       max_tokens_(max_tokens),
       graph_max_tokens_(std::min(max_tokens, kernels::kDecodeMaxQueries)),
+      max_graphs_(max_graphs),
       d_length_(d_length),
       use_graphs_(graphs) {}
 
 absl::StatusOr<std::unique_ptr<GraphedTargetPass>> GraphedTargetPass::Create(CudaBackend* backend, Transformer* lm,
                                                                               const int32_t* d_tokens,
-                                                                              int max_tokens, bool graphs) {
+                                                                              int max_tokens, bool graphs,
+                                                                              int max_graphs) {
   if (backend == nullptr || lm == nullptr || d_tokens == nullptr) {
     return InvalidArgument("graphed target pass: no backend, model or token buffer");
   }
   if (&lm->backend() != backend) return InvalidArgument("graphed target pass: the model runs on another backend");
   if (max_tokens < 1) return InvalidArgument("graphed target pass: ", max_tokens, " positions a pass");
+  if (max_graphs < 1) return InvalidArgument("graphed target pass: room for ", max_graphs, " graphs");
   ASSIGN_OR_RETURN(void* p, backend->arena().Allocate(sizeof(int32_t), "the graphed pass's cache length"));
   return std::unique_ptr<GraphedTargetPass>(
-      new GraphedTargetPass(backend, lm, d_tokens, max_tokens, graphs, static_cast<int32_t*>(p)));
+      new GraphedTargetPass(backend, lm, d_tokens, max_tokens, graphs, max_graphs, static_cast<int32_t*>(p)));
 }
 
 GraphedTargetPass::~GraphedTargetPass() {
@@ -53,6 +56,17 @@ void GraphedTargetPass::Release(Graph* g) {
   if (g->exec != nullptr) cudaGraphExecDestroy(g->exec);
   if (g->graph != nullptr) cudaGraphDestroy(g->graph);
   *g = Graph();
+}
+
+void GraphedTargetPass::MakeRoom() {
+  while (!graphs_.empty() && static_cast<int>(graphs_.size()) >= max_graphs_) {
+    auto oldest = graphs_.begin();
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+      if (it->second.used < oldest->second.used) oldest = it;
+    }
+    Release(&oldest->second);  // a replay of it still queued finishes first (the driver defers the free)
+    graphs_.erase(oldest);
+  }
 }
 
 bool GraphedTargetPass::Current(const Graph& g) const {
@@ -123,24 +137,33 @@ absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
   const int64_t max_keys =
       std::min(lm_->max_context(), std::max(kMinKeyBound, static_cast<int64_t>(std::bit_ceil(
                                                                static_cast<uint64_t>(len + n)))));
-  Graph& g = graphs_[{n, max_keys}];
-  if (!Current(g)) {
-    Release(&g);
+  const std::pair<int, int64_t> key{n, max_keys};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end() || !Current(it->second)) {
+    if (it != graphs_.end()) {
+      Release(&it->second);
+      graphs_.erase(it);
+    }
     ASSIGN_OR_RETURN(const bool warm, Warm());
     if (!warm) return Eager(n);  // no room for the warm-up pass: this one eagerly, a later one captures
-    const absl::Status captured = Capture(n, max_keys, &g);
+    MakeRoom();
+    Graph fresh;
+    const absl::Status captured = Capture(n, max_keys, &fresh);
     if (!captured.ok()) {
       use_graphs_ = false;
       fallback_ = std::string(captured.message());
-      for (auto& [key, other] : graphs_) Release(&other);
+      for (auto& [other_key, other] : graphs_) Release(&other);
       graphs_.clear();
       return Eager(n);
     }
+    it = graphs_.emplace(key, fresh).first;
   }
+  Graph& g = it->second;
   SPECGEN_CUDA_RETURN_IF_ERROR(
       kernels::SetStoreInt32NodeArgs(g.exec, g.length_node, d_length_, static_cast<int32_t>(len)));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, backend_->stream()));
   ++replays_;
+  g.used = replays_;
   return lm_->CommitReplayedPass(n);
 }
 

@@ -15,6 +15,12 @@
 // largest captured size has grown every workspace to what the graphs will need. A pass that needs the host
 // midway (a layer routed on the host, a kernel without a device length) cannot be captured: the
 // capture fails, the reason is kept, and every pass runs eagerly from then on.
+//
+// An instantiated graph holds device memory the driver allocates outside the budgeted arena (H200: 52
+// MiB for 80 graphs of a 28-layer qwen3-1.7b- or 0.6b-shaped target, ~665 KiB each;
+// BM_TargetGraphMemory), and sizes x key bounds grow with the context (16 x 9 at 32K tokens): at most
+// max_graphs are kept (24: 14 MiB there), the least recently replayed released first (a longer
+// context leaves the graphs of its smaller key bounds unused).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,12 +40,17 @@ namespace specgen {
 
 class GraphedTargetPass {
  public:
+  // Graphs kept at once unless Create is told otherwise: room for every size an adaptive draft length
+  // tries at two key bounds.
+  static constexpr int kDefaultMaxGraphs = 24;
   // `lm` runs on `backend`; `d_tokens` (device int32, at least max_tokens) holds each pass's token ids
   // when Forward is called. Nothing is captured before the first Forward; with `graphs` false nothing
   // ever is (every pass launched op by op, as graph_verify off asks; fallback_reason() stays empty).
+  // At most `max_graphs` (>= 1) instantiated graphs are kept.
   static absl::StatusOr<std::unique_ptr<GraphedTargetPass>> Create(CudaBackend* backend, Transformer* lm,
                                                                     const int32_t* d_tokens, int max_tokens,
-                                                                    bool graphs = true);
+                                                                    bool graphs = true,
+                                                                    int max_graphs = kDefaultMaxGraphs);
   ~GraphedTargetPass();
   GraphedTargetPass(const GraphedTargetPass&) = delete;
   GraphedTargetPass& operator=(const GraphedTargetPass&) = delete;
@@ -53,6 +64,7 @@ class GraphedTargetPass {
   int64_t replays() const { return replays_; }
   int64_t captures() const { return captures_; }
   int64_t eager_passes() const { return eager_; }
+  int live_graphs() const { return static_cast<int>(graphs_.size()); }
   // Why passes run eagerly (empty while graphs are in use).
   const std::string& fallback_reason() const { return fallback_; }
 
@@ -67,9 +79,10 @@ class GraphedTargetPass {
     cudaGraphExec_t exec = nullptr;
     cudaGraphNode_t length_node = nullptr;  // the root: LaunchStoreInt32 of the cache's length
     Generations made;                       // when it was captured
+    int64_t used = 0;                       // the pass count at its last replay
   };
   GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens, int max_tokens,
-                    bool graphs, int32_t* d_length);
+                    bool graphs, int max_graphs, int32_t* d_length);
   static void Release(Graph* g);
   // The capture of the pass over n tokens at the current length with the attention sized for max_keys.
   absl::Status Capture(int n, int64_t max_keys, Graph* g);
@@ -78,6 +91,8 @@ class GraphedTargetPass {
   absl::StatusOr<bool> Warm();
   absl::StatusOr<const Buffer*> Eager(int n);
   bool Current(const Graph& g) const;
+  // Releases the least recently replayed graphs until fewer than max_graphs_ remain.
+  void MakeRoom();
   Generations Now() const { return {backend_->scratch_generation(), lm_->scratch_generation()}; }
 
   CudaBackend* backend_;
@@ -85,6 +100,7 @@ class GraphedTargetPass {
   const int32_t* d_tokens_;
   int max_tokens_;
   int graph_max_tokens_;  // passes up to this size are captured (the decode attention's limit)
+  int max_graphs_;
   int32_t* d_length_;  // the cache's length as the replayed kernels read it (arena)
   std::map<std::pair<int, int64_t>, Graph> graphs_;  // by (n, max_keys)
   Generations warmed_;  // when the last warm-up pass ran

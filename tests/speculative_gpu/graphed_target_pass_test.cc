@@ -60,6 +60,7 @@ void Poison(CudaBackend* be, const Buffer& logits) {
 
 struct Outcome {
   int64_t replays = 0, captures = 0, eager = 0, keys = 0;
+  int max_live = 0;  // the most graphs kept at once
   std::string fallback;
 };
 
@@ -67,7 +68,8 @@ struct Outcome {
 // (alternating which goes first), compares the two, and keeps about half of each pass's positions (as a
 // verification that accepts some drafts). With `grow_midway`, one eager pass of 40 positions (rolled
 // back) halfway reallocates the model's activations, which the next graphed pass must notice.
-Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt_len, bool grow_midway) {
+Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt_len, bool grow_midway,
+              int max_graphs = GraphedTargetPass::kDefaultMaxGraphs) {
   Outcome o;
   const int64_t vocab = lm->vocab_size();
   EXPECT_TRUE(lm->Truncate(0).ok());
@@ -80,7 +82,7 @@ Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt
   void* d = nullptr;
   EXPECT_EQ(cudaMalloc(&d, 16 * sizeof(int32_t)), cudaSuccess);
   auto* d_tokens = static_cast<int32_t*>(d);
-  auto created = GraphedTargetPass::Create(be, lm, d_tokens, 16);
+  auto created = GraphedTargetPass::Create(be, lm, d_tokens, 16, true, max_graphs);
   EXPECT_TRUE(created.ok()) << created.status();
   if (!created.ok()) return o;
   GraphedTargetPass& gp = **created;
@@ -115,6 +117,7 @@ Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt
         EXPECT_EQ(be->syncs().other, before.other) << what << " n=" << n;
       }
       o.replays = gp.replays();
+      o.max_live = std::max(o.max_live, gp.live_graphs());
       EXPECT_EQ((*r)->rows(), n);
       EXPECT_EQ(lm->n_past(), len + n);
       (graph ? graphed : eager) = ReadLogits(be, **r);
@@ -162,6 +165,23 @@ TEST(GraphedTargetPass, Qwen3ShapeEqualsEagerAcrossKeyBounds) {
   EXPECT_EQ(o.eager, 0);
   EXPECT_EQ(o.replays, static_cast<int64_t>(std::size(kPassSizes)));
   EXPECT_EQ(o.captures, o.keys);  // one capture per (size, bound) used, none again
+}
+
+TEST(GraphedTargetPass, KeepsAtMostMaxGraphsAndRecapturesTheReleased) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto be = testing::TestCudaBackend(size_t{1} << 30);
+  ASSERT_NE(be, nullptr);
+  auto lm = Create(Qwen3Shape(), be.get());
+  ASSERT_NE(lm, nullptr);
+  // Room for 3 graphs among the sequence's (size, bound) pairs: the least recently replayed go, a pass
+  // of a released one captures it again, and every replay still equals its eager pass.
+  const Outcome o = Check("qwen3-0.6b x2 layers, 3 graphs", be.get(), lm.get(), 110, false, 3);
+  EXPECT_EQ(o.fallback, "");
+  EXPECT_EQ(o.eager, 0);
+  EXPECT_EQ(o.replays, static_cast<int64_t>(std::size(kPassSizes)));
+  EXPECT_GT(o.keys, 3);
+  EXPECT_EQ(o.max_live, 3);
+  EXPECT_GT(o.captures, o.keys);  // pairs used again after their release were captured again
 }
 
 TEST(GraphedTargetPass, RecapturesAfterTheActivationsGrow) {
