@@ -35,6 +35,13 @@ double DraftLengthController::ExpectedTokens(int k) const {
   return sum;
 }
 
+int DraftLengthController::NearestMeasured(int from, int step) const {
+  for (int i = step < 0 ? std::min(from, k_max_) : std::max(from, 0); i >= 0 && i <= k_max_; i += step) {
+    if (step_measured_[i]) return i;
+  }
+  return -1;
+}
+
 double DraftLengthController::PredictedStepSeconds(int k) const {
   if (k >= 0 && k <= k_max_ && step_measured_[k]) return t_step_[k];
   // The measured lengths nearest to k: below and above it, or the two nearest on one side. So a
@@ -42,22 +49,16 @@ double DraftLengthController::PredictedStepSeconds(int k) const {
   // fresh, not on far ones measured once during the warm-up (a least-squares line through every
   // length let those weigh as much), and it follows a cost that is not one line in k (tensor-core
   // tiles, a second wave of blocks).
-  std::vector<int> below, above;
-  for (int i = std::min(k - 1, k_max_); i >= 0; --i) {
-    if (step_measured_[i]) below.push_back(i);
-  }
-  for (int i = std::max(k + 1, 0); i <= k_max_; ++i) {
-    if (step_measured_[i]) above.push_back(i);
-  }
+  const int below = NearestMeasured(k - 1, -1), above = NearestMeasured(k + 1, 1);
   int a = 0, b = 0;
-  if (!below.empty() && !above.empty()) {
-    a = below[0], b = above[0];
-  } else if (below.size() >= 2) {
-    a = below[1], b = below[0];
-  } else if (above.size() >= 2) {
-    a = above[0], b = above[1];
-  } else if (!below.empty() || !above.empty()) {
-    return t_step_[below.empty() ? above[0] : below[0]];
+  if (below >= 0 && above >= 0) {
+    a = below, b = above;
+  } else if (below >= 0 && NearestMeasured(below - 1, -1) >= 0) {
+    a = NearestMeasured(below - 1, -1), b = below;
+  } else if (above >= 0 && NearestMeasured(above + 1, 1) >= 0) {
+    a = above, b = NearestMeasured(above + 1, 1);
+  } else if (below >= 0 || above >= 0) {
+    return t_step_[below >= 0 ? below : above];
   } else {
     return 1.0;
   }

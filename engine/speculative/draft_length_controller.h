@@ -64,6 +64,8 @@ class DraftLengthController {
 
  private:
   int Best() const;
+  // The measured length nearest to `from` (itself included) going by `step` (-1 or +1); -1 if none.
+  int NearestMeasured(int from, int step) const;
 
   int k_max_;
   Options options_;
