@@ -98,9 +98,11 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                                   : "auto|cpu|cuda (this build has no CUDA: auto runs on the CPU)")
       ->capture_default_str();
   app.add_option("--vram-budget", f->vram_budget,
-                 "GPU memory specgen may use, e.g. 8GiB or 512MiB; every device allocation comes out "
-                 "of it, and a model that does not fit is a clear error, never an out-of-memory crash (default: free VRAM "
-                 "minus 2 GiB)");
+                 "GPU memory specgen may use, e.g. 8GiB or 512MiB: one arena, reserved at start, out of "
+                 "which come the weights, the KV caches and every workspace, so a model that does not fit "
+                 "is a clear error, never an out-of-memory crash (default: free VRAM minus 2 GiB). The "
+                 "driver's own memory comes on top: the CUDA context, the loaded kernels, and the "
+                 "replayed CUDA graphs (at most 24 of the target's, ~0.65 MiB each for 28 layers)");
   app.add_option("--gemv-order", f->gemv_order,
                  "auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
                  "tensor: bf16 tensor cores (the activations split into two bf16 halves), the faster "
