@@ -67,16 +67,20 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (stops earlier at an end token)")
       ->capture_default_str();
   app.add_option("--draft-max", f->draft_max,
-                 "draft length k per pass; with --draft-adaptive the largest k tried. 0 = plain "
+                 "the draft length k per pass, or the largest k the adaptive choice tries. 0 = plain "
                  "decoding")
       ->capture_default_str();
   app.add_flag("--draft-adaptive", f->draft_adaptive,
                "choose k each pass, up to --draft-max, from the measured acceptance at each draft "
                "depth and the measured time of a step at each k, maximizing expected tokens/s; k = 0 "
                "when speculation does not pay, and the lengths beside the choice are tried now and "
-               "then. The choice follows timings, so with --accept rejection at --temp > 0 a seed's "
-               "text can differ from run to run (still distributed as the target's); --accept "
-               "coupled or --temp 0 keeps it repeatable");
+               "then. The default at --temp 0 and with --accept coupled, where the text does not "
+               "depend on k. Under --accept rejection at --temp > 0 the text a seed gives follows the "
+               "lengths chosen, which follow timings: it can differ from run to run (still "
+               "distributed as the target's), so there the default is --draft-fixed");
+  app.add_flag("--draft-fixed", f->draft_fixed,
+               "draft --draft-max tokens every pass (the default under --accept rejection at --temp > "
+               "0, where a seed then reproduces the text)");
   app.add_option("--accept", f->accept, kAcceptHelp)->capture_default_str();
   app.add_option("--temp", f->sampling.temperature, "temperature; 0 = greedy (argmax)")
       ->capture_default_str();
@@ -89,7 +93,7 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
       ->capture_default_str();
   app.add_option("--seed", f->sampling.seed,
                  "seed; every draw is keyed by (seed, position), so a seed reproduces the output "
-                 "at a fixed --draft-max (under --accept coupled, at any draft length)")
+                 "(under --accept rejection, at a fixed draft length: --draft-fixed, its default there)")
       ->capture_default_str();
   app.add_option("-c,--ctx-size", f->context, "context length (default: min(model's, 4096))");
   app.add_option("--device", f->device,
@@ -131,6 +135,11 @@ absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_vie
   return InvalidArgument("--gemv-order must be auto, fma or tensor, got '", value, "'");
 }
 
+bool UseAdaptiveDraftLength(const GenerationFlags& flags, AcceptMode mode) {
+  if (flags.draft_adaptive || flags.draft_fixed) return flags.draft_adaptive;
+  return flags.sampling.greedy() || mode == AcceptMode::kCoupled;
+}
+
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   if (flags.device != "auto" && flags.device != "cpu" && flags.device != "cuda") {
     return InvalidArgument("--device must be auto, cpu or cuda, got '", flags.device, "'");
@@ -143,6 +152,9 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   if (flags.n_predict < 0) return InvalidArgument("-n must be >= 0, got ", flags.n_predict);
   if (flags.draft_max < 0) return InvalidArgument("--draft-max must be >= 0, got ", flags.draft_max);
   if (flags.context < 0) return InvalidArgument("-c must be >= 0, got ", flags.context);
+  if (flags.draft_adaptive && flags.draft_fixed) {
+    return InvalidArgument("--draft-adaptive and --draft-fixed: give one of them");
+  }
   RETURN_IF_ERROR(Validate(flags.sampling));
   return ParseAcceptMode(flags.accept).status();
 }
@@ -177,7 +189,7 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   SpeculativeOptions& options = pair->options;
   options.max_new_tokens = flags.n_predict;
   options.draft_max = flags.draft_max;
-  options.adaptive = flags.draft_adaptive;
+  options.adaptive = UseAdaptiveDraftLength(flags, pair->mode);
   options.accept = pair->mode;
   options.sampling = flags.sampling;
   if (!flags.ignore_eos) {

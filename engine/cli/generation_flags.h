@@ -28,7 +28,9 @@ struct GenerationFlags {
   std::string model, draft;
   int64_t n_predict = 128;
   int draft_max = 4;
+  // --draft-adaptive / --draft-fixed; neither: UseAdaptiveDraftLength decides.
   bool draft_adaptive = false;
+  bool draft_fixed = false;
   std::string accept = "rejection";
   SamplingParams sampling;
   int64_t context = 0;
@@ -41,7 +43,7 @@ struct GenerationFlags {
   int threads = 0;
 };
 
-// Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
+// Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive, --draft-fixed,
 // --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget, --gemv-order,
 // --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
@@ -49,6 +51,12 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 // --gemv-order's value: "auto" (nullopt: the backend's fastest, see BackendOptions::gemv_order),
 // "fma" or "tensor"; anything else is an error naming the flag.
 absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_view value);
+
+// Whether the adaptive controller picks the draft length (up to --draft-max): --draft-adaptive or
+// --draft-fixed when given; else only where the output does not depend on the lengths chosen, greedy
+// (--temp 0) or --accept coupled. Under rejection sampling the text a seed gives follows the draft
+// lengths, and adaptive lengths follow timings: a default there would make seeded runs unrepeatable.
+bool UseAdaptiveDraftLength(const GenerationFlags& flags, AcceptMode mode);
 
 // Range and choice checks that need no file; the error names the flag.
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags);

@@ -335,6 +335,8 @@ absl::StatusOr<std::vector<int32_t>> DeviceSpeculativeDecoder::Generate(std::spa
   const int64_t vocab = target_->vocab_size();
   RETURN_IF_ERROR(ValidateGeneration(prompt, *target_, options_));
   stats_.prompt_tokens = static_cast<int64_t>(prompt.size());
+  stats_.draft_max = options_.draft_max;
+  stats_.adaptive = controller_ != nullptr;
   const cudaStream_t stream = backend_->stream();
   const kernels::AcceptKernelMode mode =
       options_.sampling.greedy() ? kernels::AcceptKernelMode::kGreedy

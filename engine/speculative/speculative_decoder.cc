@@ -83,6 +83,8 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeDecoder::Generate(std::span<cons
   const int64_t vocab = target_->vocab_size();
   RETURN_IF_ERROR(ValidateGeneration(prompt, *target_, options_));
   stats_.prompt_tokens = static_cast<int64_t>(prompt.size());
+  stats_.draft_max = options_.draft_max;
+  stats_.adaptive = controller_ != nullptr;
 
   auto t_prefill = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Prefill(prompt));

@@ -32,6 +32,8 @@ std::string SpeculativeStats::ToJson() const {
       {"acceptance_rate", acceptance_rate()},
       {"mean_accepted_length", mean_accepted_length()},
       {"mean_draft_length", mean_draft_length()},
+      {"draft_max", draft_max},
+      {"draft_length", draft_max == 0 ? "none" : adaptive ? "adaptive" : "fixed"},
       {"per_position_acceptance", per_position},
       {"tokens_per_second", tokens_per_second()},
       {"h2d_bytes", 0},
@@ -56,15 +58,18 @@ std::string SpeculativeStats::ToText() const {
                   drafted_at[i] ? double(accepted_at[i]) / drafted_at[i] : 0.0);
     per_position += one;
   }
+  const std::string rule = draft_max == 0 ? "no draft"
+                           : adaptive     ? "adaptive, up to " + std::to_string(draft_max)
+                                          : "fixed at " + std::to_string(draft_max);
   std::snprintf(buf, sizeof(buf),
                 "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s\n"
                 "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tau %.3f (bonus "
-                "included), mean k %.2f\n"
+                "included), mean k %.2f (%s)\n"
                 "per-position acceptance [%s]\n"
                 "time: draft %.3f s, verify %.3f s, accept %.3f s\n",
                 (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
                 prefill_seconds, (long long)passes, (long long)drafted, (long long)accepted,
-                acceptance_rate(), mean_accepted_length(), mean_draft_length(),
+                acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
                 per_position.c_str(), draft_seconds, verify_seconds, accept_seconds);
   return buf;
 }

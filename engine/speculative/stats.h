@@ -23,6 +23,10 @@ struct SpeculativeStats {
   double verify_seconds = 0;   // target forward passes
   double accept_seconds = 0;   // logits processing and the acceptance rule
   double total_seconds = 0;    // generation, prefill excluded
+  // How the run chose its draft length: the bound (0: no draft, plain decoding) and whether the
+  // adaptive controller chose k at each pass (else every pass drafted draft_max).
+  int draft_max = 0;
+  bool adaptive = false;
 
   double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
   // τ: tokens per verification pass, the bonus/correction token included.

@@ -59,10 +59,15 @@ def main():
             "--stats", "json"]
     outputs = {}
     # --gemv-order auto (the default) and fma are accepted on every device (the CPU has one order).
-    for name, extra in [("plain", []), ("k4", ["-md", draft, "--draft-max", "4"]),
+    # The draft length's rule each run reports: greedy output does not depend on k, so the adaptive
+    # choice is the default there ("default").
+    rules = {"plain": "none", "k4": "fixed", "adaptive": "adaptive", "default": "adaptive",
+             "k4 fma": "fixed", "k4 auto": "fixed"}
+    for name, extra in [("plain", []), ("k4", ["-md", draft, "--draft-max", "4", "--draft-fixed"]),
                         ("adaptive", ["-md", draft, "--draft-max", "8", "--draft-adaptive"]),
-                        ("k4 fma", ["-md", draft, "--draft-max", "4", "--gemv-order", "fma"]),
-                        ("k4 auto", ["-md", draft, "--draft-max", "4", "--gemv-order", "auto"])]:
+                        ("default", ["-md", draft]),
+                        ("k4 fma", ["-md", draft, "--draft-max", "4", "--draft-fixed", "--gemv-order", "fma"]),
+                        ("k4 auto", ["-md", draft, "--draft-max", "4", "--draft-fixed", "--gemv-order", "auto"])]:
         rc, out, err = run(specgen, base + extra)
         check(rc == 0, f"generate {name}: exit {rc}, stderr: {err.strip()}")
         text, stats = split_stats(out)
@@ -75,20 +80,43 @@ def main():
             check(key in stats.get("time", {}), f"generate {name}: stats JSON lacks 'time.{key}'")
         check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")
         check(text.startswith(prompt), f"generate {name}: output does not start with the prompt")
+        check(stats.get("draft_length") == rules[name],
+              f"generate {name}: draft_length {stats.get('draft_length')!r}, want {rules[name]!r}")
         if name == "plain":
             check(stats.get("drafted") == 0, f"generate plain drafted {stats.get('drafted')}")
         else:
             # The adaptive controller may stop drafting early when its first drafts fail.
-            check(stats.get("drafted", 0) > 0 and (name == "adaptive" or stats.get("accepted", 0) > 0),
+            check(stats.get("drafted", 0) > 0 and (rules[name] == "adaptive" or stats.get("accepted", 0) > 0),
                   f"generate {name}: drafted {stats.get('drafted')} accepted {stats.get('accepted')}")
             tau = stats.get("mean_accepted_length", 0)
             check(abs(tau - stats["tokens"] / stats["passes"]) < 1e-9 if stats.get("passes") else False,
                   f"generate {name}: tau {tau} != tokens/passes")
         outputs[name] = text
     if "plain" in outputs:
-        for name in ("k4", "adaptive", "k4 fma", "k4 auto"):
+        for name in ("k4", "adaptive", "default", "k4 fma", "k4 auto"):
             check(outputs.get(name) == outputs["plain"],
                   f"generate {name} text differs from plain:\n{outputs.get(name)!r}\n{outputs['plain']!r}")
+
+    # Sampling: under rejection the text a seed gives follows the draft lengths, so the default there
+    # is the fixed length (and a seed reproduces the text); under coupled it does not, so the default
+    # is the adaptive choice, and the text is the plain run's for the seed.
+    sampled = ["generate", "-m", target, "-p", prompt, "-n", "24", "--temp", "0.8", "--seed", "5",
+               "--ignore-eos", "--stats", "json"]
+    texts = {}
+    for name, extra, rule in [("rejection", ["-md", draft], "fixed"),
+                              ("rejection again", ["-md", draft], "fixed"),
+                              ("coupled", ["-md", draft, "--accept", "coupled"], "adaptive"),
+                              ("coupled plain", ["--accept", "coupled"], "none")]:
+        rc, out, err = run(specgen, sampled + extra)
+        check(rc == 0, f"generate T=0.8 {name}: exit {rc}, stderr: {err.strip()}")
+        text, stats = split_stats(out)
+        got = stats.get("draft_length") if stats else None
+        check(got == rule, f"generate T=0.8 {name}: draft_length {got!r}, want {rule!r}")
+        texts[name] = text
+    check(texts.get("rejection") == texts.get("rejection again"),
+          "generate T=0.8 rejection: the same seed gave two texts")
+    check(texts.get("coupled") == texts.get("coupled plain"),
+          "generate T=0.8 coupled: the draft changed the seed's text")
 
     # chat: two piped turns and /stats; replies stream to stdout, EOF exits 0.
     rc, out, err = run(specgen, ["chat", "-m", target, "-md", draft, "-n", "24", "--temp", "0",
@@ -138,6 +166,9 @@ def main():
         ("empty prompt", ["generate", "-m", target, "-p", ""], ["no prompt", "-p"]),
         ("two prompts", ["generate", "-m", target, "-p", "hi", "--prompt-ids", "1,2"], ["one prompt", "2"]),
         ("bad --accept", ["generate", "-m", target, "-p", "hi", "--accept", "maybe"], ["maybe"]),
+        ("--draft-adaptive with --draft-fixed", ["generate", "-m", target, "-md", draft, "-p", "hi",
+                                                 "--draft-adaptive", "--draft-fixed"],
+         ["--draft-adaptive", "--draft-fixed"]),
         ("bad --top-p", ["generate", "-m", target, "-p", "hi", "--top-p", "2"], ["--top-p"]),
         ("bad --gemv-order", ["generate", "-m", target, "-p", "hi", "--gemv-order", "fast"],
          ["--gemv-order", "fast"]),
