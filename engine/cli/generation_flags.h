@@ -43,9 +43,9 @@ struct GenerationFlags {
   int threads = 0;
 };
 
-// Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive, --draft-fixed,
-// --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget, --gemv-order,
-// --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+// Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
+// --draft-fixed, --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget,
+// --gemv-order, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 
 // --gemv-order's value: "auto" (nullopt: the backend's fastest, see BackendOptions::gemv_order),
