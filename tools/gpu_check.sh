@@ -49,6 +49,12 @@ if [ "$what" != tests ]; then
     --benchmark_filter='Gemv|RoutedExperts|Attention|ProcessAndSample|GreedyDraftDraw|VerifySampling|Acceptance' \
     --benchmark_out="$OUT/bench_kernels.json" --benchmark_out_format=json > "$OUT/bench_kernels.log" 2>&1
   echo "bench_kernels $?" >> "$rc"
+  # The bundled pair's acceptance through the CLI with the CPU benchmark's settings, k = 4, on both
+  # devices: coupled must agree to the token, rejection within sampling noise.
+  for dev in cuda cpu; do
+    timeout 200 python3 tools/acceptance_check.py "$(command -v specgen)" "$dev" 4 > "$OUT/acceptance_$dev.txt" 2>&1
+    echo "acceptance_$dev $?" >> "$rc"
+  done
 fi
 
 echo "==================== SUMMARY ===================="
@@ -75,6 +81,15 @@ if [ -f "$OUT/generate_cuda.txt" ]; then
     echo "fma order: text differs between k=4 and k=0 (see generate_fma_*.txt)"
   fi
   grep -h 'checksum' "$OUT/logits_cuda.txt" "$OUT/logits_cpu.txt"
+fi
+if [ -f "$OUT/acceptance_cuda.txt" ]; then
+  echo "--- acceptance, bundled pair, T = 0.8, k = 4 (rc $(awk '$1=="acceptance_cuda"{print $2}' "$rc") cuda, $(awk '$1=="acceptance_cpu"{print $2}' "$rc") cpu)"
+  cat "$OUT/acceptance_cuda.txt" "$OUT/acceptance_cpu.txt"
+  if [ "$(grep coupled "$OUT/acceptance_cuda.txt" | cut -d' ' -f2-)" = "$(grep coupled "$OUT/acceptance_cpu.txt" | cut -d' ' -f2-)" ]; then
+    echo "coupled: the same on cuda and cpu"
+  else
+    echo "coupled: DIFFERS between cuda and cpu"
+  fi
 fi
 for b in bench_e2e bench_kernels; do
   [ -f "$OUT/$b.log" ] || continue
