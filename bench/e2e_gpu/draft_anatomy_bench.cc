@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "bench/e2e_gpu/bench_models.h"
-#include "engine/speculative/graphed_draft.h"
+#include "draft/cuda/graphed_draft.h"
 #include "kernels/attention.cuh"
 #include "kernels/decode_fused.cuh"
 #include "kernels/persistent_decode.cuh"

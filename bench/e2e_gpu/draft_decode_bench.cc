@@ -25,7 +25,7 @@
 #include "bench/e2e_gpu/bench_models.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
-#include "engine/speculative/graphed_draft.h"
+#include "draft/cuda/graphed_draft.h"
 
 namespace specgen::e2e {
 namespace {

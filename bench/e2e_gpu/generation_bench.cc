@@ -1,7 +1,7 @@
 // Speculative generation through the GPU-resident loop, end to end (DESIGN §3, §6):
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop, 128 new tokens from each of its 25 held-out prompts: tokens/s with draft length k (k = 0: the target alone through the
-//    same loop; adaptive: the controller bounded by k; graph_verify 0: the target's passes launched
+//    same loop; adaptive: the controller bounded by k; graph_verify 0 (DeviceLoopHooks): the target's passes launched
 //    op by op), acceptance rate, τ, drafts a step, the step's host phases, host syncs
 //    per step (result copies + other waits; should be 1)
 //    and MoE expert-union reads per step (allowed, DESIGN §6 a).
@@ -89,11 +89,11 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
 }
 
 // The benchmarks' `overlap` argument: 0 every draft decode on the backend's stream, 1 the last draft
-// beside the verification (SpeculativeOptions::overlap_last_draft), 2 that and the guess of the bonus
+// beside the verification (DeviceDraftHooks::overlap_last_draft), 2 that and the guess of the bonus
 // token (run_ahead kAuto: the defaults), 3 the guess in every step (kAlways).
-void SetOverlap(SpeculativeOptions& opt, int64_t overlap) {
-  opt.overlap_last_draft = overlap >= 1;
-  opt.run_ahead = overlap == 2 ? RunAhead::kAuto : overlap == 3 ? RunAhead::kAlways : RunAhead::kOff;
+void SetOverlap(DeviceLoopHooks& hooks, int64_t overlap) {
+  hooks.draft.overlap_last_draft = overlap >= 1;
+  hooks.draft.run_ahead = overlap == 2 ? RunAhead::kAuto : overlap == 3 ? RunAhead::kAlways : RunAhead::kOff;
 }
 
 // args: k (0: the target alone), greedy (else T = 0.8 rejection), overlap (SetOverlap).
@@ -126,9 +126,10 @@ void BM_SpeculativeGeneration(benchmark::State& state) {
   opt.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(0.8f, 1);
   opt.accept = AcceptMode::kRejection;
   opt.adaptive = state.range(3) != 0;  // k is then the controller's bound (--draft-adaptive)
-  SetOverlap(opt, state.range(2));
-  opt.graph_verify = state.range(4) != 0;
-  auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt);
+  DeviceLoopHooks hooks;
+  SetOverlap(hooks, state.range(2));
+  hooks.graph_verify = state.range(4) != 0;
+  auto dec = DeviceSpeculativeDecoder::Create(be->get(), target.get(), k > 0 ? draft.get() : nullptr, opt, hooks);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   MeasureGeneration(state, dec->get(), prompts, k > 0);
 }
@@ -178,9 +179,10 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   SpeculativeOptions opt;
   opt.draft_max = k;
   opt.max_new_tokens = 64;
-  SetOverlap(opt, state.range(3));
+  DeviceLoopHooks hooks;
+  SetOverlap(hooks, state.range(3));
   opt.adaptive = state.range(4) != 0;  // k is then the controller's bound (--draft-adaptive)
-  opt.graph_verify = state.range(5) != 0;
+  hooks.graph_verify = state.range(5) != 0;
   opt.sampling = SamplingParams::Greedy();
   if (state.range(1) == 1) {  // the CLI's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)
     opt.sampling = SamplingParams();
@@ -188,7 +190,7 @@ void BM_SpeculativeSynthPair(benchmark::State& state) {
   } else if (state.range(1) == 2) {
     opt.sampling = SamplingParams::Plain(1.0f, 1);
   }
-  auto dec = DeviceSpeculativeDecoder::Create(be->get(), target->get(), k > 0 ? draft->get() : nullptr, opt);
+  auto dec = DeviceSpeculativeDecoder::Create(be->get(), target->get(), k > 0 ? draft->get() : nullptr, opt, hooks);
   if (!dec.ok()) return state.SkipWithError(std::string(dec.status().message()).c_str());
   std::vector<int32_t> prompt(32);
   for (int i = 0; i < 32; ++i) prompt[i] = (i * 7919 + 11) % 151936;

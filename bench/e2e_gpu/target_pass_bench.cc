@@ -26,7 +26,7 @@ namespace {
 // for the synthetic models its floor (every weight read once at 4.2 TB/s) and the share of it reached.
 // fused 0: CudaBackendOptions::fused_ops off (the ops one by one, the same bits): what fusing is worth.
 // order: CudaBackendOptions::gemv_order (0 FMA, 1 tensor cores). graph 1: the pass replayed from a CUDA
-// graph (GraphedTargetPass, SpeculativeOptions::graph_verify, the loop's default), tokens from device memory.
+// graph (GraphedTargetPass, DeviceLoopHooks::graph_verify, the loop's default), tokens from device memory.
 // ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it); the smaller ones are
 // paced by the host's launches eagerly (us_host_launch near us_per_pass).
 void BM_TargetPass(benchmark::State& state) {

@@ -36,8 +36,16 @@ inline bool CudaCompiledIn() {
 #endif
 }
 
-inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device,
-                                                            const BackendOptions& options = {}) {
+class CudaBackend;
+
+// A backend and, when it is the CUDA backend, its concrete type (what the GPU-resident loop and
+// kernels need), known where it was made rather than recovered by a cast.
+struct MadeBackend {
+  std::unique_ptr<Backend> backend;
+  CudaBackend* cuda = nullptr;
+};
+
+inline absl::StatusOr<MadeBackend> MakeDeviceBackend(std::string_view device, const BackendOptions& options = {}) {
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return InvalidArgument("--device must be auto, cpu or cuda, got '", device, "'");
   }
@@ -47,7 +55,10 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
     cuda.arena_bytes = options.vram_bytes;
     cuda.gemv_order = options.gemv_order.value_or(kernels::GemvOrder::kTensorCores);
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
-    return std::unique_ptr<Backend>(std::move(be));
+    MadeBackend made;
+    made.cuda = be.get();
+    made.backend = std::move(be);
+    return made;
   }
 #else
   if (device == "cuda") {
@@ -60,7 +71,15 @@ inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view dev
         "--gemv-order tensor runs on the GPU only, and this run uses the CPU backend (--device ", device,
         "); leave --gemv-order at auto or fma, or run with --device cuda"));
   }
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.cpu_threads));
+  MadeBackend made;
+  made.backend = std::make_unique<CpuBackend>(options.cpu_threads);
+  return made;
+}
+
+inline absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device,
+                                                            const BackendOptions& options = {}) {
+  ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(device, options));
+  return std::move(made.backend);
 }
 
 }  // namespace specgen

@@ -61,7 +61,7 @@ class ChatSession {
   // `decoder` runs `pair`'s models; made with keep_cache so that each turn feeds only its new tokens
   // where the loop supports it (the CPU loop; the GPU loop prefills the conversation again each turn,
   // and the per-turn figure of prompt tokens fed says so).
-  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, std::unique_ptr<Decoder> decoder)
+  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, std::unique_ptr<SpeculativeLoop> decoder)
       : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format), decoder_(std::move(decoder)) {
     Reset();
   }
@@ -100,7 +100,6 @@ class ChatSession {
                              " tokens and fills the context of ", pair_->target->max_context(),
                              " (-c); /reset starts over");
     }
-    const int64_t cached_before = pair_->target->n_past();
     StreamingDetokenizer detok(tok_);
     absl::Status sink_status = absl::OkStatus();
     auto sink = [&](std::span<const int32_t> tokens) {
@@ -129,8 +128,7 @@ class ChatSession {
 
     const SpeculativeStats& stats = decoder_->stats();
     // Prompt tokens the decoder had to prefill: those past what the cache already held.
-    const int64_t fed = static_cast<int64_t>(prompt.size()) -
-                        (decoder_->reuses_cache() ? std::min<int64_t>(cached_before, CommonPrefix(prompt)) : 0);
+    const int64_t fed = decoder_->last_prefill_fed() + 1;  // the last prompt token goes with the first step
     last_prompt_ = prompt;
     last_prompt_.insert(last_prompt_.end(), reply.begin(), reply.end());
     totals_.Add(stats, fed);
@@ -146,17 +144,11 @@ class ChatSession {
     return absl::OkStatus();
   }
 
-  int64_t CommonPrefix(const std::vector<int32_t>& prompt) const {
-    size_t n = 0;
-    while (n < last_prompt_.size() && n < prompt.size() && last_prompt_[n] == prompt[n]) ++n;
-    return static_cast<int64_t>(n);
-  }
-
   const ChatFlags& flags_;
   LoadedPair* pair_;
   const Tokenizer& tok_;
   ChatFormat format_;
-  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<SpeculativeLoop> decoder_;
   std::vector<ChatMessage> messages_;
   std::vector<int32_t> last_prompt_;  // the previous turn's prompt and reply
   ChatTotals totals_;
@@ -172,13 +164,13 @@ absl::Status RunChat(const ChatFlags& flags) {
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive) {
     std::fprintf(stderr, "chat with %s%s%s (%s template); /reset starts over, /stats, Ctrl-D quits\n",
-                 flags.common.model.c_str(), pair->proposer ? ", draft " : "",
-                 pair->proposer ? flags.common.draft.c_str() : "",
+                 flags.common.model.c_str(), pair->draft ? ", draft " : "",
+                 pair->draft ? flags.common.draft.c_str() : "",
                  format == ChatFormat::kChatMl ? "ChatML" : "[INST]");
   }
   SpeculativeOptions options = pair->options;
   options.keep_cache = true;
-  ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, MakeDecoder(*pair, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, options));
   ChatSession session(flags, pair.get(), format, std::move(decoder));
   std::string line;
   while (true) {

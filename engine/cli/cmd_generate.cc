@@ -13,7 +13,7 @@
 #include "engine/cli/id_list.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/core/status_macros.h"
-#include "engine/speculative/speculative_decoder.h"
+#include "engine/speculative/speculative_loop.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 
 namespace specgen::cli {
@@ -96,7 +96,7 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
     std::fputs(prompt_text.c_str(), stdout);
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, MakeDecoder(*pair, pair->options));
+  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, pair->options));
   ASSIGN_OR_RETURN(std::vector<int32_t> generated, decoder->Generate(prompt, sink));
   if (text_out) std::fputs(detok->Finish().c_str(), stdout);
   std::fputs("\n", stdout);

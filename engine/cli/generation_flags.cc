@@ -8,9 +8,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
-#if defined(SPECGEN_WITH_CUDA)
-#include "engine/speculative/device_speculative_decoder.h"
-#endif
+#include "engine/speculative/make_loop.h"
 
 namespace specgen::cli {
 namespace {
@@ -47,15 +45,12 @@ absl::Status CheckPair(const GenerationFlags& flags, const Tokenizer* target_tok
 
 constexpr char kAcceptHelp[] =
     "acceptance rule, both exact (the output is distributed as the target's): rejection "
-    "(Leviathan/Chen: accept draft x w.p. min(1, p(x)/q(x)), else resample from norm(max(0, p-q)); "
-    "per-token acceptance 1 - TV(p, q), the most any rule can reach) or coupled (draft and target "
-    "share Gumbel noise keyed by seed and position; accept iff the draft's token is the target's, so "
-    "the output for a seed is identical with or without a draft, at an acceptance of at least "
-    "(1 - TV)/(1 + TV)). Rejection accepts a little more: on the bundled pair (models/README.md, 25 "
-    "held-out prompts, T=0.8, k=4) rejection accepted 44.4% of drafted tokens (tau 2.72) and "
-    "coupled 43.5% (tau 2.68); over k=1..8 45.2% against 44.4%. Under rejection the text a seed "
-    "gives depends on the draft length; under coupled it does not. At --temp 0 both are the greedy "
-    "rule";
+    "(Leviathan/Chen: accept draft x with probability min(1, p(x)/q(x)), else resample from "
+    "norm(max(0, p-q)); the highest acceptance any rule reaches) or coupled (draft and target share "
+    "Gumbel noise keyed by seed and position; accept iff the draft's token is the target's, so a seed "
+    "gives the same text with or without a draft, at a slightly lower acceptance). Under rejection "
+    "the text a seed gives depends on the draft length; under coupled it does not. At --temp 0 both "
+    "are the greedy rule";
 
 }  // namespace
 
@@ -102,20 +97,17 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                                   : "auto|cpu|cuda (this build has no CUDA: auto runs on the CPU)")
       ->capture_default_str();
   app.add_option("--vram-budget", f->vram_budget,
-                 "GPU memory specgen may use, e.g. 8GiB or 512MiB: one arena, reserved at start, out of "
+                 "GPU memory specgen may use, e.g. 8GiB or 512MiB: one arena reserved at start, out of "
                  "which come the weights, the KV caches and every workspace, so a model that does not fit "
                  "is a clear error, never an out-of-memory crash (default: free VRAM minus 2 GiB). The "
-                 "driver's own memory comes on top: the CUDA context, the loaded kernels, and the "
-                 "replayed CUDA graphs (at most 24 of the target's, ~0.65 MiB each for 28 layers)");
+                 "driver's own memory (the CUDA context, loaded kernels, replayed CUDA graphs) comes on "
+                 "top");
   app.add_option("--gemv-order", f->gemv_order,
                  "auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
-                 "tensor: bf16 tensor cores (the activations split into two bf16 halves), the faster "
-                 "at every width measured (H200, a Qwen3-1.7B-sized target: 1 / 5 / 9 / 16 positions "
-                 "4 / 16 / 17 / 46% faster; a Qwen3-sized pair at k = 4 2-3% faster); fma: CUDA-core "
-                 "FMAs; auto: tensor on the GPU (the CPU backend has one order of its own; tensor "
-                 "with it is an error). Both modes of a run use the same order, so speculative "
-                 "output stays identical to target-only output under either; the two orders differ "
-                 "from each other in the last bits")
+                 "tensor: bf16 tensor cores (the activations split into two bf16 halves); fma: CUDA-core "
+                 "FMAs; auto: tensor on the GPU (the CPU backend has one order of its own; tensor with "
+                 "it is an error). Every pass of a run uses the same order, so speculative output stays "
+                 "identical to target-only output under either; the two differ in the last bits")
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
@@ -176,14 +168,14 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   if (!flags.vram_budget.empty()) {
     ASSIGN_OR_RETURN(backend_options.vram_bytes, ParseByteSize(flags.vram_budget));
   }
-  ASSIGN_OR_RETURN(pair->backend, MakeBackend(flags.device, backend_options));
+  ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(flags.device, backend_options));
+  pair->backend = std::move(made.backend);
+  pair->cuda = made.cuda;
   ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), flags.context));
   if (!flags.draft.empty() && flags.draft_max > 0) {
     ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
-    pair->proposer = std::make_unique<ModelProposer>(pair->draft.get(), pair->target->vocab_size(),
-                                                     flags.sampling, pair->mode);
   }
 
   SpeculativeOptions& options = pair->options;
@@ -203,40 +195,8 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   return pair;
 }
 
-namespace {
-
-template <typename Loop>
-class DecoderOf : public Decoder {
- public:
-  DecoderOf(std::unique_ptr<Loop> loop, bool reuses_cache)
-      : loop_(std::move(loop)), reuses_cache_(reuses_cache) {}
-  absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
-                                                const TokenSink& sink) override {
-    return loop_->Generate(prompt, sink);
-  }
-  const SpeculativeStats& stats() const override { return loop_->stats(); }
-  bool reuses_cache() const override { return reuses_cache_; }
-
- private:
-  std::unique_ptr<Loop> loop_;
-  bool reuses_cache_;
-};
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options) {
-#if defined(SPECGEN_WITH_CUDA)
-  if (auto* cuda = dynamic_cast<CudaBackend*>(pair.backend.get())) {
-    ASSIGN_OR_RETURN(std::unique_ptr<DeviceSpeculativeDecoder> loop,
-                     DeviceSpeculativeDecoder::Create(cuda, pair.target.get(),
-                                                      pair.proposer ? pair.draft.get() : nullptr, options));
-    return std::unique_ptr<Decoder>(
-        std::make_unique<DecoderOf<DeviceSpeculativeDecoder>>(std::move(loop), options.keep_cache));
-  }
-#endif
-  return std::unique_ptr<Decoder>(std::make_unique<DecoderOf<SpeculativeDecoder>>(
-      std::make_unique<SpeculativeDecoder>(pair.target.get(), pair.proposer.get(), options),
-      options.keep_cache));
+absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeLoop(const LoadedPair& pair, const SpeculativeOptions& options) {
+  return MakeSpeculativeLoop(pair.cuda, pair.target.get(), pair.draft.get(), options);
 }
 
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {
@@ -244,7 +204,7 @@ void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const Spec
     std::printf("%s\n", stats.ToJson().c_str());
     std::fflush(stdout);
   } else if (flags.stats == "text") {
-    const bool spec = pair.proposer != nullptr;
+    const bool spec = pair.draft != nullptr;
     std::fprintf(stderr, "\n%s%s, %s%s\n%s", spec ? "speculative, draft " : "plain decoding",
                  spec ? flags.draft.c_str() : "",
                  spec ? Cat("accept ", AcceptModeName(pair.mode), ", ").c_str() : "",

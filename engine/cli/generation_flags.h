@@ -13,14 +13,17 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
-#include "draft/model_proposer.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/sampling_params.h"
-#include "engine/speculative/speculative_decoder.h"
+#include "engine/speculative/speculative_loop.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/kernel_types.h"
+
+namespace specgen {
+class CudaBackend;
+}  // namespace specgen
 
 namespace specgen::cli {
 
@@ -61,36 +64,25 @@ bool UseAdaptiveDraftLength(const GenerationFlags& flags, AcceptMode mode);
 // Range and choice checks that need no file; the error names the flag.
 absl::Status ValidateGenerationFlags(const GenerationFlags& flags);
 
-// The target (and, with a draft and --draft-max > 0, the draft and its proposer), with their
-// tokenizers where the model has one (synth presets do not), ready for a SpeculativeDecoder.
-// Members are declared so that the backend outlives the models and the draft its proposer.
+// The target (and, with a draft and --draft-max > 0, the draft), with their tokenizers where the
+// model has one (synth presets do not), ready for a speculative loop. Members are declared so that
+// the backend outlives the models.
 struct LoadedPair {
   AcceptMode mode = AcceptMode::kRejection;
   std::unique_ptr<Tokenizer> target_tok, draft_tok;
-  std::unique_ptr<Backend> backend;        // from --device: the CPU reference or CUDA
-  std::unique_ptr<Transformer> target, draft;
-  std::unique_ptr<ModelProposer> proposer;  // null: plain decoding (CPU loop only)
-  SpeculativeOptions options;               // -n, k, mode, sampling and the end-of-generation ids
+  std::unique_ptr<Backend> backend;  // from --device: the CPU reference or CUDA
+  CudaBackend* cuda = nullptr;       // `backend` when it is the CUDA backend
+  std::unique_ptr<Transformer> target, draft;  // draft null: plain decoding
+  SpeculativeOptions options;        // -n, k, mode, sampling and the end-of-generation ids
 };
 
 // Validates the flags, loads both models and tokenizers and checks that the draft can draft for the
 // target (CheckCompatible on the tokenizers, or equal vocabulary sizes without them).
 absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flags);
 
-// The generation loop for the pair's backend: SpeculativeDecoder (any CausalLm, logits on the host)
-// on the CPU, DeviceSpeculativeDecoder (sampling and acceptance on the GPU, one result copy per
-// step) on CUDA. Same options, outputs and Stats.
-class Decoder {
- public:
-  virtual ~Decoder() = default;
-  virtual absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
-                                                        const TokenSink& sink) = 0;
-  virtual const SpeculativeStats& stats() const = 0;
-  // Whether Generate keeps the target's KV cache for the prompt's common prefix with the previous
-  // call (SpeculativeOptions::keep_cache; both the CPU and the GPU loop do).
-  virtual bool reuses_cache() const = 0;
-};
-absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(LoadedPair& pair, const SpeculativeOptions& options);
+// The speculative loop for the pair's backend (MakeSpeculativeLoop): on the GPU the device-resident
+// loop (sampling and acceptance on the GPU, one result copy per step), else the CPU reference.
+absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeLoop(const LoadedPair& pair, const SpeculativeOptions& options);
 
 // --stats: text goes to stderr, json is one line on stdout, none prints nothing.
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);

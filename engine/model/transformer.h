@@ -70,7 +70,7 @@ class Transformer : public CausalLm {
   Backend& backend() const { return *backend_; }
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
-  // kernels on the same memory (the CUDA-graph draft decode, engine/speculative/graphed_draft.h).
+  // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
   // q_norm/k_norm are null without qk_norm; gate/up/down are null for MoE layers.
   struct LayerRefs {
     const Weight *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;

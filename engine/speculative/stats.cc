@@ -6,6 +6,20 @@
 
 namespace specgen {
 
+const char* StopReasonName(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEndToken:
+      return "end_token";
+    case StopReason::kMaxTokens:
+      return "max_tokens";
+    case StopReason::kContextFull:
+      return "context_full";
+    case StopReason::kNone:
+      break;
+  }
+  return "none";
+}
+
 void SpeculativeStats::RecordPass(int k, int n_accepted) {
   ++passes;
   drafted += k;
@@ -36,6 +50,7 @@ std::string SpeculativeStats::ToJson() const {
       {"draft_length", draft_max == 0 ? "none" : adaptive ? "adaptive" : "fixed"},
       {"per_position_acceptance", per_position},
       {"tokens_per_second", tokens_per_second()},
+      {"stop_reason", StopReasonName(stop_reason)},
       {"h2d_bytes", 0},
       {"expert_cache_hit_rate", nullptr},
       {"time",
@@ -66,11 +81,13 @@ std::string SpeculativeStats::ToText() const {
                 "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tau %.3f (bonus "
                 "included), mean k %.2f (%s)\n"
                 "per-position acceptance [%s]\n"
-                "time: draft %.3f s, verify %.3f s, accept %.3f s\n",
+                "time: draft %.3f s, verify %.3f s, accept %.3f s\n"
+                "stopped: %s\n",
                 (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
                 prefill_seconds, (long long)passes, (long long)drafted, (long long)accepted,
                 acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
-                per_position.c_str(), draft_seconds, verify_seconds, accept_seconds);
+                per_position.c_str(), draft_seconds, verify_seconds, accept_seconds,
+                StopReasonName(stop_reason));
   return buf;
 }
 

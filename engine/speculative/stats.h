@@ -8,6 +8,15 @@
 
 namespace specgen {
 
+// Why a generation ended.
+enum class StopReason {
+  kNone,         // not ended (a Generate that failed, or none yet)
+  kEndToken,     // the target emitted an end-of-generation token
+  kMaxTokens,    // -n tokens were generated
+  kContextFull,  // the sequence filled the target's context
+};
+const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "context_full", "none"
+
 struct SpeculativeStats {
   int64_t prompt_tokens = 0;
   int64_t tokens = 0;    // generated tokens (what was emitted, an end token included)
@@ -27,6 +36,7 @@ struct SpeculativeStats {
   // adaptive controller chose k at each pass (else every pass drafted draft_max).
   int draft_max = 0;
   bool adaptive = false;
+  StopReason stop_reason = StopReason::kNone;
 
   double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
   // τ: tokens per verification pass, the bonus/correction token included.

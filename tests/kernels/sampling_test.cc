@@ -216,7 +216,7 @@ TEST(SamplingGpu, KeyedDrawsMatchCpuTokenForToken) {
   }
 }
 
-// The greedy draft's shortcut (DeviceSpeculativeDecoder::Propose): the argmax draw over the raw
+// The greedy draft's shortcut (DeviceProposer::Propose): the argmax draw over the raw
 // logits (negative, -inf, exact ties) is the token that processing + the draw over the one-hot rows
 // gives, and the CPU reference's argmax.
 TEST(SamplingGpu, GreedyDrawOverRawLogitsEqualsDrawOverProcessedRows) {

@@ -208,6 +208,8 @@ TEST(SpeculativeDecoder, StopsAtAnEndToken) {
   const RunResult run = Generate({1, 2}, options, 0.3);
   const auto first_end = std::find(plain.tokens.begin(), plain.tokens.end(), plain.tokens[5]);
   EXPECT_EQ(run.tokens, std::vector<int32_t>(plain.tokens.begin(), first_end + 1));
+  EXPECT_EQ(run.stats.stop_reason, StopReason::kEndToken);
+  EXPECT_EQ(plain.stats.stop_reason, StopReason::kMaxTokens);
 }
 
 TEST(SpeculativeDecoder, StopsAtTheContextEnd) {
@@ -218,6 +220,45 @@ TEST(SpeculativeDecoder, StopsAtTheContextEnd) {
   auto out = decoder.Generate(std::vector<int32_t>{1, 2, 3});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->size(), 17u);  // the sequence fills the 20 positions
+  EXPECT_EQ(decoder.stats().stop_reason, StopReason::kContextFull);
+}
+
+// A negative -n generates until an end token or, failing one, until the context is full.
+TEST(SpeculativeDecoder, NegativeMaxTokensRunsToTheContextEnd) {
+  for (int k : {0, 3}) {
+    FakeLm target(kVocab, 30), draft(kVocab, 30, 4.0, 0.3);
+    const auto options = Options(SamplingParams::Greedy(), k, false, AcceptMode::kRejection, -1);
+    ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+    SpeculativeDecoder decoder(&target, k > 0 ? &proposer : nullptr, options);
+    auto out = decoder.Generate(std::vector<int32_t>{1, 2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->size(), 28u) << "k=" << k;
+    EXPECT_EQ(decoder.stats().stop_reason, StopReason::kContextFull) << "k=" << k;
+  }
+}
+
+// keep_cache: a second prompt that extends the first call's sequence feeds only what the target's
+// cache lacks, and generates what a fresh loop generates from that prompt.
+TEST(SpeculativeDecoder, KeptCacheFeedsOnlyTheNewPartOfTheNextPrompt) {
+  FakeLm target(kVocab, kContext), draft(kVocab, kContext, 4.0, 0.3);
+  auto options = Options(SamplingParams::Greedy(), 3, false, AcceptMode::kRejection, 10);
+  options.keep_cache = true;
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder kept(&target, &proposer, options);
+  const std::vector<int32_t> turn1 = {4, 8, 15, 16};
+  auto first = kept.Generate(turn1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(kept.last_prefill_fed(), 3);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), first->begin(), first->end());
+  turn2.insert(turn2.end(), {23, 42});
+  auto second = kept.Generate(turn2);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // The cache held turn1 and the reply but the reply's last token: that token and 23 are fed (42 goes
+  // with the first step).
+  EXPECT_EQ(kept.last_prefill_fed(), 2);
+  options.keep_cache = false;
+  EXPECT_EQ(*second, Generate(turn2, options, 0.3).tokens);
 }
 
 TEST(SpeculativeDecoder, RejectsBadPrompts) {

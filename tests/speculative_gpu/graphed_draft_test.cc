@@ -1,4 +1,4 @@
-// GraphedDraft (engine/speculative/graphed_draft.h): the draft's single-token decode replayed from a
+// GraphedDraft (draft/cuda/graphed_draft.h): the draft's single-token decode replayed from a
 // CUDA graph gives logits bit-identical to the same fused kernels launched eagerly, over 24 steps with
 // a rollback (Truncate) in the middle, tokens from the host and from device memory; and equal to
 // Transformer::ForwardResident (the Backend ops the fused kernels stand for) up to fp32 rounding. The
@@ -22,7 +22,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
-#include "engine/speculative/graphed_draft.h"
+#include "draft/cuda/graphed_draft.h"
 #include "gtest/gtest.h"
 #include "tests/backend_cuda/gpu_test_env.h"
 #include "tests/common/synth_model.h"

@@ -71,8 +71,10 @@ class GpuBundledPair : public ::testing::Test {
                            DraftDecodePath path = DraftDecodePath::kGraph,
                            DraftDecodeStats* draft_stats = nullptr) {
     const SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, k, adaptive, mode, kNewTokens);
+    DeviceLoopHooks hooks;
+    hooks.draft.path = path;
     auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(),
-                                                k > 0 ? draft_.get() : nullptr, o, path);
+                                                k > 0 ? draft_.get() : nullptr, o, hooks);
     EXPECT_TRUE(dec.ok()) << dec.status();
     if (!dec.ok()) return {};
     auto out = (*dec)->Generate(prompt);
@@ -192,10 +194,13 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
         for (int mode = kSerial; mode < kModes; ++mode) {
           SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, draft_max, false,
                                                                  AcceptMode::kRejection, kNewTokens);
-          o.overlap_last_draft = mode != kSerial;
-          o.run_ahead = mode == kRunAhead ? RunAhead::kAlways : mode == kRunAheadAuto ? RunAhead::kAuto : RunAhead::kOff;
+          DeviceLoopHooks hooks;
+          hooks.draft.overlap_last_draft = mode != kSerial;
+          hooks.draft.run_ahead = mode == kRunAhead       ? RunAhead::kAlways
+                                  : mode == kRunAheadAuto ? RunAhead::kAuto
+                                                          : RunAhead::kOff;
           o.on_pass = [&, mode](int k, const AcceptResult& r) { passes[mode].push_back({k, r.n_accepted}); };
-          auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o);
+          auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o, hooks);
           ASSERT_TRUE(dec.ok()) << dec.status();
           auto got = (*dec)->Generate(prompt);
           ASSERT_TRUE(got.ok()) << got.status();
@@ -245,7 +250,7 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
   EXPECT_GT(used_greedy, 0);
 }
 
-// SpeculativeOptions::graph_verify (the default): the target's passes replayed from CUDA graphs give the
+// DeviceLoopHooks::graph_verify (the default): the target's passes replayed from CUDA graphs give the
 // bits of the eager passes, so greedy and seeded rejection sampling emit the same tokens with and without
 // it, pass for pass; with it every pass is a replay (none eager, no fallback), without it none.
 TEST_F(GpuBundledPair, GraphedVerificationEqualsEagerPasses) {
@@ -259,9 +264,11 @@ TEST_F(GpuBundledPair, GraphedVerificationEqualsEagerPasses) {
         for (int graphed = 0; graphed < 2; ++graphed) {
           SpeculativeOptions o =
               testing::MakeSpeculativeOptions(sampling, k, false, AcceptMode::kRejection, kNewTokens);
-          o.graph_verify = graphed == 1;
+          DeviceLoopHooks hooks;
+          hooks.graph_verify = graphed == 1;
           o.on_pass = [&, graphed](int kk, const AcceptResult& r) { passes[graphed].push_back({kk, r.n_accepted}); };
-          auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), k > 0 ? draft_.get() : nullptr, o);
+          auto dec =
+              DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), k > 0 ? draft_.get() : nullptr, o, hooks);
           ASSERT_TRUE(dec.ok()) << dec.status();
           auto got = (*dec)->Generate(prompt);
           ASSERT_TRUE(got.ok()) << got.status();

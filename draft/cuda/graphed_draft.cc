@@ -1,4 +1,4 @@
-#include "engine/speculative/graphed_draft.h"
+#include "draft/cuda/graphed_draft.h"
 
 #include <algorithm>
 #include <cmath>

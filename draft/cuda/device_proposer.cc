@@ -1,0 +1,313 @@
+#include "draft/cuda/device_proposer.h"
+
+#include <algorithm>
+
+#include "engine/core/status_macros.h"
+#include "engine/model/cached_prefix.h"
+#include "engine/sampling/keyed_random.h"
+#include "kernels/acceptance.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/sampling.cuh"
+
+namespace specgen {
+namespace {
+
+// Feeds of up to this many tokens catch the draft up through its decode graph (see Feed).
+constexpr size_t kGraphedFeedMax = 4;
+// Prompts are fed in chunks of at most this many tokens (bounds a long prompt's activations).
+constexpr size_t kPrefillChunk = 256;
+
+// kAuto run-ahead: the weight of the latest guess in the running rates of hits and late misses, and
+// the drafted steps after which a guess is tried again while late misses outweigh hits.
+constexpr double kRunAheadRateWeight = 0.25;
+constexpr int kRunAheadProbe = 16;
+
+kernels::SamplingConfig ToConfig(const SamplingParams& p) {
+  kernels::SamplingConfig c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  return c;
+}
+
+}  // namespace
+
+DeviceProposer::DeviceProposer(CudaBackend* backend, Transformer* draft, const SamplingParams& sampling,
+                               AcceptMode accept, int32_t* tokens, int max_draft, const DeviceDraftHooks& hooks)
+    : backend_(backend),
+      draft_(draft),
+      sampling_(sampling),
+      accept_(accept),
+      tokens_(tokens),
+      max_draft_(max_draft),
+      hooks_(hooks) {}
+
+DeviceProposer::~DeviceProposer() {
+  // The side stream first: a generation that failed mid-step may have left x_k's decode reading tokens_.
+  if (side_stream_ != nullptr) {
+    (void)cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+  }
+  (void)backend_->Synchronize(SyncKind::kOther);
+  graphed_.reset();
+  DeviceArena& a = backend_->arena();
+  for (void* p : {static_cast<void*>(q_), static_cast<void*>(guess_), sample_ws_, side_ws_}) a.Free(p);
+  for (cudaEvent_t e : {fork_, join_, guess_ready_}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (host_guess_ != nullptr) cudaFreeHost(host_guess_);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceProposer>> DeviceProposer::Create(CudaBackend* backend, Transformer* draft,
+                                                                       const SamplingParams& sampling,
+                                                                       AcceptMode accept, int32_t* tokens,
+                                                                       int max_draft, const DeviceDraftHooks& hooks) {
+  if (backend == nullptr || draft == nullptr || tokens == nullptr) {
+    return InvalidArgument("device proposer: no backend, draft or token buffer");
+  }
+  if (&draft->backend() != backend) return InvalidArgument("device proposer: the draft must run on the given backend");
+  if (max_draft < 1 || max_draft > kernels::kAcceptMaxDraft) {
+    return InvalidArgument("device proposer: draft length bound ", max_draft, " outside [1, ",
+                           kernels::kAcceptMaxDraft, "]");
+  }
+  std::unique_ptr<DeviceProposer> p(new DeviceProposer(backend, draft, sampling, accept, tokens, max_draft, hooks));
+  RETURN_IF_ERROR(p->Allocate());
+  p->why_not_graph_ = hooks.path == DraftDecodePath::kTransformer ? "not asked for" : GraphedDraft::Unsupported(*draft);
+  if (p->why_not_graph_.empty()) {
+    ASSIGN_OR_RETURN(p->graphed_, GraphedDraft::Create(backend, draft, hooks.path));
+    if (hooks.path == DraftDecodePath::kFused) p->why_not_graph_ = "not asked for";
+  }
+  return p;
+}
+
+absl::Status DeviceProposer::Allocate() {
+  DeviceArena& a = backend_->arena();
+  const size_t v = static_cast<size_t>(draft_->vocab_size());
+  ASSIGN_OR_RETURN(void* q, a.Allocate(static_cast<size_t>(max_draft_) * v * sizeof(float), "draft distributions q"));
+  q_ = static_cast<float*>(q);
+  ASSIGN_OR_RETURN(void* g, a.Allocate(sizeof(int32_t), "draft guess"));
+  guess_ = static_cast<int32_t*>(g);
+  sample_ws_bytes_ = std::max(kernels::ProcessAndSampleWorkspaceBytes(1, static_cast<int>(v)), size_t{256});
+  ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "draft sampling workspace"));
+  void* host_guess = nullptr;
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_guess, sizeof(int32_t), cudaHostAllocDefault));
+  host_guess_ = static_cast<int32_t*>(host_guess);
+  if (hooks_.overlap_last_draft) {
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    if (hooks_.run_ahead != RunAhead::kOff) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&guess_ready_, cudaEventDisableTiming));
+      side_ws_bytes_ = std::max<size_t>(kernels::SampleWorkspaceBytes(1), 256);
+      ASSIGN_OR_RETURN(side_ws_, a.Allocate(side_ws_bytes_, "run-ahead sampling workspace"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t DeviceProposer::MaxDraft(int64_t context_len) const { return draft_->max_context() - context_len + 1; }
+
+DraftDecodeStats DeviceProposer::stats() const {
+  DraftDecodeStats s;
+  s.transformer_passes = transformer_passes_;
+  s.overlapped = overlapped_;
+  s.run_ahead = run_ahead_;
+  s.run_ahead_used = run_ahead_used_;
+  s.run_ahead_late = run_ahead_late_;
+  s.why_not_graph = why_not_graph_;
+  if (graphed_ != nullptr) {
+    s.path = graphed_->path();
+    s.graph_replays = graphed_->graph_replays();
+    s.persistent_launches = graphed_->persistent_launches();
+    s.fused_steps = graphed_->eager_steps();
+    if (!graphed_->fallback_reason().empty()) s.why_not_graph = graphed_->fallback_reason();
+  }
+  return s;
+}
+
+absl::Status DeviceProposer::Reset() {
+  RETURN_IF_ERROR(JoinLastDraft());
+  guess_logits_ = ready_logits_ = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceProposer::Prefill(std::span<const int32_t> prompt, bool keep_cache) {
+  const auto head = prompt.first(prompt.size() - 1);
+  ASSIGN_OR_RETURN(const size_t common, KeepCachedPrefix(*draft_, &cached_, head, keep_cache));
+  for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
+    const auto chunk = head.subspan(begin, std::min(kPrefillChunk, head.size() - begin));
+    RETURN_IF_ERROR(draft_->ForwardResident(chunk).status());
+  }
+  valid_ = static_cast<int64_t>(head.size());
+  return absl::OkStatus();
+}
+
+absl::Status DeviceProposer::EndGeneration(std::span<const int32_t> target_cached) {
+  const int64_t valid = std::min<int64_t>(valid_, static_cast<int64_t>(target_cached.size()));
+  if (draft_->n_past() > valid) RETURN_IF_ERROR(draft_->Truncate(valid));
+  cached_.assign(target_cached.begin(), target_cached.begin() + valid);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> DeviceProposer::DecodeOne(const int32_t* device_token, int32_t host_token) {
+  if (graphed_ != nullptr) return graphed_->Decode(device_token, host_token);
+  if (device_token != nullptr) backend_->UseDeviceTokensOnce(device_token);
+  ++transformer_passes_;
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident({&host_token, 1}));
+  return CudaBackend::Data(*logits);
+}
+
+absl::Status DeviceProposer::Feed(const std::vector<int32_t>& sequence, const float** last) {
+  const int64_t len = static_cast<int64_t>(sequence.size());
+  // What the draft lacks of the committed sequence (its last token at least; known on the host).
+  valid_ = std::min(valid_, len - 1);
+  if (draft_->n_past() > valid_) RETURN_IF_ERROR(draft_->Truncate(valid_));
+  std::vector<int32_t> feed(sequence.begin() + valid_, sequence.end());
+  // A short feed (after a step that accepted every draft: the target's bonus token, and x_k where it
+  // was not decoded beside the verification) goes through the decode graph a token at a time, which
+  // is faster than one small pass launched op by op. The draft's numerics do not bear on the output
+  // (acceptance corrects for q), so either path is exact.
+  if (feed.size() == 1 || (graphed_ != nullptr && feed.size() <= kGraphedFeedMax)) {
+    for (const int32_t token : feed) {
+      ASSIGN_OR_RETURN(*last, DecodeOne(nullptr, token));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> positions(feed.size());
+  for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(valid_ + i);
+  ++transformer_passes_;
+  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
+  *last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+  return absl::OkStatus();
+}
+
+absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k) {
+  if (k < 1 || k > max_draft_) return InvalidArgument("device proposer: k = ", k, " outside [1, ", max_draft_, "]");
+  const int64_t len = static_cast<int64_t>(sequence.size());
+  const int v = static_cast<int>(draft_->vocab_size());
+  const cudaStream_t stream = backend_->stream();
+  const kernels::SamplingConfig config = ToConfig(sampling_);
+  const bool greedy = sampling_.greedy();
+  // Draws as SampleDraft: own noise in rejection mode, the target's in coupled mode.
+  const uint32_t purpose = static_cast<uint32_t>(accept_ == AcceptMode::kCoupled ? RandomPurpose::kTargetSample
+                                                                                 : RandomPurpose::kDraftSample);
+  const float* last = nullptr;
+  if (ready_logits_ != nullptr && valid_ == len && draft_->n_past() == len) {
+    // The last step's bonus token was the draft's guess, decoded beside the verification.
+    last = ready_logits_;
+    ready_logits_ = nullptr;
+    ++run_ahead_used_;
+  } else {
+    RETURN_IF_ERROR(Feed(sequence, &last));
+  }
+  for (int i = 0; i < k; ++i) {
+    if (i > 0) {
+      // x_i (drawn on the device in the previous iteration) at position len + i - 1.
+      ASSIGN_OR_RETURN(last, DecodeOne(tokens_ + i, 0));
+    }
+    // Greedy: the draft's token is the argmax of its logits, which is the argmax of the one-hot q
+    // that processing would write (the same (value, id) order, ties to the lower id), and greedy
+    // acceptance never reads q: the draw skips the processing. Otherwise processing and draw are one
+    // call.
+    if (greedy) {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(last, 1, v, true, sampling_.seed, len + i, purpose,
+                                                               tokens_ + 1 + i, sample_ws_, sample_ws_bytes_, stream));
+    } else {
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessAndSample(
+          last, 1, v, config, q_ + static_cast<size_t>(i) * v, sampling_.seed, len + i, purpose, tokens_ + 1 + i,
+          sample_ws_, sample_ws_bytes_, stream));
+    }
+  }
+  valid_ = len + k - 1;  // the draft now holds the sequence and x_1..x_{k-1}
+  return absl::OkStatus();
+}
+
+absl::Status DeviceProposer::BesideVerification(int64_t len, int k, bool another_may_follow) {
+  // A guess of the bonus token pays only where another step follows.
+  ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k, another_may_follow && WantGuess()));
+  if (overlapped) valid_ = len + k;  // the guess counts once the step finds it was the bonus
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DeviceProposer::OverlapLastDraft(int k, bool guess) {
+  if (side_stream_ == nullptr || graphed_ == nullptr || !graphed_->ReplaysCaptured()) return false;
+  const cudaStream_t stream = backend_->stream();
+  // After x_k's draw (the fork), beside the target's pass queued next on the backend's stream. The
+  // draft's graph reads tokens_[k] and writes only the draft's own buffers and its cache row for x_k;
+  // the step's acceptance reads q_ (written before the fork), never the draft's logits.
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, stream));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_, 0));
+  ASSIGN_OR_RETURN(const float* logits, graphed_->Decode(tokens_ + k, 0, side_stream_));
+  ++overlapped_;
+  // The draft's argmax after x_k (its likeliest bonus token; any guess is exact, a likely one is used
+  // more often), copied to the host at once (guess_ready_, which the step's result copy waits for),
+  // then its decode. The argmax has its own workspace: the acceptance runs on the backend's stream
+  // meanwhile.
+  if (guess && side_ws_ != nullptr && graphed_->ReplaysCaptured()) {
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(logits, 1, static_cast<int>(draft_->vocab_size()), true,
+                                                             0, 0, 0, guess_, side_ws_, side_ws_bytes_, side_stream_));
+    SPECGEN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_guess_, guess_, sizeof(int32_t), cudaMemcpyDeviceToHost, side_stream_));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(guess_ready_, side_stream_));
+    ASSIGN_OR_RETURN(guess_logits_, graphed_->Decode(guess_, 0, side_stream_));
+    ++run_ahead_;
+  }
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_, side_stream_));
+  join_due_ = true;
+  return true;
+}
+
+absl::Status DeviceProposer::OrderBeforeHostWait(cudaStream_t stream) {
+  if (guess_logits_ == nullptr) return absl::OkStatus();
+  return SPECGEN_CUDA_STATUS(cudaStreamWaitEvent(stream, guess_ready_, 0));
+}
+
+absl::Status DeviceProposer::JoinLastDraft() {
+  if (!join_due_) return absl::OkStatus();
+  join_due_ = false;
+  return SPECGEN_CUDA_STATUS(cudaStreamWaitEvent(backend_->stream(), join_, 0));
+}
+
+absl::Status DeviceProposer::AfterResult(int64_t keep, int k, int n_accepted, int32_t bonus) {
+  const bool guessed = guess_logits_ != nullptr;
+  // Whether the side stream is still at work (the guess's decode): a query, not a wait.
+  const cudaError_t side_state = guessed ? cudaEventQuery(join_) : cudaSuccess;
+  if (side_state != cudaSuccess && side_state != cudaErrorNotReady) return SPECGEN_CUDA_STATUS(side_state);
+  RETURN_IF_ERROR(JoinLastDraft());
+  const bool hit = guessed && n_accepted == k && *host_guess_ == bonus;
+  if (hit) {
+    valid_ = keep + 1;  // the draft holds the bonus token too: the next step draws at once
+    ready_logits_ = guess_logits_;
+  } else {
+    valid_ = std::min<int64_t>(valid_, keep);
+  }
+  if (guessed) ObserveGuess(hit, side_state == cudaErrorNotReady);
+  guess_logits_ = nullptr;
+  if (draft_->n_past() > valid_) RETURN_IF_ERROR(draft_->Truncate(valid_));
+  return absl::OkStatus();
+}
+
+bool DeviceProposer::WantGuess() {
+  switch (hooks_.run_ahead) {
+    case RunAhead::kOff:
+      return false;
+    case RunAhead::kAlways:
+      return true;
+    case RunAhead::kAuto:
+      break;
+  }
+  // A hit saves the next step a decode; a late miss costs it what the guess's decode has left when the
+  // verification ends (up to a decode); an early miss costs only the multiprocessors it shared.
+  return hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe;
+}
+
+void DeviceProposer::ObserveGuess(bool hit, bool late) {
+  steps_without_guess_ = 0;
+  const bool late_miss = !hit && late;
+  if (late_miss) ++run_ahead_late_;
+  hit_rate_ += kRunAheadRateWeight * ((hit ? 1.0 : 0.0) - hit_rate_);
+  late_miss_rate_ += kRunAheadRateWeight * ((late_miss ? 1.0 : 0.0) - late_miss_rate_);
+}
+
+}  // namespace specgen
