@@ -3,9 +3,8 @@
 //    token (CUDA events over 64 tokens, no host wait between tokens) against the floor of the bytes a
 //    token reads (every weight once; the tied embedding is read whole by the head) / 4.2 TB/s HBM.
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
-//    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default), 3 the
-//    persistent kernel (one cooperative launch per token); the label names the path that actually
-//    ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see
+//    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
+//    label names the path that actually ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see
 //    MakeQwenDraft): the floor the chain sets by itself; narrow 2: the full matrices, every layer on
 //    layer 0's (GraphedDraft::ShareLayerWeightsForBenchmark: L2-resident): the decode without HBM.
 //    grid: the fused GEMVs' blocks per multiprocessor.
@@ -94,7 +93,7 @@ void DraftDecode(benchmark::State& state, QwenDraft* draft, int context, DraftDe
   state.counters["tokens_per_s"] = 1e6 / us_per_token;
   state.counters["graph_replays"] = graphed ? static_cast<double>(graphed->graph_replays()) : 0.0;
   std::string label = graphed ? DraftDecodePathName(graphed->path()) : "transformer";
-  if (graphed && graphed->path() != DraftDecodePath::kPersistent) {
+  if (graphed) {
     label += graphed->programmatic() ? ", PDL" : ", no PDL";
     label += ", GEMV grid " + std::to_string(grid) + "/SM";
     if (qkv_rows > 0) {
@@ -118,8 +117,7 @@ BENCHMARK(BM_DraftDecode)
     ->ArgNames({"ctx", "path", "narrow", "pdl", "grid", "qkv_rows", "gu_rows"})
     ->Args({32, 0, 0, 1, 8, 0, 0})->Args({32, 1, 0, 1, 8, 0, 0})->Args({32, 2, 0, 1, 8, 0, 0})
     ->Args({128, 2, 0, 1, 8, 0, 0})->Args({256, 2, 0, 1, 8, 0, 0})->Args({512, 2, 0, 1, 8, 0, 0})
-    ->Args({1900, 2, 0, 1, 8, 0, 0})->Args({32, 3, 0, 1, 8, 0, 0})->Args({512, 3, 0, 1, 8, 0, 0})
-    ->Args({1900, 3, 0, 1, 8, 0, 0})->Args({32, 2, 1, 1, 8, 0, 0})->Args({32, 3, 1, 1, 8, 0, 0})
+    ->Args({1900, 2, 0, 1, 8, 0, 0})->Args({32, 2, 1, 1, 8, 0, 0})
     ->Args({32, 2, 0, 0, 8, 0, 0})->Args({32, 2, 1, 0, 8, 0, 0})->Args({32, 2, 0, 1, 4, 0, 0})
     ->Args({32, 2, 2, 1, 8, 0, 0})->Args({1900, 2, 2, 1, 8, 0, 0})  // narrow 2: layer 0's weights throughout
     ->Args({512, 2, 0, 1, 4, 0, 0})->Args({1900, 2, 0, 1, 4, 0, 0})

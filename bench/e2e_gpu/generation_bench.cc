@@ -71,7 +71,6 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["us_accept_wait"] = steps ? accept_s * 1e6 / steps : 0.0;
   const DraftDecodeStats d = dec->draft_decode_stats();
   state.counters["draft_graph_replays"] = static_cast<double>(d.graph_replays);
-  state.counters["draft_persistent_launches"] = static_cast<double>(d.persistent_launches);
   state.counters["draft_overlapped"] = static_cast<double>(d.overlapped);
   state.counters["draft_run_ahead"] = static_cast<double>(d.run_ahead);
   state.counters["draft_run_ahead_used"] = static_cast<double>(d.run_ahead_used);

@@ -40,7 +40,6 @@ struct StepSyncStats {
 struct DraftDecodeStats {
   DraftDecodePath path = DraftDecodePath::kTransformer;  // the single-token path in use
   std::string why_not_graph;     // empty when the path asked for is in use
-  int64_t persistent_launches = 0;  // single tokens through the persistent kernel
   int64_t graph_replays = 0;     // single tokens through the CUDA graph
   int64_t fused_steps = 0;       // through the same fused kernels launched one by one
   int64_t transformer_passes = 0;  // draft passes through Transformer::ForwardResident
@@ -64,9 +63,8 @@ class DeviceSpeculativeDecoder {
   // `target` and `draft` run on `backend`; `draft` may be null (plain decoding through the same
   // kernels). Draft and target must share the vocabulary size. None is owned. `draft_path`: how the
   // draft decodes single tokens; kGraph (the default: the fastest today, see bench/RESULTS_H200.md),
-  // kPersistent and kFused fall back to kTransformer for a draft the fused kernels do not take (an MoE
-  // draft), kPersistent to kGraph on a device without cooperative launch or a shape it does not take,
-  // and kGraph to kFused if capture fails.
+  // kGraph and kFused fall back to kTransformer for a draft the fused kernels do not take (an MoE draft), and
+  // kGraph to kFused if capture fails.
   static absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> Create(
       CudaBackend* backend, Transformer* target, Transformer* draft, SpeculativeOptions options,
       DraftDecodePath draft_path = DraftDecodePath::kGraph);

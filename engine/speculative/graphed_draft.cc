@@ -11,7 +11,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.cuh"
 #include "kernels/split_row_gemv.cuh"
-#include "kernels/persistent_decode.cuh"
 
 namespace specgen {
 namespace {
@@ -41,7 +40,6 @@ const char* DraftDecodePathName(DraftDecodePath path) {
     case DraftDecodePath::kTransformer: return "transformer";
     case DraftDecodePath::kFused: return "fused";
     case DraftDecodePath::kGraph: return "graph";
-    case DraftDecodePath::kPersistent: return "persistent";
   }
   return "?";
 }
@@ -86,117 +84,7 @@ absl::StatusOr<std::unique_ptr<GraphedDraft>> GraphedDraft::Create(CudaBackend* 
   }
   std::unique_ptr<GraphedDraft> g(new GraphedDraft(backend, lm, path != DraftDecodePath::kFused));
   RETURN_IF_ERROR(g->Allocate());
-  if (path == DraftDecodePath::kPersistent) RETURN_IF_ERROR(g->SetUpPersistent());
   return g;
-}
-
-namespace {
-
-// The persistent kernel's view of a dense Transformer (weights, cache, the draft's scratch buffers).
-kernels::PersistentDecodeParams ParamsFor(const Transformer& lm) {
-  const ModelSpec& s = lm.spec();
-  kernels::PersistentDecodeParams p;
-  p.n_layers = static_cast<int>(s.n_layers);
-  p.hidden = static_cast<int>(s.hidden);
-  p.heads = static_cast<int>(s.n_heads);
-  p.kv_heads = static_cast<int>(s.n_kv_heads);
-  p.head_dim = static_cast<int>(s.head_dim);
-  p.ffn = static_cast<int>(s.ffn_dim);
-  p.vocab = static_cast<int>(lm.output_head().rows());
-  p.capacity = static_cast<int>(lm.max_context());
-  p.w_type = CudaBackend::Type(*lm.layer_refs(0).q);
-  p.norm_type = CudaBackend::Type(*lm.layer_refs(0).attn_norm);
-  p.embed_type = CudaBackend::Type(lm.token_embedding());
-  p.eps = s.rms_eps;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  p.style = s.rope_style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf
-                                                   : kernels::RopeStyle::kInterleaved;
-  p.embedding = CudaBackend::Data(lm.token_embedding());
-  p.out_norm = CudaBackend::Data(lm.output_norm());
-  p.head = CudaBackend::Data(lm.output_head());
-  return p;
-}
-
-// Every norm weight of the model has one type (the kernel takes one norm_type).
-bool NormsShareOneType(const Transformer& lm) {
-  const kernels::ElemType t = CudaBackend::Type(*lm.layer_refs(0).attn_norm);
-  const auto same = [&](const Weight* w) { return w == nullptr || CudaBackend::Type(*w) == t; };
-  for (int64_t l = 0; l < lm.spec().n_layers; ++l) {
-    const Transformer::LayerRefs r = lm.layer_refs(l);
-    if (!same(r.attn_norm) || !same(r.ffn_norm) || !same(r.q_norm) || !same(r.k_norm)) return false;
-  }
-  return same(&lm.output_norm());
-}
-
-}  // namespace
-
-absl::Status GraphedDraft::SetUpPersistent() {
-  kernels::PersistentDecodeParams p = ParamsFor(*lm_);
-  if (const char* why = kernels::PersistentDecodeUnsupported(p); *why != '\0') {
-    fallback_ = Cat("persistent kernel: ", why);
-    return absl::OkStatus();
-  }
-  if (!NormsShareOneType(*lm_)) {
-    fallback_ = "persistent kernel: the norm weights are not all of one type";
-    return absl::OkStatus();
-  }
-  // Only the shapes and the device decide the grid (the buffers are filled in per launch).
-  const int blocks = kernels::PersistentDecodeBlocks(p);
-  if (blocks <= 0) {
-    fallback_ = "persistent kernel: this device cannot launch a cooperative grid of one block per SM";
-    return absl::OkStatus();
-  }
-  const ModelSpec& s = lm_->spec();
-  KvCache& cache = lm_->kv_cache();
-  std::vector<kernels::PersistentLayer> layers(s.n_layers);
-  const auto data = [](const Weight* w) { return w ? CudaBackend::Data(*w) : nullptr; };
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const Transformer::LayerRefs r = lm_->layer_refs(l);
-    kernels::PersistentLayer& L = layers[l];
-    L.attn_norm = data(r.attn_norm);
-    L.q = data(r.q);
-    L.k = data(r.k);
-    L.v = data(r.v);
-    L.q_norm = data(r.q_norm);
-    L.k_norm = data(r.k_norm);
-    L.o = data(r.o);
-    L.ffn_norm = data(r.ffn_norm);
-    L.gate = data(r.gate);
-    L.up = data(r.up);
-    L.down = data(r.down);
-    L.k_cache = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
-    L.v_cache = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
-  }
-  DeviceArena& a = backend_->arena();
-  const size_t table_bytes = layers.size() * sizeof(kernels::PersistentLayer);
-  ASSIGN_OR_RETURN(persistent_layers_, a.Allocate(table_bytes, "persistent draft layer table"));
-  persistent_ws_bytes_ = kernels::PersistentDecodeWorkspaceBytes(p);
-  ASSIGN_OR_RETURN(persistent_ws_, a.Allocate(persistent_ws_bytes_, "persistent draft workspace"));
-  const cudaStream_t stream = backend_->stream();
-  SPECGEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(persistent_layers_, layers.data(), table_bytes, cudaMemcpyHostToDevice, stream));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(persistent_ws_, 0, persistent_ws_bytes_, stream));
-  // The table's host copy must outlive the asynchronous copy: wait once, at set-up.
-  RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));
-  p.layers = static_cast<const kernels::PersistentLayer*>(persistent_layers_);
-  p.rope_table = static_cast<const float2*>(rope_table_);
-  p.logits = logits_;
-  p.workspace = persistent_ws_;
-  p.workspace_bytes = persistent_ws_bytes_;
-  persistent_params_ = std::make_unique<kernels::PersistentDecodeParams>(p);
-  persistent_blocks_ = blocks;
-  return absl::OkStatus();
-}
-
-absl::Status GraphedDraft::LaunchPersistent(const int32_t* device_token, int32_t host_token, int32_t pos) {
-  kernels::PersistentDecodeParams& p = *persistent_params_;
-  p.timeline = probe_timeline_;
-  p.l2_prefetch = l2_prefetch_;
-  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchPersistentDecode(p, device_token, host_token, pos,
-                                                               static_cast<uint64_t>(persistent_launches_),
-                                                               persistent_blocks_, backend_->stream()));
-  ++persistent_launches_;
-  return absl::OkStatus();
 }
 
 GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
@@ -213,7 +101,7 @@ GraphedDraft::~GraphedDraft() {
   DeviceArena& a = backend_->arena();
   for (void* p : {state_, static_cast<void*>(h_), static_cast<void*>(q_), static_cast<void*>(k_),
                   static_cast<void*>(v_), static_cast<void*>(attn_), static_cast<void*>(act_),
-                  static_cast<void*>(logits_), attn_ws_, rope_table_, persistent_layers_, persistent_ws_}) {
+                  static_cast<void*>(logits_), attn_ws_, rope_table_}) {
     a.Free(p);
   }
 }
@@ -423,7 +311,7 @@ absl::Status GraphedDraft::Capture(bool programmatic, int index, const kernels::
 
 bool GraphedDraft::ReplaysCaptured() const {
   const int64_t pos = lm_->kv_cache().size();
-  return persistent_blocks_ == 0 && use_graph_ && pos < lm_->kv_cache().max_positions() &&
+  return use_graph_ && pos < lm_->kv_cache().max_positions() &&
          exec_[ShapeIndex(pos)] != nullptr;
 }
 
@@ -441,11 +329,6 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   if (device_token == nullptr && (host_token < 0 || host_token >= lm_->vocab_size())) {
     return InvalidArgument("token id ", host_token, " at position ", pos,
                            " is outside the vocabulary [0, ", lm_->vocab_size(), ")");
-  }
-  if (persistent_blocks_ > 0) {
-    RETURN_IF_ERROR(LaunchPersistent(device_token, host_token, static_cast<int32_t>(pos)));
-    RETURN_IF_ERROR(cache.Append(1));
-    return static_cast<const float*>(logits_);
   }
   const cudaStream_t stream = on_stream != nullptr ? on_stream : backend_->stream();
   const kernels::DecodeInput in = InputFor(device_token, host_token, static_cast<int32_t>(pos));
