@@ -1,4 +1,4 @@
-#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, the PDL calls
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/rope.cuh"
 

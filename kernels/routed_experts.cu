@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "kernels/decode_fused.cuh"  // programmatic dependent launch
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/mma_tile.cuh"

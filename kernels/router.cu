@@ -1,4 +1,4 @@
-#include "kernels/decode_fused.cuh"  // LetDependentsLaunch
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/router.cuh"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // LetDependentsLaunch, ProgrammaticLaunchSupported
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"   // SPECGEN_KERNEL_REQUIRE
 #include "kernels/sampling_common.cuh"
 
