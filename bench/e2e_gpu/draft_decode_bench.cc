@@ -6,10 +6,10 @@
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
 //    label names the path that actually ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see
 //    MakeQwenDraft): the floor the chain sets by itself; narrow 2: the full matrices, every layer on
-//    layer 0's (GraphedDraft::ShareLayerWeightsForBenchmark: L2-resident): the decode without HBM.
+//    layer 0's (GraphedDraftHooks::share_layer_weights: L2-resident): the decode without HBM.
 //    grid: the fused GEMVs' blocks per multiprocessor.
 //    pdl 0: paths 1-2 without programmatic dependent launch (what PDL is worth). qkv_rows, gu_rows > 0:
-//    one GEMV shape (GraphedDraft::SetGemvRowsPerWarp) at every position instead of the draft's choice.
+//    one GEMV shape (GraphedDraftHooks::qkv_rows_per_warp) at every position instead of the draft's choice.
 //  - BM_DraftDecodeQwen3_1_7B: the graph path on synth:qwen3-1.7b (4x the bytes a layer, the same chain).
 //  - BM_BundledDraftDecode: the bundled draft's single-token decode by path: what a proposal costs
 //    against the bundled target's pass.
@@ -41,13 +41,15 @@ void DraftDecode(benchmark::State& state, QwenDraft* draft, int context, DraftDe
   const double read_bytes = double(*bytes) - (spec->tied_embeddings ? 0.0 : table - spec->hidden * 2);
   std::unique_ptr<GraphedDraft> graphed;
   if (path != DraftDecodePath::kTransformer) {
-    auto g = GraphedDraft::Create(be->get(), lm->get(), path);
+    GraphedDraftHooks hooks;
+    hooks.disable_programmatic_launch = !pdl;
+    hooks.gemv_blocks_per_sm = grid;
+    hooks.qkv_rows_per_warp = qkv_rows;
+    hooks.gate_up_rows_per_warp = gu_rows;
+    hooks.share_layer_weights = share_layer_weights;
+    auto g = GraphedDraft::Create(be->get(), lm->get(), path, hooks);
     if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
     graphed = std::move(g).value();
-    if (!pdl) graphed->DisableProgrammaticLaunch();
-    if (grid != 8) graphed->SetGemvBlocksPerSm(grid);
-    if (qkv_rows > 0) graphed->SetGemvRowsPerWarp(qkv_rows, gu_rows);
-    if (share_layer_weights) graphed->ShareLayerWeightsForBenchmark();
   }
   std::vector<int32_t> prompt(context);
   for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size);

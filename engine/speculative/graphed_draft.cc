@@ -72,23 +72,30 @@ std::string GraphedDraft::Unsupported(const Transformer& lm) {
 }
 
 absl::StatusOr<std::unique_ptr<GraphedDraft>> GraphedDraft::Create(CudaBackend* backend, Transformer* lm,
-                                                                   DraftDecodePath path) {
+                                                                   DraftDecodePath path,
+                                                                   const GraphedDraftHooks& hooks) {
   if (backend == nullptr || lm == nullptr || &lm->backend() != backend) {
     return InvalidArgument("graphed draft: the model must run on the given CUDA backend");
   }
   if (path == DraftDecodePath::kTransformer) {
     return InvalidArgument("graphed draft: the Transformer path is not one of its paths");
   }
+  if (hooks.gemv_blocks_per_sm < 1 || hooks.qkv_rows_per_warp < 0 || hooks.gate_up_rows_per_warp < 0) {
+    return InvalidArgument("graphed draft hooks: ", hooks.gemv_blocks_per_sm, " GEMV blocks a multiprocessor, ",
+                           hooks.qkv_rows_per_warp, " / ", hooks.gate_up_rows_per_warp,
+                           " QKV / gate-up rows a warp (want >= 1, >= 0, >= 0)");
+  }
   if (const std::string why = Unsupported(*lm); !why.empty()) {
     return absl::FailedPreconditionError(Cat("graphed draft: ", why));
   }
-  std::unique_ptr<GraphedDraft> g(new GraphedDraft(backend, lm, path != DraftDecodePath::kFused));
+  std::unique_ptr<GraphedDraft> g(new GraphedDraft(backend, lm, path != DraftDecodePath::kFused, hooks));
   RETURN_IF_ERROR(g->Allocate());
   return g;
 }
 
-GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph)
-    : backend_(backend), lm_(lm), use_graph_(use_graph) {}
+GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph,
+                           const GraphedDraftHooks& hooks)
+    : backend_(backend), lm_(lm), use_graph_(use_graph), hooks_(hooks) {}
 
 GraphedDraft::~GraphedDraft() {
   (void)backend_->Synchronize(SyncKind::kOther);
@@ -158,22 +165,19 @@ absl::Status GraphedDraft::Allocate() {
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   sms_ = std::max(sms, 1);
-  max_blocks_ = sms_ * 8;  // 8 blocks of 256 threads fill a multiprocessor
-  programmatic_ = kernels::ProgrammaticLaunchSupported(device);
+  max_blocks_ = sms_ * hooks_.gemv_blocks_per_sm;  // 8 blocks of 256 threads fill a multiprocessor
+  programmatic_ = kernels::ProgrammaticLaunchSupported(device) && !hooks_.disable_programmatic_launch;
   return absl::OkStatus();
 }
 
-// H200, synth:qwen3-0.6b bf16, us a token (A/B in one device session): a row a warp everywhere was
-// 600 / 657 / 686 at ctx 32 / 128 / 256 (gate/up at 2 row pairs: 609 / 659 / 700), while from ctx 512
-// gate/up at 2 row pairs (192 blocks, one an SM beside O's) wins: 703 / 788 at ctx 512 / 1900 against
-// 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512). Figures in RESULTS_H200.md.
-// The O and down projections as split-row GEMVs (kernels/split_row_gemv.cuh), A/B in one device call, us
-// a token at ctx 32 / 512 / 1900 (two rounds agree within 1%): five fused kernels 587 / 673 / 761; down
-// split 573 / 663 / 754; O split 615 / 657 / 751; both 607 / 648 / 743. A split O's 512 blocks (4 warps
-// a row) crowd out the attention's and gate/up's early blocks at a short context, where the attention
-// is short; from the long-context shape on, its shorter chain wins.
+// Short contexts: a row a warp everywhere and the down projection as a split-row GEMV. Long contexts:
+// gate/up at 2 row pairs a warp (a grid whose blocks start beside O's) and O split too: a split O's
+// blocks crowd out the attention's and gate/up's early blocks where the attention is short, and its
+// shorter chain wins where the attention is long (bench/e2e_gpu's BM_DraftDecode qkv_rows/gu_rows rows).
 GraphedDraft::GemvShape GraphedDraft::ShapeFor(int index) const {
-  if (has_forced_shape_) return forced_shape_;
+  if (hooks_.qkv_rows_per_warp > 0) {  // one shape everywhere: the short-context one, rows as asked
+    return GemvShape{hooks_.qkv_rows_per_warp, hooks_.gate_up_rows_per_warp, false, true};
+  }
   return index == 0 ? GemvShape{1, 1, false, true} : GemvShape{1, 2, true, true};
 }
 
@@ -230,7 +234,7 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
   KvCache& cache = lm_->kv_cache();
   const int max_past = static_cast<int>(cache.max_positions()) - 1;
   for (int64_t l = 0; l < s.n_layers; ++l) {
-    const Transformer::LayerRefs r = lm_->layer_refs(share_layer_weights_ ? 0 : l);
+    const Transformer::LayerRefs r = lm_->layer_refs(hooks_.share_layer_weights ? 0 : l);
     const ElemType wt = type(r.q);
     float* kc = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
     float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
@@ -347,8 +351,7 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   }
   if (use_graph_) {
     // The token and position go into the graph's first node rather than into a kernel queued before
-    // the replay: H200, A/B in one call, 621 against 631 us a token at ctx 128, 646.5 / 649.5 at 512,
-    // 742 / 744 at 1900, 576.5 / 574 at 32 (within its noise).
+    // the replay: a replayed token is one graph launch.
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::SetDecodeInputNodeArgs(exec_[shape], input_node_[shape], in));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_[shape], stream));
     ++replays_;

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/transformer.h"
+#include "engine/speculative/graphed_draft_hooks.h"
 
 namespace specgen {
 namespace kernels {
@@ -45,8 +46,10 @@ class GraphedDraft {
   static std::string Unsupported(const Transformer& lm);
   // `path`: kGraph (capture on the first Decode and replay after) or kFused (the graph's
   // kernels launched eagerly); kTransformer is refused. `lm` must run on `backend` and outlive this.
+  // `hooks`: benchmarks only (graphed_draft_hooks.h).
   static absl::StatusOr<std::unique_ptr<GraphedDraft>> Create(CudaBackend* backend, Transformer* lm,
-                                                             DraftDecodePath path);
+                                                             DraftDecodePath path,
+                                                             const GraphedDraftHooks& hooks = {});
   ~GraphedDraft();
   GraphedDraft(const GraphedDraft&) = delete;
   GraphedDraft& operator=(const GraphedDraft&) = delete;
@@ -71,12 +74,8 @@ class GraphedDraft {
   int64_t eager_steps() const { return eager_; }
   const std::string& fallback_reason() const { return fallback_; }
   // Whether the kernels are launched (and captured) with programmatic dependent launch: sm_90+, unless
-  // the capture with it failed or a benchmark turned it off (before the first Decode) to measure it.
+  // the capture with it failed or the hooks turned it off.
   bool programmatic() const { return programmatic_; }
-  void DisableProgrammaticLaunch() { programmatic_ = false; }
-  // Benchmarks only, before the first Decode: the fused GEMVs' grid bound in blocks of 256 threads per
-  // multiprocessor (default 8, a full multiprocessor).
-  void SetGemvBlocksPerSm(int blocks) { max_blocks_ = sms_ * blocks; }
   // The fused QKV and gate/up GEMVs' grids: the rows (QKV) and row pairs (gate/up) each warp loads
   // before its wait (1: a row a warp, the widest grid). Which blocks start beside their predecessor's
   // is set by the register file, and the best shape depends on the context (the attention's blocks
@@ -87,21 +86,9 @@ class GraphedDraft {
     bool split_o = false;     // the O projection as a split-row GEMV (kernels/split_row_gemv.cuh)
     bool split_down = false;  // the down projection as one
   };
-  // Benchmarks only, before the first Decode: every layer reads layer 0's weights (a qwen3-0.6b layer's
-  // 30 MB stay in L2 from one layer to the next), to measure the decode with its weights out of HBM's
-  // way; the logits are then not the model's.
-  void ShareLayerWeightsForBenchmark() { share_layer_weights_ = true; }
-  // Benchmarks only, before the first Decode: one shape at every position (the residual GEMVs as the
-  // short-context shape has them).
-  void SetGemvRowsPerWarp(int qkv, int gate_up) {
-    forced_shape_ = ShapeFor(0);
-    forced_shape_.qkv_rows = qkv;
-    forced_shape_.gate_up_rows = gate_up;
-    has_forced_shape_ = true;
-  }
 
  private:
-  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph);
+  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph, const GraphedDraftHooks& hooks);
   absl::Status Allocate();
   // Queues the step's kernels on the backend's stream (captured or not); `programmatic`: with PDL.
   // Shapes in use: 0 below kLongContext positions, 1 from there on.
@@ -123,10 +110,8 @@ class GraphedDraft {
   std::string fallback_;
   int64_t replays_ = 0;
   int64_t eager_ = 0;
+  GraphedDraftHooks hooks_;
   int max_blocks_ = 0;
-  GemvShape forced_shape_;  // SetGemvRowsPerWarp
-  bool has_forced_shape_ = false;
-  bool share_layer_weights_ = false;  // ShareLayerWeightsForBenchmark
   int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
