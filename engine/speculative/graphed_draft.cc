@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/core/status_macros.h"
@@ -99,12 +100,7 @@ GraphedDraft::GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph
 
 GraphedDraft::~GraphedDraft() {
   (void)backend_->Synchronize(SyncKind::kOther);
-  for (cudaGraphExec_t exec : exec_) {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-  }
-  for (cudaGraph_t graph : graph_) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
+  for (CudaGraph& g : graphs_) g.Reset();
   DeviceArena& a = backend_->arena();
   for (void* p : {state_, static_cast<void*>(h_), static_cast<void*>(q_), static_cast<void*>(k_),
                   static_cast<void*>(v_), static_cast<void*>(attn_), static_cast<void*>(act_),
@@ -288,35 +284,19 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
 }
 
 absl::Status GraphedDraft::Capture(bool programmatic, int index, const kernels::DecodeInput& in) {
-  const cudaStream_t stream = backend_->stream();
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status queued = Enqueue(programmatic, ShapeFor(index), in);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-  absl::Status status = queued;
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(ended);
+  ASSIGN_OR_RETURN(CudaGraph graph, CudaGraph::Capture(backend_->stream(), [&] {
+                     return Enqueue(programmatic, ShapeFor(index), in);
+                   }));
   // The input kernel, queued first, is the graph's only root.
-  cudaGraphNode_t root = nullptr;
-  size_t roots = 0;
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(graph, nullptr, &roots));
-  if (status.ok() && roots != 1) status = absl::InternalError(Cat("draft graph: ", roots, " root nodes, not 1"));
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(graph, &root, &roots));
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&exec_[index], graph, 0));
-  if (!status.ok()) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();  // clear the launch error a failed capture leaves behind
-    exec_[index] = nullptr;
-    return status;
-  }
-  graph_[index] = graph;
-  input_node_[index] = root;
-  return status;
+  ASSIGN_OR_RETURN(input_node_[index], graph.SingleRoot("draft graph"));
+  graphs_[index] = std::move(graph);
+  return absl::OkStatus();
 }
 
 bool GraphedDraft::ReplaysCaptured() const {
   const int64_t pos = lm_->kv_cache().size();
   return use_graph_ && pos < lm_->kv_cache().max_positions() &&
-         exec_[ShapeIndex(pos)] != nullptr;
+         !graphs_[ShapeIndex(pos)].empty();
 }
 
 absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, int32_t host_token,
@@ -337,7 +317,7 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   const cudaStream_t stream = on_stream != nullptr ? on_stream : backend_->stream();
   const kernels::DecodeInput in = InputFor(device_token, host_token, static_cast<int32_t>(pos));
   const int shape = ShapeIndex(pos);
-  if (use_graph_ && exec_[shape] == nullptr) {
+  if (use_graph_ && graphs_[shape].empty()) {
     absl::Status captured = Capture(programmatic_, shape, in);
     // A graph without programmatic edges still beats eager launches: try it before giving up.
     if (!captured.ok() && programmatic_) {
@@ -352,8 +332,8 @@ absl::StatusOr<const float*> GraphedDraft::Decode(const int32_t* device_token, i
   if (use_graph_) {
     // The token and position go into the graph's first node rather than into a kernel queued before
     // the replay: a replayed token is one graph launch.
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::SetDecodeInputNodeArgs(exec_[shape], input_node_[shape], in));
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_[shape], stream));
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::SetDecodeInputNodeArgs(graphs_[shape].exec(), input_node_[shape], in));
+    RETURN_IF_ERROR(graphs_[shape].Launch(stream));
     ++replays_;
   } else {
     RETURN_IF_ERROR(Enqueue(programmatic_, ShapeFor(shape), in));

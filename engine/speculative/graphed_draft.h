@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_graph.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/graphed_draft_hooks.h"
 
@@ -100,8 +101,8 @@ class GraphedDraft {
   // position, the embedding table and the residual it starts.
   kernels::DecodeInput InputFor(const int32_t* device_token, int32_t host_token, int32_t pos) const;
   absl::Status Enqueue(bool programmatic, const GemvShape& shape, const kernels::DecodeInput& input);
-  // Captures Enqueue into graph_[index] / exec_[index], and finds its first node (the input kernel,
-  // whose arguments each replay replaces).
+  // Captures Enqueue into graphs_[index], and finds its first node (the input kernel, whose arguments
+  // each replay replaces).
   absl::Status Capture(bool programmatic, int index, const kernels::DecodeInput& in);
 
   CudaBackend* backend_;
@@ -115,8 +116,7 @@ class GraphedDraft {
   int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
-  cudaGraphExec_t exec_[kShapes] = {nullptr, nullptr};  // a graph per shape, captured when first used
-  cudaGraph_t graph_[kShapes] = {nullptr, nullptr};     // kept: input_node_ are its nodes
+  CudaGraph graphs_[kShapes];  // a graph per shape, captured when first used
   cudaGraphNode_t input_node_[kShapes] = {nullptr, nullptr};  // the graph's LaunchDecodeInput
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState

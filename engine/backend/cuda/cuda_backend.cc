@@ -1,4 +1,5 @@
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_graph.h"
 
 #include <cublas_v2.h>
 
@@ -168,7 +169,7 @@ void CudaBackend::SetDeviceLength(const int32_t* d_length, int64_t max_keys) {
 
 absl::Status CudaBackend::BeginCapture() {
   if (capturing_) return absl::FailedPreconditionError("cuda: a capture is already running");
-  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  RETURN_IF_ERROR(BeginStreamCapture(stream_));
   capturing_ = true;
   return absl::OkStatus();
 }
@@ -176,14 +177,7 @@ absl::Status CudaBackend::BeginCapture() {
 absl::StatusOr<cudaGraph_t> CudaBackend::EndCapture() {
   if (!capturing_) return absl::FailedPreconditionError("cuda: no capture to end");
   capturing_ = false;
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-  if (ended != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();  // a failed capture leaves its error behind
-    return SPECGEN_CUDA_STATUS(ended);
-  }
-  return graph;
+  return EndStreamCapture(stream_);
 }
 
 absl::StatusOr<void*> CudaBackend::Stage(const void* src, size_t bytes) {
