@@ -8,6 +8,7 @@
 
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_choice.h"
 #include "kernels/backend_ops.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.cuh"
@@ -23,16 +24,6 @@ bool IsHalfType(const Weight* w) {
                           CudaBackend::Type(*w) == ElemType::kF16);
 }
 
-// The decode attention kernel is what CudaBackend::Attention picks for one query; keep the same one.
-bool DecodeKernelTakes(const ModelSpec& s) {
-  return kernels::DecodeAttentionTakes(static_cast<int>(s.head_dim)) &&
-         s.n_heads / s.n_kv_heads <= kernels::kAttentionMaxGroup;
-}
-// The general chunked kernel (the fallback for caches the decode kernel cannot read) takes fewer sizes.
-bool ChunkedKernelTakes(const ModelSpec& s) {
-  return (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
-         s.n_heads / s.n_kv_heads <= kernels::kAttentionMaxGroup;
-}
 
 }  // namespace
 
@@ -125,27 +116,29 @@ absl::Status GraphedDraft::Allocate() {
   RETURN_IF_ERROR(floats(s.q_dim(), "graphed draft attention", &attn_));
   RETURN_IF_ERROR(floats(s.ffn_dim, "graphed draft FFN", &act_));
   RETURN_IF_ERROR(floats(s.vocab_size, "graphed draft logits", &logits_));
-  if (DecodeKernelTakes(s)) {
-    // The single-query decode kernel needs 16-byte aligned caches (vector loads); else the general
-    // chunked kernel, as CudaBackend::Attention.
-    KvCache& cache = lm_->kv_cache();
-    decode_attention_ = true;
-    for (int64_t l = 0; l < s.n_layers; ++l) {
-      for (const Buffer* b : {&cache.k(l), &cache.v(l)}) {
-        decode_attention_ = decode_attention_ &&
-                            reinterpret_cast<uintptr_t>(CudaBackend::Data(const_cast<Buffer&>(*b))) % 16 == 0;
-      }
+  // The attention kernel CudaBackend::Attention takes for one query over these caches.
+  KvCache& cache = lm_->kv_cache();
+  kernels::AttentionProblem problem;
+  problem.head_dim = static_cast<int>(s.head_dim);
+  problem.heads = static_cast<int>(s.n_heads);
+  problem.kv_heads = static_cast<int>(s.n_kv_heads);
+  problem.queries = 1;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    for (const Buffer* b : {&cache.k(l), &cache.v(l)}) {
+      problem.caches_aligned = problem.caches_aligned &&
+                               reinterpret_cast<uintptr_t>(CudaBackend::Data(const_cast<Buffer&>(*b))) % 16 == 0;
     }
-    const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads),
-              keys = static_cast<int>(lm_->max_context()), hd = static_cast<int>(s.head_dim);
-    if (decode_attention_ || ChunkedKernelTakes(s)) {  // else the simple kernel, without a workspace
-      attn_ws_bytes_ = decode_attention_
-                           ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
-                           : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
-      ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
-      // The decode kernel's per-query-head counters start at zero (each launch leaves them there).
-      SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
-    }
+  }
+  const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
+  decode_attention_ = kernel == kernels::AttentionKernel::kDecode;
+  if (kernel != kernels::AttentionKernel::kSimple) {  // the simple kernel needs no workspace
+    const int heads = problem.heads, kv_heads = problem.kv_heads, hd = problem.head_dim,
+              keys = static_cast<int>(lm_->max_context());
+    attn_ws_bytes_ = decode_attention_ ? kernels::DecodeAttentionWorkspaceBytes(heads, kv_heads, keys, hd)
+                                       : kernels::AttentionWorkspaceBytes(1, heads, keys, hd);
+    ASSIGN_OR_RETURN(attn_ws_, a.Allocate(attn_ws_bytes_, "graphed draft attention workspace"));
+    // The decode kernel's per-query-head counters start at zero (each launch leaves them there).
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_ws_, 0, attn_ws_bytes_, backend_->stream()));
   }
   // RoPE's cos/sin for every position of the cache, computed once (the same double arithmetic as the
   // per-call kernel, so the rotation is bit-identical).

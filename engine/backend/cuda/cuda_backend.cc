@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_choice.h"
 #include "kernels/backend_ops.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.cuh"
@@ -511,12 +513,16 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
   }
   const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads);
   // A causal batch of up to 16 (a decode step, a verification pass): the decode kernel, one block per
-  // (query, head, chunk) with every K/V row of a warp's batch loaded at once. H200, synth:qwen3-1.7b at
-  // 32 keys: the general kernel took 15.6 us a layer (ncu), a sixth of the layer. Its results do not
-  // depend on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
-  const bool decode_kernel = d_mask == nullptr && n <= kernels::kDecodeMaxQueries &&
-                             kernels::DecodeAttentionTakes(static_cast<int>(d)) &&
-                             heads / kv_heads <= kernels::kAttentionMaxGroup;
+  // (query, head, chunk) with every K/V row of a warp's batch loaded at once. Its results do not depend
+  // on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
+  kernels::AttentionProblem problem;
+  problem.head_dim = static_cast<int>(d);
+  problem.heads = heads;
+  problem.kv_heads = kv_heads;
+  problem.queries = static_cast<int>(std::min<int64_t>(n, INT32_MAX));
+  problem.masked = d_mask != nullptr;
+  const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
+  const bool decode_kernel = kernel == kernels::AttentionKernel::kDecode;
   // With a device length (a captured pass) the host's prefix is only checked against the bound the
   // grid is sized for; the kernel reads the prefix itself.
   int64_t n_prefix = s.n_prefix;
@@ -543,9 +549,7 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
         static_cast<int>(n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
         decode_attn_ws_, decode_attn_ws_bytes_, stream_, device_length_));
   }
-  const bool chunked = (d == 64 || d == 128 || d == 256) && n <= kernels::kAttentionMaxQueries &&
-                       heads / kv_heads <= kernels::kAttentionMaxGroup;
-  if (!chunked) {
+  if (kernel == kernels::AttentionKernel::kSimple) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
         B(q).data(), B(k_cache).data(), B(v_cache).data(), d_mask, B(*out).data(), static_cast<int>(n),
         static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale, stream_));
