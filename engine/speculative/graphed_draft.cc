@@ -9,7 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_choice.h"
-#include "kernels/backend_ops.cuh"
+#include "kernels/attention_simple.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.cuh"
 #include "kernels/split_row_gemv.cuh"
