@@ -108,14 +108,13 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "driver's own memory comes on top: the CUDA context, the loaded kernels, and the "
                  "replayed CUDA graphs (at most 24 of the target's, ~0.65 MiB each for 28 layers)");
   app.add_option("--gemv-order", f->gemv_order,
-                 "auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
-                 "tensor: bf16 tensor cores (the activations split into two bf16 halves), the faster "
-                 "at every width measured (H200, a Qwen3-1.7B-sized target: 1 / 5 / 9 / 16 positions "
-                 "4 / 16 / 17 / 46% faster; a Qwen3-sized pair at k = 4 2-3% faster); fma: CUDA-core "
-                 "FMAs; auto: tensor on the GPU (the CPU backend has one order of its own; tensor "
-                 "with it is an error). Both modes of a run use the same order, so speculative "
+                 Cat("auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
+                     "tensor: bf16 tensor cores (the activations split into two bf16 halves); fma: "
+                     "CUDA-core FMAs; auto: ", kernels::GemvOrderName(kernels::kDefaultGemvOrder),
+                     " on the GPU (the CPU backend has one order of its own; tensor with it is an "
+                     "error). Both modes of a run use the same order, so speculative "
                  "output stays identical to target-only output under either; the two orders differ "
-                 "from each other in the last bits")
+                 "from each other in the last bits"))
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
