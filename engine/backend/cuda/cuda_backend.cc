@@ -257,22 +257,20 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   const int64_t rows = shape.rows, cols = shape.cols;
   // f32/f16/bf16 go up as stored; quantized types are dequantized to bf16 here (their kernels come
   // with the quantization issue).
-  ElemType type;
+  const DTypeInfo& info = Info(t.dtype);
+  ElemType type = t.dtype == DType::kF32   ? ElemType::kF32
+                  : t.dtype == DType::kF16 ? ElemType::kF16
+                                           : ElemType::kBF16;
   const void* host = t.data;
   std::vector<uint16_t> converted;
-  switch (t.dtype) {
-    case DType::kF32: type = ElemType::kF32; break;
-    case DType::kF16: type = ElemType::kF16; break;
-    case DType::kBF16: type = ElemType::kBF16; break;
-    default: {
-      std::vector<float> f32(static_cast<size_t>(rows * cols));
-      absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
-      if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
-      converted.resize(f32.size());
-      for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
-      type = ElemType::kBF16;
-      host = converted.data();
-    }
+  if (info.quantized || info.to_f32 == nullptr) {  // (an unknown type: DequantizeRows names it)
+    std::vector<float> f32(static_cast<size_t>(rows * cols));
+    absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
+    if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
+    converted.resize(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
+    type = ElemType::kBF16;
+    host = converted.data();
   }
   const size_t bytes = static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
   ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("tensor ", name)));
