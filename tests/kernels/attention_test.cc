@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/attention.cuh"
+#include "kernels/attention_choice.h"
 #include "kernels/decode_fused.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/rope.cuh"
@@ -119,6 +120,32 @@ void CheckAttention(const Case& c) {
           << "query " << i << " differs alone vs in a batch of " << c.n;
     }
   }
+}
+
+// The one choice of kernel the backend and the graphed draft both follow (no device needed).
+TEST(AttentionChoice, EachKernelTakesItsShapes) {
+  const auto choose = [](int head_dim, int heads, int kv_heads, int queries, bool masked, bool aligned) {
+    AttentionProblem p;
+    p.head_dim = head_dim;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.queries = queries;
+    p.masked = masked;
+    p.caches_aligned = aligned;
+    return ChooseAttentionKernel(p);
+  };
+  // A decode step or a verify pass of up to kDecodeMaxQueries, head sizes 32..256.
+  EXPECT_EQ(choose(128, 16, 8, 1, false, true), AttentionKernel::kDecode);
+  EXPECT_EQ(choose(32, 4, 2, kDecodeMaxQueries, false, true), AttentionKernel::kDecode);
+  // One query more, a mask or unaligned caches: the chunked kernel where it takes the head size...
+  EXPECT_EQ(choose(128, 16, 8, kDecodeMaxQueries + 1, false, true), AttentionKernel::kChunked);
+  EXPECT_EQ(choose(64, 16, 8, 5, true, true), AttentionKernel::kChunked);
+  EXPECT_EQ(choose(256, 16, 8, 1, false, false), AttentionKernel::kChunked);
+  // ... else the simple one (head_dim 32, a group past kAttentionMaxGroup, a prefill past 64 queries).
+  EXPECT_EQ(choose(32, 4, 2, 1, false, false), AttentionKernel::kSimple);
+  EXPECT_EQ(choose(96, 8, 8, 1, false, true), AttentionKernel::kSimple);
+  EXPECT_EQ(choose(128, 16 * kAttentionMaxGroup, 8, 1, false, true), AttentionKernel::kSimple);
+  EXPECT_EQ(choose(128, 16, 8, kAttentionMaxQueries + 1, false, true), AttentionKernel::kSimple);
 }
 
 TEST(AttentionGpu, CausalGqaFp32AndBf16) {
