@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/warp_norm_rope.cuh"
 
 namespace specgen::kernels {

@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "kernels/decode_fused.cuh"  // kFusedGemvMaxIn
-#include "kernels/gemv.cuh"          // GemvSegment, GemvEpilogue
 #include "kernels/device_util.cuh"
+#include "kernels/gemv.cuh"          // GemvSegment, GemvEpilogue
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels::detail {

@@ -2,8 +2,8 @@
 
 #include <type_traits>
 
-#include "kernels/programmatic_launch.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
 namespace {
