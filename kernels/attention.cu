@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "kernels/decode_fused.cuh"  // WaitForPrecedingGrid, LetDependentsLaunch, LaunchDecodeKernel
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/warp_norm_rope.cuh"
 
 namespace specgen::kernels {
@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(kDecThreads, 2)
     DecodeAttentionKernel(const float* __restrict__ q, const void* k_cache, const void* v_cache, int max_past,
                           int heads, int kv_heads, float scale, float* __restrict__ ws,
                           unsigned* __restrict__ counters, int chunks, const int32_t* __restrict__ d_n_past,
-                          float* __restrict__ out, DecodeRopeAppend rope, unsigned long long* probe_stamps) {
+                          float* __restrict__ out, DecodeRopeAppend rope) {
   constexpr int kPer = D / 32;
   constexpr int kBatch = DecodeBatchSlots(D);  // 16, 16, 8, 4 slots per warp batch for D = 32, 64, 128, 256
   constexpr int kElemBytes = kT == ElemType::kF32 ? 4 : 2;
@@ -455,8 +455,6 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   const int G = heads / kv_heads, kvh = qh / G;
   const bool writes_rows = qh % G == 0;  // the kv head's first block appends the new K/V rows
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  detail::LaunchProbe probe;  // SetDecodeProbe
-  probe.Begin(probe_stamps, qh == 0 && chunk == 0 && t == 0);
   // *d_n_past is set before the previous kernel (the caller's contract) and the cache rows before the
   // launch's first new position were written by earlier launches: both are read before waiting for the
   // previous kernel, so the first batch's K/V loads (from HBM: a token's weights evict them from L2)
@@ -507,7 +505,6 @@ __global__ void __launch_bounds__(kDecThreads, 2)
     if (warp == 0) detail::LoadNormRopeConsts(D, rope.q_norm, rope.norm_type, rope_row, &q_consts);
   }
   WaitForPrecedingGrid();  // q and the newest K/V row come from the previous kernels (PDL)
-  probe.Stamp(1);
   LetDependentsLaunch();
 
   // The fused prologue: the rotated query into q_rot (after acc_s), the new K/V rows into k_new / v_new
@@ -550,7 +547,6 @@ __global__ void __launch_bounds__(kDecThreads, 2)
     }
   }
 
-  probe.Stamp(2);  // the new K/V rows appended and the query rotated (fused prologue)
   float qv[kPer];
   StagedToF32<ElemType::kF32, kPer>(
       reinterpret_cast<const char*>((fused ? q_rot : q + static_cast<int64_t>(qt) * D) + lane * kPer), qv);
@@ -700,7 +696,7 @@ cudaError_t LaunchDecodeTyped(const float* q, const void* k, const void* v, floa
   float* ws = reinterpret_cast<float*>(static_cast<char*>(workspace) + DecodeCounterBytes(heads));
   return LaunchDecodeKernel(DecodeAttentionKernel<kT, D>, dim3(heads, chunks, queries), dim3(kDecThreads), smem,
                             stream, programmatic, q, k, v, max_past, heads, kv_heads, scale, ws, counters,
-                            chunks, d_n_past, out, rope, NextDecodeProbeSlot());
+                            chunks, d_n_past, out, rope);
 }
 }  // namespace
 

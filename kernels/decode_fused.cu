@@ -10,8 +10,6 @@ namespace specgen::kernels {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block of the fused GEMV
-unsigned long long* g_decode_probe = nullptr;  // SetDecodeProbe
-int g_decode_probe_launches = 0;               // slots handed out since SetDecodeProbe
 constexpr int kChunk = detail::kRowChunk;
 constexpr int kWarpK = detail::kRowWarpK;
 using detail::LoadBatch;
@@ -34,8 +32,6 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = gridDim.x * kWarps;
   int row = blockIdx.x * kWarps + warp;
-  detail::LaunchProbe probe;  // SetDecodeProbe
-  probe.Begin(segs.probe, blockIdx.x == 0);
   // The first kDepth rows' weights do not depend on x: their loads are in flight while x is normalized
   // and staged, so the HBM latency overlaps the prologue's reductions and barriers. They are gathered
   // as one set of kDepth x kRows rows, so that after the wait their dot products and butterflies
@@ -64,7 +60,6 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
   // Under PDL these loads overlap the previous kernel too; x and y come after its end.
   LetDependentsLaunch();
   WaitForPrecedingGrid();
-  probe.Stamp(1);
   // kAddTo: the residual the rows add to, read now (it is final once the previous grid is) so that its
   // L2 round trip overlaps the staging instead of following the dot products.
   float prior[kDepth] = {};
@@ -82,7 +77,6 @@ __device__ __forceinline__ void FusedGemv(const float* __restrict__ x, const voi
   } else {
     detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch, norm_s);
   }
-  probe.Stamp(2);
   if (!any) return;
 
   {
@@ -332,53 +326,6 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
 
 }  // namespace
 
-bool ProgrammaticLaunchSupported(int device) {
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major >= 9;
-}
-
-namespace {
-// What the Backend op launchers ask of the device current when first asked, remembered for the process.
-struct CurrentDeviceFacts {
-  bool programmatic_launch = false;
-  int multiprocessors = 132;  // the H200's, where the device cannot be asked
-};
-const CurrentDeviceFacts& FactsOfCurrentDevice() {
-  static const CurrentDeviceFacts facts = [] {
-    CurrentDeviceFacts f;
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return f;
-    }
-    f.programmatic_launch = ProgrammaticLaunchSupported(device);
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
-      f.multiprocessors = count;
-    } else {
-      (void)cudaGetLastError();
-    }
-    return f;
-  }();
-  return facts;
-}
-}  // namespace
-
-bool ProgrammaticLaunchOnCurrentDevice() { return FactsOfCurrentDevice().programmatic_launch; }
-int MultiprocessorsOnCurrentDevice() { return FactsOfCurrentDevice().multiprocessors; }
-
-void SetDecodeProbe(unsigned long long* stamps) {
-  g_decode_probe = stamps;
-  g_decode_probe_launches = 0;
-}
-unsigned long long* NextDecodeProbeSlot() {
-  if (g_decode_probe == nullptr) return nullptr;
-  return g_decode_probe + static_cast<size_t>(kDecodeProbeFields) * g_decode_probe_launches++;
-}
-
 cudaError_t LaunchSetDecodeState(DecodeState* state, const int32_t* device_token, int32_t host_token,
                                  int32_t pos, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(state != nullptr && pos >= 0);
@@ -432,7 +379,6 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
     const int per_block = kWarps * rows_per_warp;
     max_blocks = std::min(max_blocks, (segs.total_rows + per_block - 1) / per_block);
   }
-  segs.probe = NextDecodeProbeSlot();
   switch (w_type) {
     case ElemType::kBF16:
       return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,

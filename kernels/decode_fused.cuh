@@ -10,9 +10,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <utility>
 
+#include "kernels/gemv.cuh"  // GemvSegment, GemvEpilogue
 #include "kernels/kernel_types.h"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/rope.cuh"
 
 namespace specgen::kernels {
@@ -49,67 +50,6 @@ cudaError_t LaunchDecodeInput(const DecodeInput& in, cudaStream_t stream);
 // from.
 cudaError_t SetDecodeInputNodeArgs(cudaGraphExec_t exec, cudaGraphNode_t node, const DecodeInput& in);
 
-// Programmatic dependent launch (PDL, sm_90+): a kernel launched with `programmatic` may start while
-// the stream's previous kernel is still running. Every decode kernel here (and in attention.cu) issues
-// only reads of data no kernel of the step writes (weights, norm weights, tables; the decode attention
-// also the position and the cache rows of earlier positions) before WaitForPrecedingGrid(), which
-// returns once the previous grid has completed and its writes are visible; everything else comes after
-// it, so results do not depend on the overlap. Each kernel calls LetDependentsLaunch() early so that
-// the next one's blocks can be scheduled (and start fetching their weights) during its tail. Both are
-// no-ops for a kernel launched without the attribute. A kernel launched without it still waits for the
-// previous one.
-// Whether `device` takes programmatic dependent launch (compute capability 9.0+); false when it cannot
-// be asked. Launching with the attribute elsewhere is the caller's error.
-bool ProgrammaticLaunchSupported(int device);
-// The same for the device current when first asked, remembered for the process: what the Backend
-// op launchers (norm, GEMV) use, which know no device of their own (specgen drives one GPU).
-bool ProgrammaticLaunchOnCurrentDevice();
-// The current device's multiprocessors, asked once as above (132 where it cannot be asked): what
-// LaunchGemv sizes its rows a warp by.
-int MultiprocessorsOnCurrentDevice();
-#ifdef __CUDACC__
-__device__ __forceinline__ void WaitForPrecedingGrid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void LetDependentsLaunch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `programmatic`.
-template <typename... Params, typename... Args>
-cudaError_t LaunchDecodeKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t stream, bool programmatic, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-#endif  // __CUDACC__
-
-// One weight matrix of a fused GEMV launch: y[o] (op)= sum_k x[k] * w[o, k] for o < rows.
-struct GemvSegment {
-  const void* w = nullptr;  // [rows, in] bf16/f16 (the launch's w_type), 16-byte aligned, device
-  float* y = nullptr;       // [rows] fp32, device
-  int rows = 0;
-};
-
-enum class GemvEpilogue : uint8_t {
-  kStore = 0,   // y[o] = s
-  kAddTo = 1,   // y[o] = y[o] + s  (residual add, as LaunchAdd)
-  kSwiGlu = 2,  // segments[0] = gate, segments[1] = up (same rows); segments[0].y[o] =
-                // silu(gate_o) * up_o (as LaunchSwiGlu); segments[1].y unused
-};
-
 // One token: y = epilogue(x' · W^T) over up to 3 segments (rows concatenated, one launch), where
 // x' = RmsNorm(x; norm_w, eps) over all `in` elements (as LaunchRmsNorm with dim = in) when norm_w is
 // set, else x. Reduction order per output is LaunchGemv's (lane l sums k = l*8 + 256*s + j with fmaf,
@@ -125,32 +65,13 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream);
 // The same, launched with programmatic dependent launch when `programmatic` (sm_90+; see
-// WaitForPrecedingGrid): the first row's weight loads are issued before waiting for the previous kernel.
+// kernels/programmatic_launch.cuh): the first row's weight loads are issued before waiting for the previous kernel.
 // rows_per_warp > 0: a grid of just enough blocks (at most max_blocks) for each warp to have that many
 // output rows (kSwiGlu: row pairs); 0: max_blocks.
 cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic, int rows_per_warp = 0);
-
-// Benchmarks only: every LaunchFusedGemv and LaunchDecodeAttention from now on (and every graph captured
-// from now on) stamps the global timer (ns) into its own slot of kDecodeProbeFields in `stamps` (device
-// memory, zeroed by the caller; null: stop), the t-th such launch since this call into
-// stamps[kDecodeProbeFields * t + i]: i = 0 block 0's start, 1 its return from the wait for the
-// previous kernel, 2 its input staged (GEMV: the activation, normalized; attention: the new K/V rows
-// appended and the queries rotated), 3 block 0's end, 4 the grid's end (the last block's thread 0 to
-// leave), 5 a block count (left at zero); then, in a build with SPECGEN_PROBE_BLOCKS (cmake
-// -DSPECGEN_PROBE_BLOCKS=ON: a diagnostic build, see detail::LaunchProbe), for each of the first
-// kDecodeProbeMaxBlocks blocks b (linear index), at kDecodeProbeHeader + 3 b: its start, its return
-// from the wait, its end (which blocks started beside the previous kernel, which waited for room);
-// zeros otherwise. A graph replays its launches' slots. The caller sizes the buffer for the launches it
-// makes. Host-side setting, not thread-safe: for one benchmark at a time.
-inline constexpr int kDecodeProbeHeader = 6;
-inline constexpr int kDecodeProbeMaxBlocks = 2048;
-inline constexpr int kDecodeProbeFields = kDecodeProbeHeader + 3 * kDecodeProbeMaxBlocks;
-void SetDecodeProbe(unsigned long long* stamps);
-// The next launch's slot (null when not probing).
-unsigned long long* NextDecodeProbeSlot();
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // the probe slot layout
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels::detail {
@@ -169,58 +168,6 @@ __device__ __forceinline__ void FmaChunk8(const float (&wf)[kRows][8], int token
       },
       acc);
 }
-
-// The GPU's global nanosecond timer (the same clock on every multiprocessor).
-__device__ __forceinline__ unsigned long long GlobalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// SetDecodeProbe's stamps (decode_fused.cuh) for one launch, whose slot of kDecodeProbeFields the host
-// assigned: block 0's thread 0 stamps its start (Begin), the return from the wait (Stamp(1)), the input
-// staged (Stamp(2)) and its end; every block's thread 0 counts itself out when it leaves (and, in a
-// SPECGEN_PROBE_BLOCKS build, stamps its own start, wait and end), and the last one stamps the grid's
-// end and resets the count for the next replay. Ends are stamped when the probe goes out of scope.
-struct LaunchProbe {
-  unsigned long long* slot = nullptr;  // every block's thread 0 (null: not probing)
-  bool block0 = false;
-  __device__ void Begin(unsigned long long* launch_slot, bool first_block) {
-    if (launch_slot == nullptr || threadIdx.x != 0) return;
-    slot = launch_slot;
-    block0 = first_block;
-    Stamp(0);
-  }
-  __device__ void Stamp(int i) const {
-    if (slot != nullptr && block0) slot[i] = GlobalTimer();
-#ifdef SPECGEN_PROBE_BLOCKS
-    if (slot != nullptr && i <= 1) Mine()[i] = GlobalTimer();
-#endif
-  }
-  __device__ ~LaunchProbe() {
-    if (slot == nullptr) return;
-    Stamp(3);
-#ifdef SPECGEN_PROBE_BLOCKS
-    Mine()[2] = GlobalTimer();
-#endif
-    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
-    if (atomicAdd(slot + 5, 1ull) == blocks - 1) {
-      slot[4] = GlobalTimer();
-      slot[5] = 0;
-    }
-  }
-#ifdef SPECGEN_PROBE_BLOCKS
-  // This block's stamps (start, wait, end); blocks past the first kDecodeProbeMaxBlocks share the last
-  // one's. Only in a diagnostic build (cmake -DSPECGEN_PROBE_BLOCKS=ON), since extra code may move the
-  // decode kernels' register counts, which decide which blocks share a multiprocessor: compare ptxas's
-  // counts of both builds before trusting its timeline (at 8bf1dbb they are the same; a version that
-  // stamped in every build took gate/up from 80 to 90 registers and the token from 600 to 674 us).
-  __device__ unsigned long long* Mine() const {
-    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    return slot + kDecodeProbeHeader + 3 * min(b, static_cast<unsigned>(kDecodeProbeMaxBlocks - 1));
-  }
-#endif
-};
 
 // The decode kernels (decode_fused.cu's and attention.cu's, whose staged kernels
 // need 68-143 KB of shared memory) all ask for the largest shared-memory carveout, so consecutive kernels

@@ -1,8 +1,8 @@
-#include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/gemv_rows.cuh"
 #include "kernels/mma_tile.cuh"
+#include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
 namespace {

@@ -8,12 +8,25 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // GemvSegment, GemvEpilogue
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels {
 
 inline constexpr int kGemvMaxTokens = 16;
+
+// One weight matrix of a fused GEMV launch: y[o] (op)= sum_k x[k] * w[o, k] for o < rows.
+struct GemvSegment {
+  const void* w = nullptr;  // [rows, in] bf16/f16 (the launch's w_type), 16-byte aligned, device
+  float* y = nullptr;       // [rows] fp32, device
+  int rows = 0;
+};
+
+enum class GemvEpilogue : uint8_t {
+  kStore = 0,   // y[o] = s
+  kAddTo = 1,   // y[o] = y[o] + s  (residual add, as LaunchAdd)
+  kSwiGlu = 2,  // segments[0] = gate, segments[1] = up (same rows); segments[0].y[o] =
+                // silu(gate_o) * up_o (as LaunchSwiGlu); segments[1].y unused
+};
 
 // Whether LaunchGemv takes a product of w_type weights reduced over `in` values: bf16/f16 in 16-byte
 // loads of 8. The others go to the row kernel (LaunchMatMulRows), whose reduction order differs; every

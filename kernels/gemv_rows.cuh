@@ -10,8 +10,9 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // GemvSegment, GemvEpilogue
+#include "kernels/decode_fused.cuh"  // kFusedGemvMaxIn
 #include "kernels/device_util.cuh"
+#include "kernels/gemv.cuh"          // GemvSegment, GemvEpilogue
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels::detail {
@@ -195,7 +196,6 @@ struct Segments {
   GemvSegment s[3];
   int n;
   int total_rows;  // output rows walked by the warps (kSwiGlu: the gate's rows)
-  unsigned long long* probe;  // SetDecodeProbe's buffer, or null
 };
 
 // Rows of a segment set: the weight rows of output row `row` (kSwiGlu: gate and up; else the one

@@ -19,10 +19,13 @@ inline constexpr int ElemBytes(ElemType t) { return t == ElemType::kF32 ? 4 : 2;
 // the target's single-token and verify passes take the same one, and greedy speculative output stays
 // token-identical to target-only greedy under either.
 enum class GemvOrder : uint8_t {
-  kFma = 0,          // CUDA-core fmaf chains, a butterfly across the lanes (the default: fastest at 1 token)
+  kFma = 0,          // CUDA-core fmaf chains, a butterfly across the lanes
   kTensorCores = 1,  // bf16 mma over 16-row tiles, x split into bf16 hi + lo (kernels/mma_tile.cuh); only
                      // bf16 weights with inputs a multiple of 32 take it, everything else stays kFma
 };
+// The order a CUDA backend takes unless told otherwise (CudaBackendOptions, MakeBackend, the CLI's
+// --gemv-order auto): the faster one for the verify pass's widths (bench/RESULTS.md).
+inline constexpr GemvOrder kDefaultGemvOrder = GemvOrder::kTensorCores;
 inline constexpr GemvOrder kGemvOrders[] = {GemvOrder::kFma, GemvOrder::kTensorCores};
 // The order's name as --gemv-order spells it.
 inline constexpr const char* GemvOrderName(GemvOrder order) {

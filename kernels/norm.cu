@@ -1,6 +1,6 @@
-#include "kernels/decode_fused.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/norm.cuh"
+#include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
 namespace {

@@ -1,5 +1,5 @@
-#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, the PDL calls
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/rope.cuh"
 
 namespace specgen::kernels {

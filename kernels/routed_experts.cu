@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "kernels/decode_fused.cuh"  // programmatic dependent launch
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/mma_tile.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
 

@@ -1,5 +1,5 @@
-#include "kernels/decode_fused.cuh"  // LetDependentsLaunch
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/router.cuh"
 
 namespace specgen::kernels {

@@ -17,8 +17,8 @@
 #include <cstdint>
 
 #include "engine/sampling/keyed_random.h"
-#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, WaitForPrecedingGrid, LetDependentsLaunch
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/sampling_common.cuh"
 #include "kernels/sampling_slices.cuh"

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/decode_fused.cuh"  // LetDependentsLaunch, ProgrammaticLaunchSupported
 #include "kernels/device_util.cuh"   // SPECGEN_KERNEL_REQUIRE
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/sampling_common.cuh"
 
 namespace specgen::kernels::detail {

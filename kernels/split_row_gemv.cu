@@ -2,8 +2,8 @@
 
 #include <type_traits>
 
-#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, the PDL calls, the probe
 #include "kernels/device_util.cuh"
+#include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
 namespace {
@@ -18,14 +18,11 @@ constexpr int kRowsPerBlock = kThreads / 32 / kSplitRowWarps;
 // order with fmaf, then the butterfly; the row's quarters are added in q order to the prior y.
 template <ElemType kW, int kChunks>
 __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, const uint16_t* __restrict__ w,
-                                                              float* y, int rows, int in,
-                                                              unsigned long long* probe_stamps) {
+                                                              float* y, int rows, int in) {
   __shared__ float quarter[kThreads / 32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + warp / kSplitRowWarps, q = warp % kSplitRowWarps;
   const int k0 = q * (in / kSplitRowWarps) + lane * kLaneK;
-  detail::LaunchProbe probe;  // SetDecodeProbe
-  probe.Begin(probe_stamps, blockIdx.x == 0);
   // The weights do not depend on the previous kernel: in flight before the wait.
   uint4 wv[kChunks];
   const uint16_t* wr = w + static_cast<size_t>(min(row, rows - 1)) * in + k0;
@@ -33,7 +30,6 @@ __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, co
   for (int c = 0; c < kChunks; ++c) wv[c] = detail::LoadWeights16(wr + c * kWarpK);
   LetDependentsLaunch();
   WaitForPrecedingGrid();
-  probe.Stamp(1);
   const bool leader = q == 0 && lane == 0 && row < rows;
   const float prior = leader ? y[row] : 0.f;  // its round trip overlaps the dots
   float4 xa[kChunks], xb[kChunks];
@@ -52,7 +48,6 @@ __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, co
     for (int j = 0; j < 8; ++j) acc = __fmaf_rn(wf[j], xv[j], acc);
   }
   acc = detail::WarpSum(acc);
-  probe.Stamp(2);
   if (lane == 0) quarter[warp] = acc;
   __syncthreads();
   if (leader) {
@@ -70,8 +65,7 @@ cudaError_t LaunchTyped(const float* x, const void* w, float* y, int rows, int i
   const auto launch = [&](auto chunks) {
     return LaunchDecodeKernel(SplitRowAddKernel<kW, decltype(chunks)::value>,
                               dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(kThreads), 0, stream,
-                              programmatic, x, static_cast<const uint16_t*>(w), y, rows, in,
-                              NextDecodeProbeSlot());
+                              programmatic, x, static_cast<const uint16_t*>(w), y, rows, in);
   };
   switch (in / (kWarpK * kSplitRowWarps)) {  // 16-byte loads a lane (SplitRowAddGemvTakes: 1..4)
     case 1: return launch(std::integral_constant<int, 1>{});

@@ -3,10 +3,10 @@
 # so only runs side by side can judge a small change). Here: `tools/ab_prepare.sh REV [REV ...]` builds
 # each revision and packs it as .device/v<i>.tar.xz (bin/ holding the stripped benchmark and any test
 # binaries asked for; by hand: tar cJf .device/v0.tar.xz -C DIR bin). There (carry [".device"]):
-#   FILTER='BM_DecodeTimeline|BM_DraftDecode/ctx:32/' bash tools/ab_bench.sh
+#   FILTER='BM_DraftDecode/ctx:32/' bash tools/ab_bench.sh
 # first runs each variant's test binaries (every file in its bin/ but the benchmarks and specgen; gtest
 # filter $TEST_FILTER, default all), then its benchmark, every variant twice, alternating, printing us a
-# token and the per-kind timeline (pre, gap, stage, rest, tail; bench/e2e_gpu) for each.
+# token for each.
 # BENCH=kernels_bench compares kernels_bench builds instead (e.g. FILTER='BM_Gemv/'). JSON results and
 # test logs go to $OUT. bin.tar.xz (tools/pack_gpu_check.sh's pack, which gpu_check.sh uses) is not a
 # variant. AB_DIR (default .device) is where ab_prepare.sh put the packs.
@@ -31,7 +31,7 @@ for v in "${variants[@]}"; do
     echo "$v $name rc $? $(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$v-$name.log" | tr '\n' ' ')"
   done
 done
-F=${FILTER:-BM_DecodeTimeline}
+F=${FILTER:-BM_DraftDecode/ctx:32/}
 BENCH=${BENCH:-e2e_gpu_bench}
 for round in 1 2; do
   for v in "${variants[@]}"; do

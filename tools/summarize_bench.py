@@ -1,18 +1,12 @@
 #!/usr/bin/env python3
 """One short line per benchmark of a Google Benchmark JSON file (--benchmark_format=json or
---benchmark_out): the counters that say how fast (us a token, tokens/s, share of HBM), and for
-BM_DecodeTimeline the per-kind breakdown (pre, gap, stage, rest, tail in us a layer) and, from a
-SPECGEN_PROBE_BLOCKS build, the per-block one (grid size, share of blocks started beside the previous
-kernel, last start and median end after its end), which the tabular console output spreads over 50
-columns. Usage: summarize_bench.py FILE.json [PREFIX]"""
+--benchmark_out): the counters that say how fast (us a token, tokens/s, share of HBM), which the
+tabular console output spreads over many columns. Usage: summarize_bench.py FILE.json [PREFIX]"""
 import json
 import sys
 
 HEADLINE = ['us_per_token', 'hbm_fraction', 'tokens_per_s', 'ms_per_step', 'acceptance', 'tau',
             'syncs_per_step', 'us_layer_sum', 'us_per_kernel', 'us_token', 'GB/s', 'hbm_ratio']
-KINDS = ['qkv', 'attn', 'o', 'gu', 'down', 'head']
-FIELDS = ['pre', 'gap', 'stage', 'rest', 'tail']
-BLOCK_FIELDS = ['blocks', 'early', 'last_start', 'end_p50']  # per block, after the previous grid's end
 
 
 def summarize(bench, prefix=''):
@@ -20,12 +14,6 @@ def summarize(bench, prefix=''):
     if 'error_message' in bench:
         return f"{line} ERROR {bench['error_message']}"
     line += ''.join(f" {k}={bench[k]:.4g}" for k in HEADLINE if k in bench)
-    if 'qkv_gap' in bench:
-        line += '\n    ' + ' | '.join(
-            k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in FIELDS) for k in KINDS)
-    if bench.get('qkv_blocks'):  # zero unless the kernels stamp every block (SPECGEN_PROBE_BLOCKS)
-        line += '\n    blocks/early/last_start/end_p50: ' + ' | '.join(
-            k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in BLOCK_FIELDS) for k in KINDS)
     if bench.get('label'):
         line += f"  [{bench['label']}]"
     return line

@@ -1,158 +1,23 @@
-// Where the draft's decoded token spends its time, kernel by kernel (the figures behind
-// bench/RESULTS_H200.md's analysis of the draft decode):
-//  - BM_DecodeTimeline: one graph-replayed token from the kernels' own global-timer stamps
-//    (kernels::SetDecodeProbe): per kernel kind, the window before its input existed, the kernel
-//    boundary before it (from the previous grid's end), the input staging, the rest and the blocks that
-//    finish after block 0; and the time between two tokens that no decode kernel covers.
-//  - BM_DraftLayerKernels: each fused kernel of one decode layer of the same model timed alone with
-//    CUDA events (no ncu needed): rounds of 28 back-to-back launches, one per layer (so the weights
-//    come from HBM, not L2); us per launch (us_*) and the fraction of 4.2 TB/s for the bytes it must
+// Where the draft's decoded token spends its time, kernel by kernel:
+//  - BM_DraftLayerKernels: each fused kernel of one decode layer of synth:qwen3-0.6b timed alone with
+//    CUDA events (no ncu needed): rounds of back-to-back launches, one per layer (so the weights come
+//    from HBM, not L2); us per launch (us_*) and the fraction of the HBM bandwidth for the bytes it must
 //    read (hbm_*), at context 32 (and the attention at 1900), plus their sum over one layer.
-//  - BM_PersistentPhases: where the persistent kernel's token goes, phase by phase (global-timer stamps
-//    written by the kernel itself), with its L2 prefetch off and on.
 // Skips (with an error message) without a device.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "bench/e2e_gpu/bench_models.h"
 #include "draft/cuda/graphed_draft.h"
 #include "kernels/attention.cuh"
 #include "kernels/decode_fused.cuh"
-#include "kernels/persistent_decode.cuh"
 
 namespace specgen::e2e {
 namespace {
-
-// Where a graph-replayed token's time goes, from the kernels' own stamps (SetDecodeProbe): per kind
-// (QKV, attention, O, gate/up, down: averages over the 28 layers; the head once) at context ctx,
-// pre = block 0's start -> its return from the wait (the window its weight loads had before its input
-// existed), gap = the previous kernel's grid end -> this one's wait return (the kernel boundary),
-// stage = the input read (and normalized; attention: K/V appended, queries rotated), rest = block 0's
-// rest to its end, tail = block 0's end -> the grid's end (the blocks that finish after it).
-// Per block (the probe's per-block stamps), relative to the previous kernel's grid end E, per kind:
-// blocks = the grid, early = the share of its blocks that started before E (beside the previous
-// kernel: their weight loads overlap it), last_start = the last block's start after E (the blocks that
-// waited for registers to free), end_p50 = the median block's end after E.
-// us_token_span = the first QKV's start -> the head's grid end; us_between_tokens = the replayed
-// token's period (CUDA events over 32 tokens, at ctx + 1 .. ctx + 32) minus that span: the state
-// kernel, the graph launch, the embedding (within the probe's own noise: at ctx 1900 it came out at
-// -1.5 us).
-void BM_DecodeTimeline(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state, state.range(0) == 1);
-  if (draft == nullptr) return;
-  const int layers = static_cast<int>(draft->spec.n_layers);
-  const int launches = 5 * layers + 1;  // QKV, attention, O, gate/up, down a layer; the head
-  unsigned long long* stamps = nullptr;
-  const size_t n_stamps = static_cast<size_t>(kernels::kDecodeProbeFields) * launches;
-  const size_t bytes = sizeof(unsigned long long) * n_stamps;
-  if (cudaMalloc(&stamps, bytes) != cudaSuccess) return state.SkipWithError("cudaMalloc");
-  cudaMemset(stamps, 0, bytes);
-  auto g = GraphedDraft::Create(draft->backend.get(), draft->lm.get(), DraftDecodePath::kGraph);
-  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
-  if (state.range(2) > 0) {
-    (*g)->SetGemvRowsPerWarp(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
-  }
-  if (state.range(0) == 2) (*g)->ShareLayerWeightsForBenchmark();
-  const int context = static_cast<int>(state.range(1));
-  std::vector<int32_t> prompt(context), pos(context);
-  for (int i = 0; i < context; ++i) prompt[i] = (i * 7919) % 1000, pos[i] = i;
-  (void)draft->lm->ForwardResident(prompt, pos, {});
-  kernels::SetDecodeProbe(stamps);  // the first Decode captures the graph: its launches carry it
-  const auto first = (*g)->Decode(nullptr, 11);
-  kernels::SetDecodeProbe(nullptr);
-  if (!first.ok() || (*g)->path() != DraftDecodePath::kGraph) return state.SkipWithError("no graph");
-  const cudaStream_t stream = draft->backend->stream();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<unsigned long long> h(n_stamps);
-  // kinds: 0 QKV, 1 attention, 2 O, 3 gate/up, 4 down, 5 head; fields: pre, gap, stage, rest, tail
-  double sum[6][5] = {}, span_us = 0, period_us = 0;
-  double blocks_sum[6] = {}, early_sum[6] = {}, last_start_sum[6] = {}, end_p50_sum[6] = {};
-  int rounds = 0;
-  constexpr int kPeriodTokens = 32;
-  for (auto _ : state) {
-    cudaEventRecord(start, stream);
-    for (int t = 0; t < kPeriodTokens; ++t) (void)(*g)->Decode(nullptr, 17 + t);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    period_us += ms * 1e3 / kPeriodTokens;
-    (void)draft->lm->Truncate(draft->lm->n_past() - kPeriodTokens);  // back to ctx + 1 for the probe
-    cudaMemsetAsync(stamps, 0, bytes, stream);
-    auto st = (*g)->Decode(nullptr, 23);
-    if (!st.ok()) return state.SkipWithError(std::string(st.status().message()).c_str());
-    cudaStreamSynchronize(stream);
-    cudaMemcpy(h.data(), stamps, bytes, cudaMemcpyDeviceToHost);
-    const auto at = [&](int t, int i) { return static_cast<double>(h[kernels::kDecodeProbeFields * t + i]); };
-    for (int t = 0; t < launches; ++t) {
-      if (at(t, 0) == 0 || at(t, 4) == 0) return state.SkipWithError("a launch left no stamps");
-      const int kind = t == launches - 1 ? 5 : t % 5;
-      sum[kind][0] += (at(t, 1) - at(t, 0)) / 1e3;
-      sum[kind][1] += t > 0 ? (at(t, 1) - at(t - 1, 4)) / 1e3 : 0.0;
-      sum[kind][2] += (at(t, 2) - at(t, 1)) / 1e3;
-      sum[kind][3] += (at(t, 3) - at(t, 2)) / 1e3;
-      sum[kind][4] += (at(t, 4) - at(t, 3)) / 1e3;
-      if (t == 0) continue;
-      const double e = at(t - 1, 4);
-      std::vector<double> ends;
-      int early = 0;
-      double last_start = -1e30;
-      for (int b = 0; b < kernels::kDecodeProbeMaxBlocks; ++b) {
-        const double b_start = at(t, kernels::kDecodeProbeHeader + 3 * b);
-        const double b_end = at(t, kernels::kDecodeProbeHeader + 3 * b + 2);
-        if (b_start == 0 || b_end == 0) continue;
-        early += b_start < e;
-        last_start = std::max(last_start, (b_start - e) / 1e3);
-        ends.push_back((b_end - e) / 1e3);
-      }
-      if (ends.empty()) continue;
-      std::nth_element(ends.begin(), ends.begin() + ends.size() / 2, ends.end());
-      blocks_sum[kind] += static_cast<double>(ends.size());
-      early_sum[kind] += static_cast<double>(early) / static_cast<double>(ends.size());
-      last_start_sum[kind] += last_start;
-      end_p50_sum[kind] += ends[ends.size() / 2];
-    }
-    span_us += (at(launches - 1, 4) - at(0, 0)) / 1e3;
-    (void)draft->lm->Truncate(draft->lm->n_past() - 1);
-    ++rounds;
-  }
-  static const char* const kKind[] = {"qkv", "attn", "o", "gu", "down", "head"};
-  static const char* const kField[] = {"pre", "gap", "stage", "rest", "tail"};
-  for (int k = 0; k < 6; ++k) {
-    for (int f = 0; f < 5; ++f) {
-      state.counters[std::string(kKind[k]) + "_" + kField[f]] = sum[k][f] / rounds / (k == 5 ? 1 : layers);
-    }
-  }
-  for (int k = 0; k < 6; ++k) {
-    const double n = static_cast<double>(rounds) * (k == 5 ? 1 : (k == 0 ? layers - 1 : layers));
-    state.counters[std::string(kKind[k]) + "_blocks"] = blocks_sum[k] / n;
-    state.counters[std::string(kKind[k]) + "_early"] = early_sum[k] / n;
-    state.counters[std::string(kKind[k]) + "_last_start"] = last_start_sum[k] / n;
-    state.counters[std::string(kKind[k]) + "_end_p50"] = end_p50_sum[k] / n;
-  }
-  state.counters["us_token_span"] = span_us / rounds;
-  state.counters["us_per_token"] = period_us / rounds;
-  state.counters["us_between_tokens"] = (period_us - span_us) / rounds;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(stamps);
-}
-BENCHMARK(BM_DecodeTimeline)
-    // narrow 1: the shrunk matrices; 2: every layer on layer 0's weights (L2-resident from layer 1 on).
-    // qkv_rows / gu_rows: rows a warp (0: the draft's choice).
-    ->ArgNames({"narrow", "ctx", "qkv_rows", "gu_rows"})
-    ->Args({0, 32, 0, 0})->Args({1, 32, 0, 0})->Args({2, 32, 0, 0})->Args({0, 1900, 0, 0})
-    ->Args({0, 32, 4, 3})->Args({0, 32, 2, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(5);
 
 // kernel ids of BM_DraftLayerKernels
 enum LayerKernel : int {
@@ -311,82 +176,6 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   a.Free(*buf);
 }
 BENCHMARK(BM_DraftLayerKernels)->Unit(benchmark::kMillisecond)->Iterations(1);
-
-// Where a persistent-kernel token's time goes: per-phase timestamps of one token (after 16 warm-up
-// tokens) at context 32, averaged over the layers. A phase's time = the last block's end of it minus
-// the last block's end of the phase before (its critical-path share; blocks overlap phases).
-// Arg: L2 prefetch of the weights ahead on (1) or off (0). The a* counters split block 0's attention
-// (entry after its own QKV rows, K/V appended, q rotated + cache rows staged, the slot loop, the merge).
-void BM_PersistentPhases(benchmark::State& state) {
-  auto draft = QwenDraftOrSkip(state);
-  if (draft == nullptr) return;
-  const ModelSpec* spec = &draft->spec;
-  std::unique_ptr<CudaBackend>* be = &draft->backend;  // (*be)-> / (*lm)-> as for StatusOr results
-  std::unique_ptr<Transformer>* lm = &draft->lm;
-  auto g = GraphedDraft::Create(be->get(), lm->get(), DraftDecodePath::kPersistent);
-  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
-  if ((*g)->path() != DraftDecodePath::kPersistent) return state.SkipWithError((*g)->fallback_reason().c_str());
-  const int nb = (*g)->persistent_blocks(), layers = static_cast<int>(spec->n_layers);
-  const int phases = kernels::PersistentDecodePhases(layers);  // + the head
-  const size_t entries = kernels::PersistentDecodeTimelineEntries(layers, nb);
-  auto dev = (*be)->arena().Allocate(entries * sizeof(unsigned long long), "timeline");
-  if (!dev.ok()) return state.SkipWithError(std::string(dev.status().message()).c_str());
-  auto* timeline = static_cast<unsigned long long*>(*dev);
-  const bool prefetch = state.range(0) != 0;
-  std::vector<unsigned long long> t(entries);
-  constexpr int kContext = 32;
-  std::vector<int32_t> prompt(kContext), pos(kContext);
-  for (int i = 0; i < kContext; ++i) prompt[i] = (i * 7919) % static_cast<int>(spec->vocab_size), pos[i] = i;
-  // phase kinds: 0 embedding, 1 qkv, 2 attention, 3 o, 4 gate/up, 5 down
-  double compute[6] = {}, head = 0, total = 0, attn_inside[5] = {};
-  int64_t rounds = 0;
-  for (auto _ : state) {
-    (void)(*lm)->Truncate(0);
-    (void)(*lm)->ForwardResident(prompt, pos, {});
-    (*g)->SetPersistentProbe(nullptr, prefetch);
-    for (int i = 0; i < 16; ++i) (void)(*g)->Decode(nullptr, 100 + i);
-    (*g)->SetPersistentProbe(timeline, prefetch);
-    (void)(*g)->Decode(nullptr, 7);
-    (void)(*be)->Synchronize(SyncKind::kOther);
-    cudaMemcpy(t.data(), timeline, entries * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
-    const auto last = [&](int k) {
-      double m = 0;
-      for (int b = 0; b < nb; ++b) m = std::max(m, static_cast<double>(t[static_cast<size_t>(k) * (nb + 1) + b]));
-      return m;
-    };
-    const auto first = [&](int k) {
-      double m = 1e300;
-      for (int b = 0; b < nb; ++b) m = std::min(m, static_cast<double>(t[static_cast<size_t>(k) * (nb + 1) + b]));
-      return m;
-    };
-    double prev = last(0);
-    for (int k = 1; k < phases; ++k) {
-      const double end = last(k);
-      compute[1 + (k - 1) % 5] += (end - prev) * 1e-3;
-      prev = end;
-    }
-    head += (last(phases) - prev) * 1e-3;
-    // Block 0's attention, inside: entry after its QKV rows, K/V appended, q rotated, slots, merge.
-    const size_t pb = static_cast<size_t>(phases + 1) * (nb + 1);
-    for (int l = 0; l < layers; ++l) {
-      const auto at = [&](int slot) { return static_cast<double>(t[pb + l * kernels::kPersistentProbeSlots + slot]); };
-      const double qkv_end = static_cast<double>(t[static_cast<size_t>(1 + 5 * l) * (nb + 1)]);
-      attn_inside[0] += (at(0) - qkv_end) * 1e-3;
-      for (int s2 = 1; s2 <= 4; ++s2) attn_inside[s2] += (at(s2) - at(s2 - 1)) * 1e-3;
-    }
-    total += (last(phases) - first(0)) * 1e-3;
-    ++rounds;
-  }
-  const char* names[6] = {"us_embed", "us_qkv", "us_attn", "us_o", "us_gateup", "us_down"};
-  for (int i = 1; i < 6; ++i) state.counters[names[i]] = compute[i] / rounds / layers;
-  state.counters["us_head"] = head / rounds;
-  const char* inside[5] = {"a0_entry", "a1_kv_append", "a2_q_rope", "a3_slots", "a4_merge"};
-  for (int i = 0; i < 5; ++i) state.counters[inside[i]] = attn_inside[i] / rounds / layers;
-  state.counters["us_token"] = total / rounds;
-  state.counters["blocks"] = nb;
-  (*be)->arena().Free(*dev);
-}
-BENCHMARK(BM_PersistentPhases)->ArgNames({"prefetch"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace specgen::e2e

@@ -5,7 +5,7 @@
 // across the block, and write one value per block.
 #include "bench/e2e_gpu/kernel_chain.h"
 
-#include "kernels/decode_fused.cuh"  // LaunchDecodeKernel, WaitForPrecedingGrid, LetDependentsLaunch
+#include "kernels/programmatic_launch.cuh"
 
 namespace specgen::bench {
 namespace {

@@ -119,7 +119,6 @@ DraftDecodeStats DeviceProposer::stats() const {
   if (graphed_ != nullptr) {
     s.path = graphed_->path();
     s.graph_replays = graphed_->graph_replays();
-    s.persistent_launches = graphed_->persistent_launches();
     s.fused_steps = graphed_->eager_steps();
     if (!graphed_->fallback_reason().empty()) s.why_not_graph = graphed_->fallback_reason();
   }

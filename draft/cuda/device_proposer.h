@@ -53,7 +53,6 @@ struct DeviceDraftHooks {
 struct DraftDecodeStats {
   DraftDecodePath path = DraftDecodePath::kTransformer;  // the single-token path in use
   std::string why_not_graph;       // empty when the path asked for is in use
-  int64_t persistent_launches = 0;  // single tokens through the persistent kernel
   int64_t graph_replays = 0;       // single tokens through the CUDA graph
   int64_t fused_steps = 0;         // through the same fused kernels launched one by one
   int64_t transformer_passes = 0;  // draft passes through Transformer::ForwardResident

@@ -1,8 +1,5 @@
 // GraphedDraft: the resident draft's single-token decode (DESIGN §1) on a dense Transformer's own
-// weights and KV cache, by one of three paths:
-//   kPersistent: ONE cooperative kernel per token walks every layer, its phases handing activations
-//     on through epoch-tagged pairs instead of grid barriers (kernels/persistent_decode.cuh); correct,
-//     but slower than the graph today (bench/RESULTS_H200.md): kept as the base for that work;
+// weights and KV cache, by one of two paths:
 //   kGraph (the speculative loop's default): a fixed sequence of fused kernels
 //     (kernels/decode_fused.cuh; for head_dim 32/64/128/256 the q/k-norm + RoPE + KV append runs inside the
 //     decode attention kernel: 5 per layer), captured once
@@ -10,14 +7,12 @@
 //     memory); on sm_90+ with programmatic dependent launch, so each kernel's weight loads overlap the
 //     previous kernel's tail;
 //   kFused: the same kernels launched one by one.
-// kPersistent falls back to kGraph on a device without cooperative launch, kGraph to kFused if capture
-// fails (fallback_reason() says why).
+// kGraph falls back to kFused if capture fails (fallback_reason() says why).
 // Its logits equal Transformer::ForwardResident's for the same token up to fp32 rounding: the fused
 // GEMV/norm/RoPE code repeats the Backend ops' arithmetic, but the attention (the graph's single-query
-// decode kernel for head_dim 32/64/128/256, the persistent kernel's own) and the split-row O and down
-// GEMVs (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and
-// the eager launches of the same kernels agree bit for bit; the persistent kernel is deterministic
-// (same inputs, same bits).
+// decode kernel for head_dim 32/64/128/256) and the split-row O and down GEMVs
+// (kernels/split_row_gemv.cuh, inputs a multiple of 1024) sum in their own order. The graph and the
+// eager launches of the same kernels agree bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,12 +23,13 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_graph.h"
 #include "engine/model/transformer.h"
+#include "engine/speculative/graphed_draft_hooks.h"
 
 namespace specgen {
 namespace kernels {
 struct DecodeInput;
-struct PersistentDecodeParams;
 }  // namespace kernels
 
 // How a draft token was decoded (reported by the speculative stats and the benchmarks).
@@ -41,7 +37,6 @@ enum class DraftDecodePath : int {
   kTransformer = 0,  // Transformer::ForwardResident (Backend ops, one launch each)
   kFused = 1,        // GraphedDraft's kernels launched one by one
   kGraph = 2,        // GraphedDraft's kernels replayed from the captured CUDA graph
-  kPersistent = 3,   // GraphedDraft's single persistent kernel per token
 };
 const char* DraftDecodePathName(DraftDecodePath path);
 
@@ -50,10 +45,12 @@ class GraphedDraft {
   // Empty when `lm` (on a CudaBackend) can take the fused decode; else the reason it cannot (an MoE
   // layer, f32 weights, a shape the fused kernels do not take).
   static std::string Unsupported(const Transformer& lm);
-  // `path`: kPersistent, kGraph (capture on the first Decode and replay after) or kFused (the graph's
+  // `path`: kGraph (capture on the first Decode and replay after) or kFused (the graph's
   // kernels launched eagerly); kTransformer is refused. `lm` must run on `backend` and outlive this.
+  // `hooks`: benchmarks only (graphed_draft_hooks.h).
   static absl::StatusOr<std::unique_ptr<GraphedDraft>> Create(CudaBackend* backend, Transformer* lm,
-                                                             DraftDecodePath path);
+                                                             DraftDecodePath path,
+                                                             const GraphedDraftHooks& hooks = {});
   ~GraphedDraft();
   GraphedDraft(const GraphedDraft&) = delete;
   GraphedDraft& operator=(const GraphedDraft&) = delete;
@@ -71,31 +68,15 @@ class GraphedDraft {
   // Whether the next Decode (at lm->n_past()) replays an already captured graph.
   bool ReplaysCaptured() const;
 
-  // The path in use: kPersistent, kGraph while the captured graph is in use, kFused when launching
-  // eagerly (asked for, or a fallback: fallback_reason() says why).
-  DraftDecodePath path() const {
-    return persistent_blocks_ > 0 ? DraftDecodePath::kPersistent
-                                  : use_graph_ ? DraftDecodePath::kGraph : DraftDecodePath::kFused;
-  }
+  // The path in use: kGraph while the captured graph is in use, kFused when launching eagerly (asked
+  // for, or a fallback: fallback_reason() says why).
+  DraftDecodePath path() const { return use_graph_ ? DraftDecodePath::kGraph : DraftDecodePath::kFused; }
   int64_t graph_replays() const { return replays_; }
-  int64_t persistent_launches() const { return persistent_launches_; }
   int64_t eager_steps() const { return eager_; }
-  // Grid size of the persistent kernel (0 when it is not the path).
-  int persistent_blocks() const { return persistent_blocks_; }
-  // Benchmarks only: per-phase timestamps of the persistent kernel into `timeline` (device memory, see
-  // kernels::PersistentDecodeParams::timeline; null: none) and its L2 prefetch on or off.
-  void SetPersistentProbe(unsigned long long* timeline, bool l2_prefetch) {
-    probe_timeline_ = timeline;
-    l2_prefetch_ = l2_prefetch;
-  }
   const std::string& fallback_reason() const { return fallback_; }
   // Whether the kernels are launched (and captured) with programmatic dependent launch: sm_90+, unless
-  // the capture with it failed or a benchmark turned it off (before the first Decode) to measure it.
+  // the capture with it failed or the hooks turned it off.
   bool programmatic() const { return programmatic_; }
-  void DisableProgrammaticLaunch() { programmatic_ = false; }
-  // Benchmarks only, before the first Decode: the fused GEMVs' grid bound in blocks of 256 threads per
-  // multiprocessor (default 8, a full multiprocessor).
-  void SetGemvBlocksPerSm(int blocks) { max_blocks_ = sms_ * blocks; }
   // The fused QKV and gate/up GEMVs' grids: the rows (QKV) and row pairs (gate/up) each warp loads
   // before its wait (1: a row a warp, the widest grid). Which blocks start beside their predecessor's
   // is set by the register file, and the best shape depends on the context (the attention's blocks
@@ -106,26 +87,10 @@ class GraphedDraft {
     bool split_o = false;     // the O projection as a split-row GEMV (kernels/split_row_gemv.cuh)
     bool split_down = false;  // the down projection as one
   };
-  // Benchmarks only, before the first Decode: every layer reads layer 0's weights (a qwen3-0.6b layer's
-  // 30 MB stay in L2 from one layer to the next), to measure the decode with its weights out of HBM's
-  // way; the logits are then not the model's.
-  void ShareLayerWeightsForBenchmark() { share_layer_weights_ = true; }
-  // Benchmarks only, before the first Decode: one shape at every position (the residual GEMVs as the
-  // short-context shape has them).
-  void SetGemvRowsPerWarp(int qkv, int gate_up) {
-    forced_shape_ = ShapeFor(0);
-    forced_shape_.qkv_rows = qkv;
-    forced_shape_.gate_up_rows = gate_up;
-    has_forced_shape_ = true;
-  }
 
  private:
-  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph);
+  GraphedDraft(CudaBackend* backend, Transformer* lm, bool use_graph, const GraphedDraftHooks& hooks);
   absl::Status Allocate();
-  // Sets up the persistent kernel (layer table, workspace); leaves persistent_blocks_ at 0 with
-  // fallback_ set when the device cannot run it.
-  absl::Status SetUpPersistent();
-  absl::Status LaunchPersistent(const int32_t* device_token, int32_t host_token, int32_t pos);
   // Queues the step's kernels on the backend's stream (captured or not); `programmatic`: with PDL.
   // Shapes in use: 0 below kLongContext positions, 1 from there on.
   static constexpr int kShapes = 2;
@@ -136,8 +101,8 @@ class GraphedDraft {
   // position, the embedding table and the residual it starts.
   kernels::DecodeInput InputFor(const int32_t* device_token, int32_t host_token, int32_t pos) const;
   absl::Status Enqueue(bool programmatic, const GemvShape& shape, const kernels::DecodeInput& input);
-  // Captures Enqueue into graph_[index] / exec_[index], and finds its first node (the input kernel,
-  // whose arguments each replay replaces).
+  // Captures Enqueue into graphs_[index], and finds its first node (the input kernel, whose arguments
+  // each replay replaces).
   absl::Status Capture(bool programmatic, int index, const kernels::DecodeInput& in);
 
   CudaBackend* backend_;
@@ -146,17 +111,12 @@ class GraphedDraft {
   std::string fallback_;
   int64_t replays_ = 0;
   int64_t eager_ = 0;
-  int64_t persistent_launches_ = 0;
-  int persistent_blocks_ = 0;  // > 0: the persistent kernel is the path
+  GraphedDraftHooks hooks_;
   int max_blocks_ = 0;
-  GemvShape forced_shape_;  // SetGemvRowsPerWarp
-  bool has_forced_shape_ = false;
-  bool share_layer_weights_ = false;  // ShareLayerWeightsForBenchmark
   int sms_ = 1;  // multiprocessors
   bool programmatic_ = false;  // the device takes programmatic dependent launch (sm_90+)
   bool decode_attention_ = false;  // kernels::LaunchDecodeAttention (else the general chunked kernel)
-  cudaGraphExec_t exec_[kShapes] = {nullptr, nullptr};  // a graph per shape, captured when first used
-  cudaGraph_t graph_[kShapes] = {nullptr, nullptr};     // kept: input_node_ are its nodes
+  CudaGraph graphs_[kShapes];  // a graph per shape, captured when first used
   cudaGraphNode_t input_node_[kShapes] = {nullptr, nullptr};  // the graph's LaunchDecodeInput
   // Device memory from the backend's arena.
   void* state_ = nullptr;  // kernels::DecodeState
@@ -170,13 +130,6 @@ class GraphedDraft {
   void* attn_ws_ = nullptr;
   void* rope_table_ = nullptr;  // float2 [max positions, head_dim / 2]: RoPE's cos/sin
   size_t attn_ws_bytes_ = 0;
-  // The persistent kernel's parameters, built once at set-up (the probe fields are set per launch).
-  std::unique_ptr<kernels::PersistentDecodeParams> persistent_params_;
-  void* persistent_layers_ = nullptr;  // kernels::PersistentLayer [n_layers], device
-  void* persistent_ws_ = nullptr;      // PersistentDecodeWorkspaceBytes, zeroed at set-up
-  size_t persistent_ws_bytes_ = 0;
-  unsigned long long* probe_timeline_ = nullptr;
-  bool l2_prefetch_ = false;
 };
 
 }  // namespace specgen

@@ -22,9 +22,9 @@ namespace specgen {
 struct BackendOptions {
   int cpu_threads = 0;      // <= 0: all hardware threads
   size_t vram_bytes = 0;    // CUDA arena budget; 0: free VRAM minus a reserve
-  // CudaBackendOptions::gemv_order (--gemv-order); unset: the tensor-core order on the GPU, the
-  // faster at every width measured (bench/RESULTS_H200.md). The CPU backend has one order of its own,
-  // so kTensorCores with a CPU backend is refused rather than silently ignored.
+  // CudaBackendOptions::gemv_order (--gemv-order); unset: kernels::kDefaultGemvOrder on the GPU. The
+  // CPU backend has one order of its own, so kTensorCores with a CPU backend is refused rather than
+  // silently ignored.
   std::optional<kernels::GemvOrder> gemv_order;
 };
 
@@ -53,7 +53,7 @@ inline absl::StatusOr<MadeBackend> MakeDeviceBackend(std::string_view device, co
   if (device == "cuda" || (device == "auto" && CudaBackend::DeviceAvailable())) {
     CudaBackendOptions cuda;
     cuda.arena_bytes = options.vram_bytes;
-    cuda.gemv_order = options.gemv_order.value_or(kernels::GemvOrder::kTensorCores);
+    cuda.gemv_order = options.gemv_order.value_or(kernels::kDefaultGemvOrder);
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
     MadeBackend made;
     made.cuda = be.get();

@@ -103,11 +103,12 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "driver's own memory (the CUDA context, loaded kernels, replayed CUDA graphs) comes on "
                  "top");
   app.add_option("--gemv-order", f->gemv_order,
-                 "auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
-                 "tensor: bf16 tensor cores (the activations split into two bf16 halves); fma: CUDA-core "
-                 "FMAs; auto: tensor on the GPU (the CPU backend has one order of its own; tensor with "
-                 "it is an error). Every pass of a run uses the same order, so speculative output stays "
-                 "identical to target-only output under either; the two differ in the last bits")
+                 Cat("auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
+                     "tensor: bf16 tensor cores (the activations split into two bf16 halves); fma: "
+                     "CUDA-core FMAs; auto: ", kernels::GemvOrderName(kernels::kDefaultGemvOrder),
+                     " on the GPU (the CPU backend has one order of its own; tensor with it is an "
+                     "error). Every pass of a run uses the same order, so speculative output stays "
+                     "identical to target-only output under either; the two differ in the last bits"))
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")

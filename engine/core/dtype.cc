@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "engine/core/quant_rows.h"
 #include "engine/core/str_cat.h"
 
 namespace specgen {
@@ -14,17 +15,26 @@ struct Entry {
   DTypeInfo info;
 };
 
+namespace q = quant_rows;
+
 // Block sizes and bytes from ggml-common.h (../shared/notes/formats.md §2).
 constexpr std::array<Entry, 8> kTable = {{
-    {DType::kF32, {"f32", 1, 4, false}},
-    {DType::kF16, {"f16", 1, 2, false}},
-    {DType::kBF16, {"bf16", 1, 2, false}},
-    {DType::kQ8_0, {"q8_0", 32, 34, true}},
-    {DType::kQ4_0, {"q4_0", 32, 18, true}},
-    {DType::kQ4_K, {"q4_k", 256, 144, true}},
-    {DType::kQ5_K, {"q5_k", 256, 176, true}},
-    {DType::kQ6_K, {"q6_k", 256, 210, true}},
+    {DType::kF32, {"f32", 1, 4, false, q::DequantizeF32, q::QuantizeF32}},
+    {DType::kF16, {"f16", 1, 2, false, q::DequantizeF16, q::QuantizeF16}},
+    {DType::kBF16, {"bf16", 1, 2, false, q::DequantizeBf16, q::QuantizeBf16}},
+    {DType::kQ8_0, {"q8_0", q::kQk, q::kQ8_0Bytes, true, q::DequantizeQ8_0, q::QuantizeQ8_0}},
+    {DType::kQ4_0, {"q4_0", q::kQk, q::kQ4_0Bytes, true, q::DequantizeQ4_0, q::QuantizeQ4_0}},
+    {DType::kQ4_K, {"q4_k", q::kQkK, q::kQ4_KBytes, true, q::DequantizeQ4_K, q::QuantizeQ4_K}},
+    {DType::kQ5_K, {"q5_k", q::kQkK, q::kQ5_KBytes, true, q::DequantizeQ5_K, nullptr}},
+    {DType::kQ6_K, {"q6_k", q::kQkK, q::kQ6_KBytes, true, q::DequantizeQ6_K, nullptr}},
 }};
+
+constexpr std::array<DType, kTable.size()> AllOf() {
+  std::array<DType, kTable.size()> all{};
+  for (size_t i = 0; i < kTable.size(); ++i) all[i] = kTable[i].type;
+  return all;
+}
+constexpr std::array<DType, kTable.size()> kAll = AllOf();
 
 }  // namespace
 
@@ -32,9 +42,11 @@ const DTypeInfo& Info(DType t) {
   for (const Entry& e : kTable) {
     if (e.type == t) return e.info;
   }
-  static const DTypeInfo kUnknown{"unknown", 1, 0, false};
+  static const DTypeInfo kUnknown{"unknown", 1, 0, false, nullptr, nullptr};
   return kUnknown;  // unreachable for values made by DTypeFromGgmlId / ParseDType
 }
+
+std::span<const DType> AllDTypes() { return kAll; }
 
 std::optional<DType> DTypeFromGgmlId(uint32_t id) {
   for (const Entry& e : kTable) {
@@ -48,8 +60,9 @@ absl::StatusOr<DType> ParseDType(std::string_view s) {
   for (const Entry& e : kTable) {
     if (e.info.name == lower) return e.type;
   }
-  return absl::InvalidArgumentError(Cat(
-      "unknown dtype '", s, "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)"));
+  std::string names;
+  for (const Entry& e : kTable) names += Cat(names.empty() ? "" : ", ", e.info.name);
+  return absl::InvalidArgumentError(Cat("unknown dtype '", s, "' (expected one of ", names, ")"));
 }
 
 absl::StatusOr<size_t> RowBytes(DType t, int64_t n) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -23,15 +24,24 @@ enum class DType : uint32_t {
   kBF16 = 30,
 };
 
+// Everything code needs to know about one DType, in one table (dtype.cc): a new type is one row there
+// (and its converters in quant.cc), not a case in every switch.
 struct DTypeInfo {
   std::string_view name;     // "f32", "q4_k", … (lower case, as on the command line)
   int64_t block_elems;       // elements per block (1 for plain floats)
   int64_t block_bytes;       // bytes per block
   bool quantized;
+  // A row of n elements (a whole number of blocks; checked by DequantizeRow / QuantizeRow, quant.h):
+  // src → n floats, and n floats → dst. to_f32 is set for every supported type; from_f32 is null
+  // for the types nothing quantizes to.
+  void (*to_f32)(const uint8_t* src, int64_t n, float* dst);
+  void (*from_f32)(const float* src, int64_t n, uint8_t* dst);
 };
 
-// Geometry of a supported dtype.
+// The table row of a supported dtype (block_bytes 0 and no converters for any other value).
 const DTypeInfo& Info(DType t);
+// Every supported dtype, in the table's order.
+std::span<const DType> AllDTypes();
 inline std::string_view Name(DType t) { return Info(t).name; }
 
 // The DType of a GGUF ggml_type id, or nullopt for ids we do not support.

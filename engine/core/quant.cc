@@ -5,15 +5,19 @@
 #include <cstring>
 
 #include "engine/core/half.h"
+#include "engine/core/quant_rows.h"
 #include "engine/core/str_cat.h"
 
 namespace specgen {
 namespace {
 
-// Block geometry (ggml-common.h); dtype.cc holds the same numbers for byte counts.
-constexpr int kQk = 32;    // Q8_0, Q4_0
-constexpr int kQkK = 256;  // K-quants
-constexpr size_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
+using quant_rows::kQ4_0Bytes;
+using quant_rows::kQ4_KBytes;
+using quant_rows::kQ5_KBytes;
+using quant_rows::kQ6_KBytes;
+using quant_rows::kQ8_0Bytes;
+using quant_rows::kQk;
+using quant_rows::kQkK;
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -217,36 +221,71 @@ absl::Status CheckRow(DType t, int64_t n) {
   return absl::OkStatus();
 }
 
-template <typename Fn>
-void ForEachBlock(const void* src, int64_t n, int block_elems, size_t block_bytes, float* dst, Fn fn) {
-  const auto* b = static_cast<const uint8_t*>(src);
-  for (int64_t i = 0; i < n / block_elems; ++i) fn(b + i * block_bytes, dst + i * block_elems);
+// A row of whole blocks, block by block.
+template <int kElems, size_t kBytes, void (*kBlock)(const uint8_t*, float*)>
+void DequantBlocks(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n / kElems; ++i) kBlock(src + i * kBytes, dst + i * kElems);
+}
+template <int kElems, size_t kBytes, void (*kBlock)(const float*, uint8_t*)>
+void QuantBlocks(const float* src, int64_t n, uint8_t* dst) {
+  for (int64_t i = 0; i < n / kElems; ++i) kBlock(src + i * kElems, dst + i * kBytes);
+}
+
+std::string QuantizableNames() {
+  std::string names;
+  for (DType t : AllDTypes()) {
+    if (Info(t).from_f32 != nullptr) names += Cat(names.empty() ? "" : ", ", Name(t));
+  }
+  return names;
 }
 
 }  // namespace
 
+namespace quant_rows {
+
+void DequantizeF32(const uint8_t* src, int64_t n, float* dst) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void DequantizeF16(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(LoadU16(src + 2 * i));
+}
+void DequantizeBf16(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(LoadU16(src + 2 * i));
+}
+void DequantizeQ8_0(const uint8_t* src, int64_t n, float* dst) {
+  DequantBlocks<kQk, kQ8_0Bytes, DequantQ8_0>(src, n, dst);
+}
+void DequantizeQ4_0(const uint8_t* src, int64_t n, float* dst) {
+  DequantBlocks<kQk, kQ4_0Bytes, DequantQ4_0>(src, n, dst);
+}
+void DequantizeQ4_K(const uint8_t* src, int64_t n, float* dst) {
+  DequantBlocks<kQkK, kQ4_KBytes, DequantQ4_K>(src, n, dst);
+}
+void DequantizeQ5_K(const uint8_t* src, int64_t n, float* dst) {
+  DequantBlocks<kQkK, kQ5_KBytes, DequantQ5_K>(src, n, dst);
+}
+void DequantizeQ6_K(const uint8_t* src, int64_t n, float* dst) {
+  DequantBlocks<kQkK, kQ6_KBytes, DequantQ6_K>(src, n, dst);
+}
+
+void QuantizeF32(const float* src, int64_t n, uint8_t* dst) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void QuantizeF16(const float* src, int64_t n, uint8_t* dst) {
+  for (int64_t i = 0; i < n; ++i) StoreU16(dst + 2 * i, F32ToF16(src[i]));
+}
+void QuantizeBf16(const float* src, int64_t n, uint8_t* dst) {
+  for (int64_t i = 0; i < n; ++i) StoreU16(dst + 2 * i, F32ToBf16(src[i]));
+}
+void QuantizeQ8_0(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQk, kQ8_0Bytes, QuantQ8_0>(src, n, dst); }
+void QuantizeQ4_0(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQk, kQ4_0Bytes, QuantQ4_0>(src, n, dst); }
+void QuantizeQ4_K(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQkK, kQ4_KBytes, QuantQ4_K>(src, n, dst); }
+
+}  // namespace quant_rows
+
 absl::Status DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
   if (absl::Status s = CheckRow(t, n); !s.ok()) return s;
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      break;
-    case DType::kF16: {
-      const auto* h = static_cast<const uint8_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(LoadU16(h + 2 * i));
-      break;
-    }
-    case DType::kBF16: {
-      const auto* h = static_cast<const uint8_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(LoadU16(h + 2 * i));
-      break;
-    }
-    case DType::kQ8_0: ForEachBlock(src, n, kQk, kQ8_0Bytes, dst, DequantQ8_0); break;
-    case DType::kQ4_0: ForEachBlock(src, n, kQk, kQ4_0Bytes, dst, DequantQ4_0); break;
-    case DType::kQ4_K: ForEachBlock(src, n, kQkK, kQ4_KBytes, dst, DequantQ4_K); break;
-    case DType::kQ5_K: ForEachBlock(src, n, kQkK, kQ5_KBytes, dst, DequantQ5_K); break;
-    case DType::kQ6_K: ForEachBlock(src, n, kQkK, kQ6_KBytes, dst, DequantQ6_K); break;
-  }
+  Info(t).to_f32(static_cast<const uint8_t*>(src), n, dst);
   return absl::OkStatus();
 }
 
@@ -263,45 +302,15 @@ absl::Status DequantizeRows(DType t, const void* src, int64_t rows, int64_t row_
   return absl::OkStatus();
 }
 
-bool CanQuantize(DType t) {
-  switch (t) {
-    case DType::kF32: case DType::kF16: case DType::kBF16:
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool CanQuantize(DType t) { return Info(t).from_f32 != nullptr; }
 
 absl::Status QuantizeRow(DType t, const float* src, int64_t n, void* dst) {
   if (absl::Status s = CheckRow(t, n); !s.ok()) return s;
   if (!CanQuantize(t)) {
-    return absl::UnimplementedError(Cat("quantizing to ", Name(t), " is not supported (supported: f32, "
-                                        "f16, bf16, q8_0, q4_0, q4_k)"));
+    return absl::UnimplementedError(
+        Cat("quantizing to ", Name(t), " is not supported (supported: ", QuantizableNames(), ")"));
   }
-  auto* b = static_cast<uint8_t*>(dst);
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) StoreU16(b + 2 * i, F32ToF16(src[i]));
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) StoreU16(b + 2 * i, F32ToBf16(src[i]));
-      break;
-    case DType::kQ8_0:
-      for (int64_t i = 0; i < n / kQk; ++i) QuantQ8_0(src + i * kQk, b + i * kQ8_0Bytes);
-      break;
-    case DType::kQ4_0:
-      for (int64_t i = 0; i < n / kQk; ++i) QuantQ4_0(src + i * kQk, b + i * kQ4_0Bytes);
-      break;
-    case DType::kQ4_K:
-      for (int64_t i = 0; i < n / kQkK; ++i) QuantQ4_K(src + i * kQkK, b + i * kQ4_KBytes);
-      break;
-    default:
-      break;
-  }
+  Info(t).from_f32(src, n, static_cast<uint8_t*>(dst));
   return absl::OkStatus();
 }
 

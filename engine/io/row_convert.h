@@ -11,9 +11,9 @@
 
 namespace specgen {
 
-// src (n elements of `src_type`) → dst (n floats).
+// src (n elements of `src_type`) → dst (n floats): DequantizeRow (engine/core/quant.h).
 absl::Status RowToF32(DType src_type, const void* src, int64_t n, float* dst);
-// src (n floats) → dst (n elements of `dst_type`, RowBytes(dst_type, n) bytes).
+// src (n floats) → dst (n elements of `dst_type`, RowBytes(dst_type, n) bytes): QuantizeRow.
 absl::Status RowFromF32(DType dst_type, const float* src, int64_t n, void* dst);
 
 // The dtype a tensor is stored in when `requested` is asked for: norms (1-D) and routers stay f32

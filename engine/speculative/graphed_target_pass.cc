@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
@@ -48,14 +49,8 @@ absl::StatusOr<std::unique_ptr<GraphedTargetPass>> GraphedTargetPass::Create(Cud
 GraphedTargetPass::~GraphedTargetPass() {
   // A replay may still be queued: the stream finishes it before the graphs and the length go.
   (void)cudaStreamSynchronize(backend_->stream());
-  for (auto& [key, g] : graphs_) Release(&g);
+  graphs_.clear();
   backend_->arena().Free(d_length_);
-}
-
-void GraphedTargetPass::Release(Graph* g) {
-  if (g->exec != nullptr) cudaGraphExecDestroy(g->exec);
-  if (g->graph != nullptr) cudaGraphDestroy(g->graph);
-  *g = Graph();
 }
 
 void GraphedTargetPass::MakeRoom() {
@@ -64,13 +59,12 @@ void GraphedTargetPass::MakeRoom() {
     for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
       if (it->second.used < oldest->second.used) oldest = it;
     }
-    Release(&oldest->second);  // a replay of it still queued finishes first (the driver defers the free)
-    graphs_.erase(oldest);
+    graphs_.erase(oldest);  // a replay of it still queued finishes first (the driver defers the free)
   }
 }
 
 bool GraphedTargetPass::Current(const Graph& g) const {
-  return g.exec != nullptr && g.made == Now();
+  return !g.cuda.empty() && g.made == Now();
 }
 
 absl::StatusOr<bool> GraphedTargetPass::Warm() {
@@ -100,20 +94,20 @@ absl::Status GraphedTargetPass::Capture(int n, int64_t max_keys, Graph* g) {
   absl::StatusOr<cudaGraph_t> graph = backend_->EndCapture();
   // The capture ran nothing: the host's commit of the n positions is undone.
   if (lm_->n_past() > len) RETURN_IF_ERROR(lm_->Truncate(len));
-  absl::Status status = queued;
-  if (status.ok()) status = graph.status();
-  if (status.ok()) g->graph = *graph;
-  else if (graph.ok()) cudaGraphDestroy(*graph);
-  size_t roots = 0;
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(g->graph, nullptr, &roots));
-  if (status.ok() && roots != 1) status = absl::InternalError(Cat("target graph: ", roots, " root nodes, not 1"));
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphGetRootNodes(g->graph, &g->length_node, &roots));
-  if (status.ok()) status = SPECGEN_CUDA_STATUS(cudaGraphInstantiate(&g->exec, g->graph, 0));
-  if (!status.ok()) {
+  if (!queued.ok()) {
+    if (graph.ok()) cudaGraphDestroy(*graph);
     (void)cudaGetLastError();
-    Release(g);
-    return status;
+    return queued;
   }
+  if (!graph.ok()) return graph.status();
+  ASSIGN_OR_RETURN(g->cuda, CudaGraph::Instantiate(*graph));
+  // The length store, queued first, is the graph's only root.
+  absl::StatusOr<cudaGraphNode_t> root = g->cuda.SingleRoot("target graph");
+  if (!root.ok()) {
+    *g = Graph();
+    return root.status();
+  }
+  g->length_node = *root;
   g->made = Now();
   ++captures_;
   return absl::OkStatus();
@@ -140,10 +134,7 @@ absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
   const std::pair<int, int64_t> key{n, max_keys};
   auto it = graphs_.find(key);
   if (it == graphs_.end() || !Current(it->second)) {
-    if (it != graphs_.end()) {
-      Release(&it->second);
-      graphs_.erase(it);
-    }
+    if (it != graphs_.end()) graphs_.erase(it);
     ASSIGN_OR_RETURN(const bool warm, Warm());
     if (!warm) return Eager(n);  // no room for the warm-up pass: this one eagerly, a later one captures
     MakeRoom();
@@ -152,16 +143,15 @@ absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
     if (!captured.ok()) {
       use_graphs_ = false;
       fallback_ = std::string(captured.message());
-      for (auto& [other_key, other] : graphs_) Release(&other);
       graphs_.clear();
       return Eager(n);
     }
-    it = graphs_.emplace(key, fresh).first;
+    it = graphs_.emplace(key, std::move(fresh)).first;
   }
   Graph& g = it->second;
   SPECGEN_CUDA_RETURN_IF_ERROR(
-      kernels::SetStoreInt32NodeArgs(g.exec, g.length_node, d_length_, static_cast<int32_t>(len)));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, backend_->stream()));
+      kernels::SetStoreInt32NodeArgs(g.cuda.exec(), g.length_node, d_length_, static_cast<int32_t>(len)));
+  RETURN_IF_ERROR(g.cuda.Launch(backend_->stream()));
   ++replays_;
   g.used = replays_;
   return lm_->CommitReplayedPass(n);

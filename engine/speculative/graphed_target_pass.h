@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_graph.h"
 #include "engine/model/transformer.h"
 
 namespace specgen {
@@ -75,15 +76,13 @@ class GraphedTargetPass {
     bool operator==(const Generations&) const = default;
   };
   struct Graph {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
+    CudaGraph cuda;
     cudaGraphNode_t length_node = nullptr;  // the root: LaunchStoreInt32 of the cache's length
     Generations made;                       // when it was captured
     int64_t used = 0;                       // the pass count at its last replay
   };
   GraphedTargetPass(CudaBackend* backend, Transformer* lm, const int32_t* d_tokens, int max_tokens,
                     bool graphs, int max_graphs, int32_t* d_length);
-  static void Release(Graph* g);
   // The capture of the pass over n tokens at the current length with the attention sized for max_keys.
   absl::Status Capture(int n, int64_t max_keys, Graph* g);
   // One eager pass of graph_max_tokens_ positions (then rolled back) so that every workspace has the size the

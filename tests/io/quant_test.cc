@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "engine/core/dtype.h"
 #include "engine/core/half.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -315,6 +317,35 @@ TEST(Quantize, Errors) {
   EXPECT_THAT(std::string(QuantizeRow(DType::kQ8_0, x.data(), 40, out.data()).message()),
               HasSubstr("q8_0"));
   EXPECT_TRUE(QuantizeRow(DType::kQ8_0, x.data(), out.data(), int64_t{32}).ok());
+}
+
+// The DType table (dtype.cc) is what every conversion dispatches through: each row must name its own
+// type, convert a row of one block at all, and round-trip through the GGUF id and the name.
+TEST(DTypeTable, EveryTypeIsWholeAndFindable) {
+  ASSERT_EQ(AllDTypes().size(), 8u);
+  for (DType t : AllDTypes()) {
+    const DTypeInfo& info = Info(t);
+    SCOPED_TRACE(std::string(info.name));
+    EXPECT_GT(info.block_bytes, 0);
+    ASSERT_NE(info.to_f32, nullptr);
+    EXPECT_EQ(info.quantized, info.block_elems > 1);
+    EXPECT_EQ(DTypeFromGgmlId(static_cast<uint32_t>(t)), t);
+    auto parsed = ParseDType(info.name);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, t);
+    // One block of zeros (every format stores a zero scale as zero bits) reads back as zeros.
+    std::vector<uint8_t> block(static_cast<size_t>(info.block_bytes), 0);
+    std::vector<float> y(static_cast<size_t>(info.block_elems), 1.0f);
+    ASSERT_TRUE(DequantizeRow(t, block.data(), info.block_elems, y.data()).ok());
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+  }
+  // The types something quantizes to: the ones QuantizeRow names as supported.
+  std::vector<DType> quantizable;
+  for (DType t : AllDTypes()) {
+    if (CanQuantize(t)) quantizable.push_back(t);
+  }
+  EXPECT_EQ(quantizable, (std::vector<DType>{DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                             DType::kQ4_0, DType::kQ4_K}));
 }
 
 }  // namespace

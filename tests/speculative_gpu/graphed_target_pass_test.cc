@@ -221,6 +221,7 @@ TEST(GraphedTargetPass, PassNeedingHostArgumentsRunsEagerly) {
   CudaBackendOptions options;
   options.arena_bytes = size_t{1} << 30;
   options.fused_ops = false;  // q/k norm, RoPE and the cache store as separate ops: host positions
+  options.gemv_order = kernels::GemvOrder::kFma;  // as the other cases (TestCudaBackend)
   auto be = CudaBackend::Create(options);
   ASSERT_TRUE(be.ok()) << be.status();
   auto lm = Create(Qwen3Shape(), be->get());

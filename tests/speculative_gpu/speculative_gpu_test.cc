@@ -131,38 +131,30 @@ class GpuBundledPairTensorCores : public GpuBundledPair {
 TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
 TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
 
-// The dense draft decodes its single tokens through the captured CUDA graph (the default), the
-// persistent kernel, the same kernels launched eagerly, or the Transformer, and every path gives the same
-// greedy output. For this draft (head_dim 32) the graph's logits equal the Transformer's bit for bit
-// (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree; the persistent kernel's
-// attention (and the graph's for head_dim 128) sums in its own order (within 1e-4 of the scale), and
-// only the verified output is guaranteed equal.
+// The dense draft decodes its single tokens through the captured CUDA graph (the default), the same
+// kernels launched eagerly, or the Transformer, and every path gives the same greedy output. For this
+// draft (head_dim 32) the graph's logits equal the Transformer's bit for bit
+// (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree; the graph's attention for
+// head_dim 128 sums in its own order (within 1e-4 of the scale), and only the verified output is
+// guaranteed equal.
 TEST_F(GpuBundledPair, DraftDecodePaths) {
   const auto greedy = SamplingParams::Greedy();
   const auto& prompt = prompts_[0];
   const auto plain = Run(0, false, greedy, AcceptMode::kRejection, prompt);
-  for (DraftDecodePath path : {DraftDecodePath::kPersistent, DraftDecodePath::kGraph, DraftDecodePath::kFused,
-                               DraftDecodePath::kTransformer}) {
+  for (DraftDecodePath path : {DraftDecodePath::kGraph, DraftDecodePath::kFused, DraftDecodePath::kTransformer}) {
     SpeculativeStats stats;
     DraftDecodeStats d;
     EXPECT_EQ(Run(4, false, greedy, AcceptMode::kRejection, prompt, nullptr, &stats, path, &d), plain)
         << DraftDecodePathName(path);
-    std::printf("draft path %s: %lld persistent launches, %lld graph replays, %lld fused, %lld transformer "
-                "passes%s%s\n",
-                DraftDecodePathName(d.path), static_cast<long long>(d.persistent_launches),
-                static_cast<long long>(d.graph_replays), static_cast<long long>(d.fused_steps),
+    std::printf("draft path %s: %lld graph replays, %lld fused, %lld transformer passes%s%s\n",
+                DraftDecodePathName(d.path), static_cast<long long>(d.graph_replays), static_cast<long long>(d.fused_steps),
                 static_cast<long long>(d.transformer_passes), d.why_not_graph.empty() ? "" : "; why: ",
                 d.why_not_graph.c_str());
     EXPECT_EQ(d.path, path) << d.why_not_graph;
     if (path == DraftDecodePath::kGraph) {
       EXPECT_TRUE(d.why_not_graph.empty()) << d.why_not_graph;
       EXPECT_GT(d.graph_replays, stats.passes);  // k - 1 replays per step at least
-      EXPECT_EQ(d.fused_steps + d.persistent_launches, 0);
-    }
-    if (path == DraftDecodePath::kPersistent) {
-      EXPECT_TRUE(d.why_not_graph.empty()) << d.why_not_graph;
-      EXPECT_GT(d.persistent_launches, stats.passes);
-      EXPECT_EQ(d.fused_steps + d.graph_replays, 0);
+      EXPECT_EQ(d.fused_steps, 0);
     }
   }
 }

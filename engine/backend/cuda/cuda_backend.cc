@@ -1,8 +1,10 @@
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_graph.h"
 
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -11,10 +13,14 @@
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
-#include "kernels/backend_ops.cuh"
+#include "kernels/attention_choice.h"
+#include "kernels/attention_simple.cuh"
+#include "kernels/convert.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.cuh"
+#include "kernels/expert_rows.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/matmul_rows.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/routed_experts.cuh"
@@ -168,7 +174,7 @@ void CudaBackend::SetDeviceLength(const int32_t* d_length, int64_t max_keys) {
 
 absl::Status CudaBackend::BeginCapture() {
   if (capturing_) return absl::FailedPreconditionError("cuda: a capture is already running");
-  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  RETURN_IF_ERROR(BeginStreamCapture(stream_));
   capturing_ = true;
   return absl::OkStatus();
 }
@@ -176,14 +182,7 @@ absl::Status CudaBackend::BeginCapture() {
 absl::StatusOr<cudaGraph_t> CudaBackend::EndCapture() {
   if (!capturing_) return absl::FailedPreconditionError("cuda: no capture to end");
   capturing_ = false;
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-  if (ended != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();  // a failed capture leaves its error behind
-    return SPECGEN_CUDA_STATUS(ended);
-  }
-  return graph;
+  return EndStreamCapture(stream_);
 }
 
 absl::StatusOr<void*> CudaBackend::Stage(const void* src, size_t bytes) {
@@ -258,22 +257,20 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   const int64_t rows = shape.rows, cols = shape.cols;
   // f32/f16/bf16 go up as stored; quantized types are dequantized to bf16 here (their kernels come
   // with the quantization issue).
-  ElemType type;
+  const DTypeInfo& info = Info(t.dtype);
+  ElemType type = t.dtype == DType::kF32   ? ElemType::kF32
+                  : t.dtype == DType::kF16 ? ElemType::kF16
+                                           : ElemType::kBF16;
   const void* host = t.data;
   std::vector<uint16_t> converted;
-  switch (t.dtype) {
-    case DType::kF32: type = ElemType::kF32; break;
-    case DType::kF16: type = ElemType::kF16; break;
-    case DType::kBF16: type = ElemType::kBF16; break;
-    default: {
-      std::vector<float> f32(static_cast<size_t>(rows * cols));
-      absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
-      if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
-      converted.resize(f32.size());
-      for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
-      type = ElemType::kBF16;
-      host = converted.data();
-    }
+  if (info.quantized || info.to_f32 == nullptr) {  // (an unknown type: DequantizeRows names it)
+    std::vector<float> f32(static_cast<size_t>(rows * cols));
+    absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
+    if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
+    converted.resize(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
+    type = ElemType::kBF16;
+    host = converted.data();
   }
   const size_t bytes = static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
   ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("tensor ", name)));
@@ -517,12 +514,16 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
   }
   const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads);
   // A causal batch of up to 16 (a decode step, a verification pass): the decode kernel, one block per
-  // (query, head, chunk) with every K/V row of a warp's batch loaded at once. H200, synth:qwen3-1.7b at
-  // 32 keys: the general kernel took 15.6 us a layer (ncu), a sixth of the layer. Its results do not
-  // depend on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
-  const bool decode_kernel = d_mask == nullptr && n <= kernels::kDecodeMaxQueries &&
-                             kernels::DecodeAttentionTakes(static_cast<int>(d)) &&
-                             heads / kv_heads <= kernels::kAttentionMaxGroup;
+  // (query, head, chunk) with every K/V row of a warp's batch loaded at once. Its results do not depend
+  // on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
+  kernels::AttentionProblem problem;
+  problem.head_dim = static_cast<int>(d);
+  problem.heads = heads;
+  problem.kv_heads = kv_heads;
+  problem.queries = static_cast<int>(std::min<int64_t>(n, INT32_MAX));
+  problem.masked = d_mask != nullptr;
+  const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
+  const bool decode_kernel = kernel == kernels::AttentionKernel::kDecode;
   // With a device length (a captured pass) the host's prefix is only checked against the bound the
   // grid is sized for; the kernel reads the prefix itself.
   int64_t n_prefix = s.n_prefix;
@@ -549,9 +550,7 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
         static_cast<int>(n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
         decode_attn_ws_, decode_attn_ws_bytes_, stream_, device_length_));
   }
-  const bool chunked = (d == 64 || d == 128 || d == 256) && n <= kernels::kAttentionMaxQueries &&
-                       heads / kv_heads <= kernels::kAttentionMaxGroup;
-  if (!chunked) {
+  if (kernel == kernels::AttentionKernel::kSimple) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
         B(q).data(), B(k_cache).data(), B(v_cache).data(), d_mask, B(*out).data(), static_cast<int>(n),
         static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale, stream_));

@@ -32,13 +32,9 @@ struct CudaBackendOptions {
   // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
   bool fused_ops = true;
   // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
-  // (kernels::GemvOrder). kTensorCores: faster at every width measured since the verify pass's store
-  // and attention run under PDL (H200, a Qwen3-1.7B-sized target: 1 / 5 / 9 / 16 positions 4 / 16 / 17
-  // / 46% faster; bench/RESULTS_H200.md), and what the CLI's --gemv-order auto (its default) picks;
-  // kFma here is the default of the tests and benchmarks that construct a backend themselves. Every
-  // pass of this backend takes the same order, so speculative and target-only greedy output stay
-  // token-identical under either; the orders differ in the last bits.
-  kernels::GemvOrder gemv_order = kernels::GemvOrder::kFma;
+  // (kernels::GemvOrder). Every pass of this backend takes the same order, so speculative and
+  // target-only greedy output stay token-identical under either; the orders differ in the last bits.
+  kernels::GemvOrder gemv_order = kernels::kDefaultGemvOrder;
 };
 
 // Why the host waited for the GPU.
@@ -170,7 +166,7 @@ class CudaBackend : public Backend {
   // type, rows of a multiple of 8): the fused MatMul ops fall back to their defaults otherwise.
   bool GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const;
   bool fused_ops_ = true;  // CudaBackendOptions::fused_ops
-  kernels::GemvOrder gemv_order_ = kernels::GemvOrder::kFma;  // CudaBackendOptions::gemv_order
+  kernels::GemvOrder gemv_order_ = kernels::kDefaultGemvOrder;  // CudaBackendOptions::gemv_order
   // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing
   // else has been staged since (so the ring has not moved past it).
   absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
