@@ -31,7 +31,7 @@
 #include "engine/core/half.h"
 #include "gtest/gtest.h"
 #include "kernels/gemv.cuh"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen {

@@ -30,7 +30,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/golden_fixture.h"
 #include "tests/common/greedy.h"
 

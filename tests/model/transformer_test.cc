@@ -15,7 +15,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "gtest/gtest.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/close.h"
 
 namespace specgen {
 namespace {

@@ -11,7 +11,7 @@
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
 #include "gtest/gtest.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/close.h"
 
 namespace specgen {
 namespace {

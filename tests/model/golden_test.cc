@@ -39,7 +39,7 @@
 #include "gtest/gtest.h"
 #include "tests/common/golden_fixture.h"
 #include "tests/common/greedy.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/close.h"
 
 namespace specgen {
 namespace {
