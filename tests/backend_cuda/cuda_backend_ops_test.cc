@@ -31,7 +31,8 @@
 #include "engine/core/half.h"
 #include "gtest/gtest.h"
 #include "kernels/gemv.cuh"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
+#include "tests/common/compare.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen {
@@ -41,6 +42,8 @@ constexpr double kU = 0x1p-24;
 
 // Seeded fresh for every test, the seed printed ($SPECGEN_TEST_SEED replays a failure's inputs).
 using kernels::testing::FreshRng;
+using testing::ExpectAllClose;
+using testing::ExpectAllWithin;
 
 std::vector<float> Normal(std::mt19937_64& rng, size_t n, float sd = 1.f) {
   std::normal_distribution<float> d(0.f, sd);
@@ -118,25 +121,6 @@ class CudaOps : public ::testing::TestWithParam<kernels::GemvOrder> {
     return v;
   }
 
-  // Fails on NaN or |gpu − cpu| > tol[i]; reports the worst element.
-  static void ExpectWithin(const std::vector<float>& cpu, const std::vector<float>& gpu,
-                           const std::vector<double>& tol, const std::string& what) {
-    ASSERT_EQ(cpu.size(), gpu.size()) << what;
-    size_t worst = 0, bad = 0;
-    double worst_ratio = 0;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      const double err = std::fabs(double(gpu[i]) - double(cpu[i]));
-      const double ratio = err / std::max(tol[i], 1e-300);
-      if (!(err <= tol[i])) ++bad;
-      if (!(ratio <= worst_ratio)) {  // NaN lands here too
-        worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
-        worst = i;
-      }
-    }
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements out of tolerance; worst ["
-                       << worst << "] cpu " << cpu[worst] << " gpu " << gpu[worst] << " tol " << tol[worst];
-  }
-
   CpuBackend cpu_{1};
   std::unique_ptr<CudaBackend> gpu_;
   std::mt19937_64 rng_;
@@ -171,9 +155,9 @@ TEST_P(CudaOps, MatMulAllPathsAndDtypes) {
           tol[t * s.out + o] = ((cublas ? 0x1p-9 : 0.0) + (tensor ? 0x1p-18 : 0.0) + 2.0 * s.in * kU) * abs_dot + 1e-30;
         }
       }
-      ExpectWithin(Cpu(y), Gpu(y), tol,
-                   "MatMul " + std::string(Name(dt)) + " n=" + std::to_string(s.n) + " out=" +
-                       std::to_string(s.out) + " in=" + std::to_string(s.in));
+      ExpectAllWithin(Gpu(y), Cpu(y), tol,
+                      "MatMul " + std::string(Name(dt)) + " n=" + std::to_string(s.n) + " out=" +
+                          std::to_string(s.out) + " in=" + std::to_string(s.in));
     }
   }
 }
@@ -215,7 +199,7 @@ TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
     Pair e = Poisoned(n, dim);
     ASSERT_TRUE(cpu_.Embed(**ct, ids, e.cpu.get()).ok());
     ASSERT_TRUE(gpu_->Embed(**gt, ids, e.gpu.get()).ok());
-    ExpectWithin(Cpu(e), Gpu(e), std::vector<double>(n * dim, 0.0), "Embed");
+    ExpectAllClose(Gpu(e), Cpu(e), 0.0, 0.0, "Embed");
     const int32_t bad_id[1] = {vocab};
     auto one = *gpu_->NewBuffer(1, dim);
     EXPECT_FALSE(gpu_->Embed(**gt, bad_id, one.get()).ok());
@@ -232,7 +216,7 @@ TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
     const auto ref = Cpu(y);
     std::vector<double> tol(ref.size());
     for (size_t i = 0; i < ref.size(); ++i) tol[i] = (2.0 * group + 8) * kU * std::fabs(ref[i]) + 1e-30;
-    ExpectWithin(ref, Gpu(y), tol, "RmsNorm group " + std::to_string(group));
+    ExpectAllWithin(Gpu(y), ref, tol, "RmsNorm group " + std::to_string(group));
   }
   // RoPE, both pairings, positions up to 4000.
   for (RopeStyle style : {RopeStyle::kRotateHalf, RopeStyle::kInterleaved}) {
@@ -251,7 +235,7 @@ TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
         tol[i * dim + c] = 8.0 * kU * (1.0 + pos[i]) * (std::fabs(xv[i * dim + a]) + std::fabs(xv[i * dim + b]));
       }
     }
-    ExpectWithin(Cpu(x), Gpu(x), tol, "Rope");
+    ExpectAllWithin(Gpu(x), Cpu(x), tol, "Rope");
   }
   {  // SwiGLU (out aliasing gate), Add, Zero, CopyRows.
     Pair g = MakePair(n, dim, Normal(rng_, n * dim, 4.0f)), u = MakePair(n, dim, Normal(rng_, n * dim));
@@ -260,7 +244,7 @@ TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
     const auto ref = Cpu(g);
     std::vector<double> tol(ref.size());
     for (size_t i = 0; i < ref.size(); ++i) tol[i] = 16 * kU * std::fabs(ref[i]) + 1e-37;
-    ExpectWithin(ref, Gpu(g), tol, "SwiGlu");
+    ExpectAllWithin(Gpu(g), ref, tol, "SwiGlu");
     ASSERT_TRUE(cpu_.Add(*u.cpu, g.cpu.get()).ok());
     ASSERT_TRUE(gpu_->Add(*u.gpu, g.gpu.get()).ok());
     const auto ref2 = Cpu(g);
@@ -270,13 +254,13 @@ TEST_P(CudaOps, EmbedRmsNormRopeSwiGluAddZeroCopy) {
     // 2408335135637344967: sums 1 ulp apart at |sum| 0.65.)
     std::vector<double> tol2(ref2.size());
     for (size_t i = 0; i < ref2.size(); ++i) tol2[i] = tol[i] + 2 * kU * std::fabs(ref2[i]);
-    ExpectWithin(ref2, Gpu(g), tol2, "Add");
+    ExpectAllWithin(Gpu(g), ref2, tol2, "Add");
     Pair big = Poisoned(20, dim);
     ASSERT_TRUE(cpu_.Zero(big.cpu.get()).ok());
     ASSERT_TRUE(gpu_->Zero(big.gpu.get()).ok());
     ASSERT_TRUE(cpu_.CopyRows(*u.cpu, 11, big.cpu.get()).ok());
     ASSERT_TRUE(gpu_->CopyRows(*u.gpu, 11, big.gpu.get()).ok());
-    ExpectWithin(Cpu(big), Gpu(big), std::vector<double>(20 * dim, 0.0), "Zero+CopyRows");
+    ExpectAllClose(Gpu(big), Cpu(big), 0.0, 0.0, "Zero+CopyRows");
     EXPECT_FALSE(gpu_->CopyRows(*u.gpu, 14, big.gpu.get()).ok());  // 14 + 7 > 20
   }
 }
@@ -458,10 +442,10 @@ TEST_P(CudaOps, AttentionCausalTreeGqaAllHeadSizes) {
         for (int e = 0; e < c.d; ++e) tol[i * qc + h * c.d + e] = (2 * delta + (rows + 8) * kU) * vmax;
       }
     }
-    ExpectWithin(Cpu(out), Gpu(out), tol,
-                 "Attention H=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " d=" +
-                     std::to_string(c.d) + " n=" + std::to_string(n) + " prefix=" + std::to_string(c.prefix) +
-                     (c.tree ? " tree" : " causal"));
+    ExpectAllWithin(Gpu(out), Cpu(out), tol,
+                    "Attention H=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " d=" +
+                        std::to_string(c.d) + " n=" + std::to_string(n) + " prefix=" + std::to_string(c.prefix) +
+                        (c.tree ? " tree" : " causal"));
   }
 }
 
@@ -491,7 +475,7 @@ TEST_P(CudaOps, RouteGatherScatter) {
   Pair g = Poisoned(4, dim);
   ASSERT_TRUE(cpu_.GatherRows(*src.cpu, rows, g.cpu.get()).ok());
   ASSERT_TRUE(gpu_->GatherRows(*src.gpu, rows, g.gpu.get()).ok());
-  ExpectWithin(Cpu(g), Gpu(g), std::vector<double>(4 * dim, 0.0), "GatherRows");
+  ExpectAllClose(Gpu(g), Cpu(g), 0.0, 0.0, "GatherRows");
   const std::vector<float> scales = {0.5f, -1.25f, 0.3f, 2.0f};
   const std::vector<float> base = Normal(rng_, n * dim);
   Pair dst = MakePair(n, dim, base);
@@ -507,7 +491,7 @@ TEST_P(CudaOps, RouteGatherScatter) {
                                           std::fabs(base[rows[i] * dim + c]));
     }
   }
-  ExpectWithin(ref, Gpu(dst), tol, "ScatterAddScaled");
+  ExpectAllWithin(Gpu(dst), ref, tol, "ScatterAddScaled");
   EXPECT_FALSE(gpu_->GatherRows(*src.gpu, std::vector<int32_t>{0, 0, 0, n}, g.gpu.get()).ok());
 }
 

@@ -30,7 +30,8 @@
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/compare.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/golden_fixture.h"
 #include "tests/common/greedy.h"
 
@@ -85,26 +86,12 @@ TEST_P(CudaModelLogits, GpuEqualsCpuReference) {
   }
   ASSERT_EQ(ref.size(), got.size());
   const int64_t v = model->spec.vocab_size;
-  double scale = 0;
-  for (float x : ref) scale = std::max<double>(scale, std::fabs(x));
+  const double scale = testing::MaxAbs(ref);
   auto check_tight = [&](const std::vector<float>& out, const char* how) {
-    size_t bad = 0, worst = 0;
-    double worst_err = -1;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double err = std::fabs(double(out[i]) - ref[i]);
-      if (!(err <= 1e-4 * scale + 1e-4 * std::fabs(ref[i]))) ++bad;
-      if (!(err <= worst_err)) {
-        worst_err = std::isnan(err) ? INFINITY : err;
-        worst = i;
-      }
-    }
-    EXPECT_EQ(bad, 0u) << c.fixture << (c.gguf_bf16 ? " gguf bf16 " : " hf ") << kernels::GemvOrderName(c.order)
-                       << " " << how
-                       << ": worst at position " << worst / v << " id " << worst % v << ": cpu " << ref[worst]
-                       << " gpu " << out[worst] << " (scale " << scale << ")";
-    std::printf("%s %s %s %s: max |gpu - cpu| = %.3g (%.3g of the logit scale)\n", c.fixture.c_str(),
-                c.gguf_bf16 ? "gguf-bf16" : "hf-f32", kernels::GemvOrderName(c.order), how, worst_err,
-                worst_err / scale);
+    testing::ExpectAllClose(out, ref, 1e-4 * scale, 1e-4,
+                            c.fixture + (c.gguf_bf16 ? " gguf-bf16 " : " hf-f32 ") +
+                                kernels::GemvOrderName(c.order) + " " + how + " (element = position * " +
+                                std::to_string(v) + " + id)");
   };
   check_tight(got, "16-token passes");
 

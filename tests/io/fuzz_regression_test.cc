@@ -1,5 +1,5 @@
 // Replays every input kept under tests/data/fuzz/<target>/ (fuzzer seeds and any crash the fuzz
-// targets of tests/fuzz found) through the parsers: each must give a result or an error, never a
+// targets in tests/io found) through the parsers: each must give a result or an error, never a
 // crash; run under the asan preset this also checks for out-of-bounds reads.
 #include <filesystem>
 #include <fstream>

@@ -10,13 +10,14 @@
 #include "kernels/decode_fused.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/rope.cuh"
+#include "tests/common/compare.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
 namespace {
 
 using testing::DeviceBuffer;
-using testing::ExpectAllClose;
+using ::specgen::testing::ExpectAllWithin;
 
 struct Case {
   int n, n_past, heads, kv_heads, d;
@@ -102,9 +103,9 @@ void CheckAttention(const Case& c) {
                           c.n_past, c.heads, c.kv_heads, c.d, float(scale), ws.get(), ws_bytes,
                           nullptr));
   const auto got = dout.Download();
-  ExpectAllClose(got, ref, [&](size_t i) { return tol[i]; },
-                 "attention n=" + std::to_string(c.n) + " past=" + std::to_string(c.n_past) +
-                     (c.tree ? " tree" : " causal"));
+  ExpectAllWithin(got, ref, tol,
+                  "attention n=" + std::to_string(c.n) + " past=" + std::to_string(c.n_past) +
+                      (c.tree ? " tree" : " causal"));
   // Batch invariance (causal): query i alone, with the cache holding slots < n_past + i + 1, gives
   // the same bits.
   if (!c.tree) {
@@ -226,7 +227,7 @@ void CheckDecodeAttention(int n_past, int heads, int kv_heads, int d, ElemType k
   CUDA_OK(LaunchDecodeAttention(dq.get(), kp, vp, kv, dout.get(), max_past, heads, kv_heads, d,
                                 float(scale), ws.get(), ws_bytes, dpast.get(), nullptr, false));
   const auto got = dout.Download();
-  ExpectAllClose(got, ref, [&](size_t i) { return tol[i]; }, what);
+  ExpectAllWithin(got, ref, tol, what);
   // Relaunch, then the bound lowered to n_past itself without the device length: the same bits each
   // time.
   for (int run = 0; run < 2; ++run) {

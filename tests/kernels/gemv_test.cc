@@ -12,13 +12,14 @@
 #include "kernels/gemv.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/split_row_gemv.cuh"
+#include "tests/common/compare.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
 namespace {
 
 using testing::DeviceBuffer;
-using testing::ExpectAllClose;
+using ::specgen::testing::ExpectAllWithin;
 
 // Weights rounded to wtype (bf16 or f16): the bits the kernel reads and their exact fp32 values, which
 // the references below multiply (so that only the kernels' accumulation order is under test).
@@ -67,8 +68,8 @@ void CheckGemv(int n, int out, int in, ElemType wtype, GemvOrder order) {
   // A wrong index or dropped chunk errs by ~|w||x| per term, far above either.
   const bool tensor = GemvTensorOrder(order, wtype, in);
   const double per_sum = tensor ? in * 0x1p-23 + 0x1p-18 : in * 0x1p-24;
-  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return per_sum * abs_sum[i]; },
-                 std::string("gemv ") + GemvOrderName(order) + " n=" + std::to_string(n));
+  ExpectAllWithin(dy.Download(), ref, [&](size_t i) { return per_sum * abs_sum[i]; },
+                  std::string("gemv ") + GemvOrderName(order) + " n=" + std::to_string(n));
 }
 
 TEST(GemvGpu, MatchesCpuAcrossBatchSizesAndTypes) {
@@ -360,8 +361,8 @@ void CheckSplitRow(int rows, int in, ElemType wtype) {
   // Tolerance: as CheckGemv's, fp32 accumulation in some order over in + 1 terms (the prior included):
   // |error| <= (in + 1) * 2^-24 * (|prior| + sum_k |w_k x_k|). A lost quarter of a row or a prior added
   // twice errs by ~|w||x| sqrt(in / 4) or |prior|, far above it.
-  ExpectAllClose(dy.Download(), ref, [&](size_t i) { return (in + 1) * 0x1p-24 * abs_sum[i]; },
-                 "split-row gemv rows=" + std::to_string(rows) + " in=" + std::to_string(in));
+  ExpectAllWithin(dy.Download(), ref, [&](size_t i) { return (in + 1) * 0x1p-24 * abs_sum[i]; },
+                  "split-row gemv rows=" + std::to_string(rows) + " in=" + std::to_string(in));
   // Deterministic: a second launch from the same prior gives the same bits.
   const std::vector<float> first = dy.Download();
   DeviceBuffer<float> dy2(prior);

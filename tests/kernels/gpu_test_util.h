@@ -1,6 +1,6 @@
 // Helpers for the kernel tests (label gpu): skip without a CUDA device, device buffers that are
-// poisoned (NaN / -1 bytes) before each kernel runs, fresh random inputs with the seed printed, and a
-// comparison that fails on NaN and reports the worst element against its tolerance.
+// poisoned (NaN / -1 bytes) before each kernel runs, and fresh random inputs with the seed printed.
+// Outputs are compared with tests/common/compare.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,9 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -97,28 +95,6 @@ inline std::vector<float> Bf16Values(const std::vector<uint16_t>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToF32(v[i]);
   return out;
-}
-
-// Every got[i] must be finite where ref[i] is, and |got - ref| <= tol(i). Reports the worst element
-// (largest error / tolerance) whether or not the check passes.
-inline void ExpectAllClose(const std::vector<float>& got, const std::vector<double>& ref,
-                           const std::function<double(size_t)>& tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  size_t worst = 0, bad = 0;
-  double worst_ratio = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    const double ratio = std::isnan(err) ? INFINITY : err / std::max(tol(i), 1e-300);
-    if (!(err <= tol(i))) ++bad;
-    if (ratio > worst_ratio) {
-      worst_ratio = ratio;
-      worst = i;
-    }
-  }
-  std::printf("[ %s ] worst element %zu: got %.9g ref %.9g tol %.3g (err/tol %.3g), %zu of %zu out\n",
-              what.c_str(), worst, got[worst], ref[worst], tol(worst), worst_ratio, bad, got.size());
-  EXPECT_EQ(bad, 0u) << what << ": worst element " << worst << " got " << got[worst] << " ref "
-                     << ref[worst] << " tol " << tol(worst);
 }
 
 }  // namespace specgen::kernels::testing

@@ -10,13 +10,14 @@
 #include "engine/sampling/distribution.h"
 #include "kernels/acceptance.cuh"
 #include "kernels/sampling.cuh"
+#include "tests/common/compare.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
 namespace {
 
 using testing::DeviceBuffer;
-using testing::ExpectAllClose;
+using ::specgen::testing::ExpectAllClose;
 
 SamplingConfig ToConfig(const SamplingParams& p) {
   return SamplingConfig{p.temperature, p.top_k, p.top_p, p.min_p};
@@ -132,7 +133,7 @@ void CheckProcess(int rows, int vocab, const SamplingParams& params, bool ties,
   // nothing visible. |arg| <= 64 for these logits (sd 3, T >= 0.5) → rtol (64 + 4) u. A zero where
   // the reference has mass (or vice versa) is a kept-set mismatch and fails (tol 0 there).
   const double rtol = 68 * 0x1p-24;
-  ExpectAllClose(got, ref, [&](size_t i) { return rtol * ref[i]; },
+  ExpectAllClose(got, ref, 0.0, rtol,
                  "probs " + ToString(params) + (ties ? " (ties)" : ""));
   EXPECT_EQ(kept_gpu, kept_cpu);
 }
@@ -430,7 +431,7 @@ void CheckProcessAgainstCpu(const ProcessPath& path, const std::vector<float>& l
   // Tolerance as in CheckProcess: fp32 exponent argument and expf, |arg| <= 64 → (64 + 4) u; exact
   // zeros where the reference has none (tol 0 there); -inf logits give exact zeros on both sides.
   const double rtol = 68 * 0x1p-24;
-  ExpectAllClose(got, ref, [&](size_t i) { return rtol * ref[i]; },
+  ExpectAllClose(got, ref, 0.0, rtol,
                  std::string(path.name) + " " + what + " " + ToString(params));
   EXPECT_EQ(kept_gpu, kept_cpu) << path.name << " " << what << " " << ToString(params);
 }

@@ -12,7 +12,7 @@
 #include "engine/io/hf_config.h"
 #include "engine/io/synth.h"
 #include "gtest/gtest.h"
-#include "model_test_util.h"
+#include "tests/io/model_test_util.h"
 
 namespace specgen {
 namespace {

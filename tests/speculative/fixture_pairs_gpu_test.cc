@@ -18,7 +18,7 @@
 #include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
 
 namespace specgen {

@@ -13,7 +13,7 @@
 #include "kernels/acceptance.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/sampling.cuh"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/chi_square.h"
 
 namespace specgen {

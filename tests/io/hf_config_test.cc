@@ -5,7 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "model_test_util.h"
+#include "tests/io/model_test_util.h"
 
 namespace specgen {
 namespace {

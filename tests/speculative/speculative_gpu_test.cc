@@ -18,7 +18,7 @@
 #include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
 
 namespace specgen {
@@ -134,7 +134,7 @@ TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqu
 // The dense draft decodes its single tokens through the captured CUDA graph (the default), the same
 // kernels launched eagerly, or the Transformer, and every path gives the same greedy output. For this
 // draft (head_dim 32) the graph's logits equal the Transformer's bit for bit
-// (tests/speculative_gpu/graphed_draft_test.cc), so even the drafts agree; the graph's attention for
+// (tests/speculative/graphed_draft_test.cc), so even the drafts agree; the graph's attention for
 // head_dim 128 sums in its own order (within 1e-4 of the scale), and only the verified output is
 // guaranteed equal.
 TEST_F(GpuBundledPair, DraftDecodePaths) {

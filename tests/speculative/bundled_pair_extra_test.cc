@@ -10,7 +10,7 @@
 #include "engine/core/status_macros.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/speculative_pairs/pair_harness.h"
+#include "tests/speculative/pair_harness.h"
 
 namespace specgen::testing {
 namespace {

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/speculative_pairs/pair_harness.h"
+#include "tests/speculative/pair_harness.h"
 
 namespace specgen::testing {
 namespace {

@@ -26,7 +26,7 @@
 #include "engine/model/transformer.h"
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/synth_model.h"
 
 namespace specgen {

@@ -22,7 +22,7 @@
 #include "engine/model/transformer.h"
 #include "draft/cuda/graphed_draft.h"
 #include "gtest/gtest.h"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 #include "tests/common/synth_model.h"
 
 namespace specgen {

@@ -6,17 +6,18 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
 #include "gtest/gtest.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/compare.h"
 
 namespace specgen {
 namespace {
 
-using testing::AllClose;
+using testing::ExpectAllClose;
 constexpr double kU = 5.960464477539063e-08;  // 2^-24
 
 std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
@@ -140,7 +141,8 @@ TEST_F(CpuOps, RmsNormRowAndPerHead) {
       for (int64_t i = 0; i < group; ++i) ref[g * group + i] = float(w[i] * (x[g * group + i] * inv));
     }
     // Sum of squares: ≤ group·u relative; sqrt, division and two products add a few u.
-    EXPECT_TRUE(AllClose(got, ref, 0.0, (group + 6) * kU)) << "group " << group;
+    ExpectAllClose(got, ref, 0.0, (group + 6) * kU,
+                   "RmsNorm group " + std::to_string(group));
   }
 }
 
@@ -173,7 +175,7 @@ TEST_F(CpuOps, RopeBothStyles) {
     ASSERT_TRUE(be_.Rope(pos, d, 10000.0f, style, xb.get()).ok());
     // The fp32 angle pos·inv_freq is off by ≤ ~3u relative (inv_freq and the product rounded):
     // ≤ 100·3u ≈ 2e-5 rad at pos 100, which moves an element by at most that times |x| ≤ 1.
-    EXPECT_TRUE(AllClose(Get(*xb), NaiveRope(x, pos, d, 10000.0, style), 3e-5, 0.0));
+    ExpectAllClose(Get(*xb), NaiveRope(x, pos, d, 10000.0, style), 3e-5, 0.0, "Rope");
   }
   // Position 0 is the identity in both styles.
   auto x0 = Buf(1, d, std::vector<float>(x.begin(), x.begin() + d));
@@ -267,8 +269,8 @@ TEST_F(CpuOps, AttentionGqaCausalAndTreeMask) {
     ASSERT_TRUE(be_.Attention(*qb, *kb, *vb, s, mask, out.get()).ok());
     // Scores: |q·k|·scale err ≤ d·u·Σ|q k|·scale ≤ 16·u·64·0.25 ≈ 1.5e-5, which is also the relative
     // error of each probability; with |v| ≤ 1 the output is off by ≤ ~2·1.5e-5 + (rows)·u.
-    EXPECT_TRUE(AllClose(Get(*out), NaiveAttention(q, k, v, n, s, mask), 5e-5, 0.0))
-        << (mask.empty() ? "causal" : "tree");
+    ExpectAllClose(Get(*out), NaiveAttention(q, k, v, n, s, mask), 5e-5, 0.0,
+                   mask.empty() ? "Attention causal" : "Attention tree");
   }
   const std::vector<uint8_t> short_mask = {1, 0, 1};
   auto out = Empty(n, qc);

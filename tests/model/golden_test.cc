@@ -39,13 +39,13 @@
 #include "gtest/gtest.h"
 #include "tests/common/golden_fixture.h"
 #include "tests/common/greedy.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/compare.h"
 
 namespace specgen {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::AllClose;
+using testing::ExpectAllClose;
 
 fs::path FixtureDir(const std::string& name) {
   return fs::path(SPECGEN_SOURCE_DIR) / "tests" / "data" / "models" / name;
@@ -110,8 +110,8 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   std::vector<float> logits;
   ASSERT_TRUE((*lm)->Forward(fx.input_ids, &logits).ok());
   if (exact_weights) {
-    EXPECT_TRUE(AllClose(logits, fx.logits, 1e-4 * scale, 1e-4))
-        << c.model << " from " << SourceName(c.source) << ", logit scale " << scale;
+    ExpectAllClose(logits, fx.logits, 1e-4 * scale, 1e-4,
+                   c.model + " from " + SourceName(c.source) + ", logit scale " + std::to_string(scale));
   } else {
     // Rounded weights: the error of a position's logits is smooth in the weight error (RMS about
     // chain·weight_eps of the scale), except where it flips a router's top-k choice, which changes that

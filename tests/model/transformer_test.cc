@@ -15,12 +15,12 @@
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "gtest/gtest.h"
-#include "tests/model_cpu/close.h"
+#include "tests/common/compare.h"
 
 namespace specgen {
 namespace {
 
-using testing::AllClose;
+using testing::ExpectAllClose;
 
 struct Variant {
   std::string name;
@@ -211,7 +211,7 @@ TEST_P(TransformerVariants, GgufF32RoundTripMatches) {
   ASSERT_TRUE(lm.ok()) << lm.status();
   ASSERT_TRUE((*lm)->Forward(tokens, &got).ok());
   const double scale = testing::MaxAbs(want);
-  EXPECT_TRUE(AllClose(got, want, 1e-5 * scale, 1e-5));
+  ExpectAllClose(got, want, 1e-5 * scale, 1e-5, GetParam().name);
   std::remove(path.c_str());
 }
 
