@@ -6,9 +6,8 @@
       one table per suite (kernels, draft decode, target pass, generation, acceptance). Benchmarks the
       suites do not name are left out; a suite with no benchmark in the files is left out.
   summarize_bench.py --lines FILE.json [PREFIX]
-      One short line per benchmark with the counters that say how fast, and for BM_DecodeTimeline the
-      per-kind breakdown (pre, gap, stage, rest, tail in us a layer) that the tabular console output
-      spreads over 50 columns.
+      One short line per benchmark with the counters that say how fast, which the tabular console
+      output spreads over many columns.
 
 The commit and GPU come from custom context keys (gpu_check.sh passes
 --benchmark_context=commit=...,gpu=...); without them the header says "unknown"."""
@@ -21,9 +20,6 @@ import sys
 HEADLINE = ['us_per_token', 'hbm_fraction', 'tokens_per_s', 'ms_per_step', 'acceptance', 'tau',
             'syncs_per_step', 'us_layer_sum', 'us_per_kernel', 'us_token', 'us_per_pass', 'GB/s',
             'hbm_ratio']
-KINDS = ['qkv', 'attn', 'o', 'gu', 'down', 'head']
-FIELDS = ['pre', 'gap', 'stage', 'rest', 'tail']
-BLOCK_FIELDS = ['blocks', 'early', 'last_start', 'end_p50']  # per block, after the previous grid's end
 
 
 def summarize_line(bench, prefix=''):
@@ -31,12 +27,6 @@ def summarize_line(bench, prefix=''):
     if 'error_message' in bench:
         return f"{line} ERROR {bench['error_message']}"
     line += ''.join(f" {k}={bench[k]:.4g}" for k in HEADLINE if k in bench)
-    if 'qkv_gap' in bench:
-        line += '\n    ' + ' | '.join(
-            k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in FIELDS) for k in KINDS)
-    if bench.get('qkv_blocks'):  # zero unless the kernels stamp every block
-        line += '\n    blocks/early/last_start/end_p50: ' + ' | '.join(
-            k + ' ' + ' '.join(f"{bench[k + '_' + f]:.2f}" for f in BLOCK_FIELDS) for k in KINDS)
     if bench.get('label'):
         line += f"  [{bench['label']}]"
     return line
