@@ -1,5 +1,5 @@
 // Where the draft's decoded token spends its time, kernel by kernel (the figures behind
-// bench/RESULTS_H200.md's analysis of the draft decode):
+// docs/experiments.md's draft decode table):
 //  - BM_DecodeTimeline: one graph-replayed token from the kernels' own global-timer stamps
 //    (kernels::SetDecodeProbe): per kernel kind, the window before its input existed, the kernel
 //    boundary before it (from the previous grid's end), the input staging, the rest and the blocks that

@@ -23,7 +23,7 @@ struct BackendOptions {
   int cpu_threads = 0;      // <= 0: all hardware threads
   size_t vram_bytes = 0;    // CUDA arena budget; 0: free VRAM minus a reserve
   // CudaBackendOptions::gemv_order (--gemv-order); unset: the tensor-core order on the GPU, the
-  // faster at every width measured (bench/RESULTS_H200.md). The CPU backend has one order of its own,
+  // faster at every width measured (bench/RESULTS.md). The CPU backend has one order of its own,
   // so kTensorCores with a CPU backend is refused rather than silently ignored.
   std::optional<kernels::GemvOrder> gemv_order;
 };

@@ -14,7 +14,7 @@ struct Entry {
   DTypeInfo info;
 };
 
-// Block sizes and bytes from ggml-common.h (../shared/notes/formats.md §2).
+// Block sizes and bytes from ggml-common.h (docs/formats.md §2).
 constexpr std::array<Entry, 8> kTable = {{
     {DType::kF32, {"f32", 1, 4, false}},
     {DType::kF16, {"f16", 1, 2, false}},

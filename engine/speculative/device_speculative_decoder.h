@@ -1,11 +1,11 @@
-// DeviceSpeculativeDecoder: the loop of DESIGN §1 with everything on the GPU (CudaBackend). The draft
+// DeviceSpeculativeDecoder: the loop of docs/design.md §1 with everything on the GPU (CudaBackend). The draft
 // proposes on the device (its logits → q with the sampling kernels, tokens drawn with the shared
 // Philox keys, fed back to the draft and to the target straight from device memory); the target
 // verifies the k+1 positions in one pass whose logits stay on the device (replayed from a CUDA graph
 // per pass size: GraphedTargetPass, SpeculativeOptions::graph_verify); logits processing and the
 // acceptance rule run as kernels; the step's result {n_accepted, tokens, logprobs} comes back in ONE
 // pinned copy, the step's only host wait (resident MoE experts route on the device; an expert-union
-// read, DESIGN §6 a, happens only where a layer's experts cannot: a verify pass of more than 16
+// read, docs/design.md §6.2, happens only where a layer's experts cannot: a verify pass of more than 16
 // positions, or experts of mixed shapes).
 // Same options, Stats and outputs as SpeculativeDecoder (the CPU loop), which it mirrors draw for draw.
 #pragma once
@@ -30,7 +30,7 @@ namespace specgen {
 struct StepSyncStats {
   int64_t steps = 0;
   int64_t step_result = 0;        // should equal steps
-  int64_t expert_union = 0;       // host-routed MoE layers' reads, allowed (DESIGN §6 a)
+  int64_t expert_union = 0;       // host-routed MoE layers' reads, allowed (docs/design.md §6.2)
   int64_t other = 0;              // should be 0
   int64_t max_non_union_per_step = 0;  // result + other waits of the worst step
 };
@@ -63,7 +63,7 @@ class DeviceSpeculativeDecoder {
  public:
   // `target` and `draft` run on `backend`; `draft` may be null (plain decoding through the same
   // kernels). Draft and target must share the vocabulary size. None is owned. `draft_path`: how the
-  // draft decodes single tokens; kGraph (the default: the fastest today, see bench/RESULTS_H200.md),
+  // draft decodes single tokens; kGraph (the default: the fastest today, see bench/RESULTS.md),
   // kPersistent and kFused fall back to kTransformer for a draft the fused kernels do not take (an MoE
   // draft), kPersistent to kGraph on a device without cooperative launch or a shape it does not take,
   // and kGraph to kFused if capture fails.

@@ -278,7 +278,7 @@ absl::Status GraphedDraft::Allocate() {
 // H200, synth:qwen3-0.6b bf16, us a token (A/B in one device session): a row a warp everywhere was
 // 600 / 657 / 686 at ctx 32 / 128 / 256 (gate/up at 2 row pairs: 609 / 659 / 700), while from ctx 512
 // gate/up at 2 row pairs (192 blocks, one an SM beside O's) wins: 703 / 788 at ctx 512 / 1900 against
-// 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512). Figures in RESULTS_H200.md.
+// 719 / 812. QKV at 4 rows a warp: 686 / 797 (worse at 1900 and below 512). Figures in docs/experiments.md.
 // The O and down projections as split-row GEMVs (kernels/split_row_gemv.cuh), A/B in one device call, us
 // a token at ctx 32 / 512 / 1900 (two rounds agree within 1%): five fused kernels 587 / 673 / 761; down
 // split 573 / 663 / 754; O split 615 / 657 / 751; both 607 / 648 / 743. A split O's 512 blocks (4 warps

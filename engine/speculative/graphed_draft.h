@@ -1,8 +1,8 @@
-// GraphedDraft: the resident draft's single-token decode (DESIGN §1) on a dense Transformer's own
+// GraphedDraft: the resident draft's single-token decode (docs/design.md §1) on a dense Transformer's own
 // weights and KV cache, by one of three paths:
 //   kPersistent: ONE cooperative kernel per token walks every layer, its phases handing activations
 //     on through epoch-tagged pairs instead of grid barriers (kernels/persistent_decode.cuh); correct,
-//     but slower than the graph today (bench/RESULTS_H200.md): kept as the base for that work;
+//     but slower than the graph today (docs/experiments.md): kept as the base for that work;
 //   kGraph (the speculative loop's default): a fixed sequence of fused kernels
 //     (kernels/decode_fused.cuh; for head_dim 32/64/128/256 the q/k-norm + RoPE + KV append runs inside the
 //     decode attention kernel: 5 per layer), captured once

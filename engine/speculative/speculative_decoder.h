@@ -1,4 +1,4 @@
-// SpeculativeDecoder: the propose → verify → accept loop of DESIGN §1 over any CausalLm target and
+// SpeculativeDecoder: the propose → verify → accept loop of docs/design.md §1 over any CausalLm target and
 // Proposer, with Stats. No draft (or draft length 0) is plain decoding through the same code, so
 // greedy and `coupled` outputs can be compared token for token with and without speculation.
 #pragma once
