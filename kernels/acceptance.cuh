@@ -2,7 +2,7 @@
 // specgen::Accept (engine/sampling/acceptance.h): greedy, rejection (Leviathan/Chen min(1, p/q),
 // residual norm(max(0, p - q)), bonus) and coupled (shared Gumbel noise) modes, all draws keyed by
 // (seed, absolute position, purpose). The result is one small device struct, copied to the host once
-// per step (DESIGN.md §6).
+// per step (docs/design.md §6.1).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 // CUDA error → absl::Status at the boundary between kernel launchers and the engine: the Status names
-// the failing call, the file and the line (DESIGN.md §6). Depends on the CUDA runtime and Abseil only,
+// the failing call, the file and the line (docs/design.md §6.7). Depends on the CUDA runtime and Abseil only,
 // never on engine/core, so kernels/ stays free of model code.
 #pragma once
 

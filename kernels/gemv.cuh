@@ -1,6 +1,6 @@
 // Small-batch matrix product for decode and verification (1..16 tokens): y = x · W^T with W in
 // bf16/f16 read from HBM exactly once for all tokens, fp32 accumulation, and ONE reduction order per
-// output element whatever the batch size (DESIGN.md §6 batch invariance: row i of y is bit-identical
+// output element whatever the batch size (docs/design.md §6.6 batch invariance: row i of y is bit-identical
 // whether the call had 1 or 16 tokens).
 #pragma once
 

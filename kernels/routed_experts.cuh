@@ -1,4 +1,4 @@
-// An MoE layer's experts applied with the routing decided on the device (DESIGN §6 a: when every expert
+// An MoE layer's experts applied with the routing decided on the device (docs/design.md §6.2: when every expert
 // is resident the host need not learn the expert union, so the pass keeps running without a host wait).
 // Bit for bit the host-routed composition of Backend ops (Route, then per expert in ascending id:
 // GatherRows, MatMul gate/up, SwiGlu, MatMul down, ScatterAddScaled into a zeroed buffer) for 1..16

@@ -37,6 +37,6 @@ for round in 1 2; do
   for v in "${variants[@]}"; do
     timeout 150 "$dir/$v/bin/$BENCH" --benchmark_filter="$F" --benchmark_format=json 2>/dev/null \
       > "$OUT/$v$round.json"
-    python3 tools/summarize_bench.py "$OUT/$v$round.json" "$v$round"
+    python3 tools/summarize_bench.py --lines "$OUT/$v$round.json" "$v$round"
   done
 done

@@ -42,13 +42,21 @@ if [ "$what" != bench ]; then
     > "$OUT/logits_cpu.txt" 2>&1
 fi
 if [ "$what" != tests ]; then
+  # The commit (written by pack_gpu_check.sh) and the GPU go into the JSON's context, from where
+  # summarize_bench.py heads bench/RESULTS.md with them.
+  context="--benchmark_context=commit=$(cat .device/commit 2>/dev/null || echo unknown),gpu=$(
+    nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ',' ' ')"
   timeout 320 e2e_gpu_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_e2e.json" \
-    --benchmark_out_format=json > "$OUT/bench_e2e.log" 2>&1
+    --benchmark_out_format=json "$context" > "$OUT/bench_e2e.log" 2>&1
   echo "bench_e2e $?" >> "$rc"
   timeout 120 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true \
     --benchmark_filter='Gemv|RoutedExperts|Attention|ProcessAndSample|GreedyDraftDraw|VerifySampling|Acceptance' \
-    --benchmark_out="$OUT/bench_kernels.json" --benchmark_out_format=json > "$OUT/bench_kernels.log" 2>&1
+    --benchmark_out="$OUT/bench_kernels.json" --benchmark_out_format=json "$context" \
+    > "$OUT/bench_kernels.log" 2>&1
   echo "bench_kernels $?" >> "$rc"
+  # bench/RESULTS.md regenerated from this run (also inside the logs tarball with the JSON it came from).
+  python3 tools/summarize_bench.py "$OUT/bench_e2e.json" "$OUT/bench_kernels.json" > "$OUT/RESULTS.md" \
+    && cp "$OUT/RESULTS.md" "$OUT_FINAL/RESULTS.md"
   # The bundled pair's acceptance through the CLI with the CPU benchmark's settings, k = 4, on both
   # devices: coupled must agree to the token, rejection within sampling noise.
   for dev in cuda cpu; do
@@ -96,7 +104,7 @@ for b in bench_e2e bench_kernels; do
   echo "--- $b (rc $(awk -v b=$b '$1==b{print $2}' "$rc")) ---"
   grep -E 'ERROR' "$OUT/$b.log" | head -5
   if [ -s "$OUT/$b.json" ]; then
-    python3 tools/summarize_bench.py "$OUT/$b.json" | cut -c1-240 | tail -60
+    python3 tools/summarize_bench.py --lines "$OUT/$b.json" | cut -c1-240 | tail -60
   else  # no JSON (the bench did not start): its console lines
     grep -E '^BM_|^Benchmark' "$OUT/$b.log" | sed -E 's/ +/ /g' | cut -c1-220 | tail -45
   fi

@@ -1,4 +1,4 @@
-// The draft's single-token decode against its HBM floor (DESIGN §3; issue 7's >= 60% goal):
+// The draft's single-token decode against its HBM floor (docs/design.md §3; issue 7's >= 60% goal):
 //  - BM_DraftDecode: single-token decode of synth:qwen3-0.6b in bf16 on the CudaBackend; time per
 //    token (CUDA events over 64 tokens, no host wait between tokens) against the floor of the bytes a
 //    token reads (every weight once; the tied embedding is read whole by the head) / 4.2 TB/s HBM.

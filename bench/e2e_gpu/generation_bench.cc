@@ -1,10 +1,10 @@
-// Speculative generation through the GPU-resident loop, end to end (DESIGN §3, §6):
+// Speculative generation through the GPU-resident loop, end to end (docs/design.md §3, §6.1):
 //  - BM_SpeculativeGeneration: the bundled pair (models/tiny-target + tiny-draft) through the
 //    GPU-resident speculative loop, 128 new tokens from each of its 25 held-out prompts: tokens/s with draft length k (k = 0: the target alone through the
 //    same loop; adaptive: the controller bounded by k; graph_verify 0 (DeviceLoopHooks): the target's passes launched
 //    op by op), acceptance rate, τ, drafts a step, the step's host phases, host syncs
 //    per step (result copies + other waits; should be 1)
-//    and MoE expert-union reads per step (allowed, DESIGN §6 a).
+//    and MoE expert-union reads per step (allowed, docs/design.md §6.2).
 //  - BM_SpeculativeSynthPair: a Qwen3-sized pair (synth qwen3-0.6b draft, qwen3-1.7b target, random
 //    weights) through the same loop: what a step costs at a 151936-token vocabulary.
 // Skips (with an error message) without a device or without the bundled pair.

@@ -1,6 +1,6 @@
 // What the target's pass graphs cost in device memory. GraphedTargetPass instantiates one graph per
 // (pass size, key bound); the driver allocates what an instantiated graph needs outside the
-// backend's budgeted arena (DESIGN §7 counts only the arena). This captures every pass size 1..16 at
+// backend's budgeted arena (docs/design.md §6.8 counts only the arena). This captures every pass size 1..16 at
 // every key bound of a 2048-token context (128 .. 2048: 5 bounds, 80 graphs) on a qwen3-1.7b-shaped
 // target and reports the device's free memory before and after (cudaMemGetInfo: the whole device, so
 // nothing else may run beside it). Counters: graphs (captured), graph_mib (free memory lost while

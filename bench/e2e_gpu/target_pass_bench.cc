@@ -1,5 +1,5 @@
 // The target's pass (a verification of k + 1 positions, or a step of the target alone) against its
-// HBM floor (DESIGN §3):
+// HBM floor (docs/design.md §3):
 //  - BM_TargetPass: one Transformer pass of n tokens launched op by op or replayed from a CUDA graph
 //    (graph 1, the loop's default; 2: at alternating lengths), against its weights' HBM floor, and the
 //    host's time to queue it.

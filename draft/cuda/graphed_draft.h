@@ -1,4 +1,4 @@
-// GraphedDraft: the resident draft's single-token decode (DESIGN §1) on a dense Transformer's own
+// GraphedDraft: the resident draft's single-token decode (docs/design.md §1) on a dense Transformer's own
 // weights and KV cache, by one of two paths:
 //   kGraph (the speculative loop's default): a fixed sequence of fused kernels
 //     (kernels/decode_fused.cuh; for head_dim 32/64/128/256 the q/k-norm + RoPE + KV append runs inside the

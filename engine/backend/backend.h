@@ -1,4 +1,4 @@
-// Backend: the ops of the forward pass on one device (DESIGN.md §5). The CPU backend (Eigen, fp32) is
+// Backend: the ops of the forward pass on one device (docs/design.md §5). The CPU backend (Eigen, fp32) is
 // the reference; the CUDA backend implements the same interface and is tested op by op against it.
 // Memory is backend-owned and opaque (host memory on the CPU, VRAM on CUDA): activations live in
 // Buffers, weights in Weights; only Write/Read and the small host-side arguments cross to the host.
@@ -118,7 +118,7 @@ class Backend {
   // out[i] = table[tokens[i]]; table [V, D], out [n, D]. Ids must be < V (checked: error names the id).
   virtual absl::Status Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) = 0;
   // y[n, out] = x[n, in] · W[out, in]^T. Every row is reduced in the same order whatever n (batch
-  // invariance, DESIGN §6).
+  // invariance, docs/design.md §6.6).
   virtual absl::Status MatMul(const Buffer& x, const Weight& w, Buffer* y) = 0;
   // y = w ⊙ x / sqrt(mean(x²) + eps) over each consecutive group of `group` columns of a row (group ==
   // cols: the usual row norm; group == head_dim: per-head q/k norm). w has `group` elements. y may be x.
@@ -141,7 +141,7 @@ class Backend {
   virtual absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                  const AttentionShape& shape, std::span<const uint8_t> mask,
                                  Buffer* out) = 0;
-  // Router logits [n, E] → top-k experts and weights per token (../shared/notes/formats.md §4.1-4.2).
+  // Router logits [n, E] → top-k experts and weights per token (docs/formats.md §8).
   virtual absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) = 0;
   // dst[i] = src[rows[i]]; dst->rows() must equal rows.size().
   virtual absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) = 0;
@@ -181,7 +181,7 @@ class Backend {
   virtual absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                      int64_t dst_row, Buffer* k_cache, Buffer* v_cache);
 
-  // --- MoE routing without the host (DESIGN §6 a: the expert-union read is needed only where the host
+  // --- MoE routing without the host (docs/design.md §6.2: the expert-union read is needed only where the host
   // must fetch experts; with every expert resident the device can route by itself) ---
   // An MoE layer's experts, prepared once for RouteAndRunExperts (on the GPU: device tables of the
   // experts' addresses). nullptr when this backend has no such path (the CPU: routing on the host costs

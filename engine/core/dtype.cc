@@ -17,7 +17,7 @@ struct Entry {
 
 namespace q = quant_rows;
 
-// Block sizes and bytes from ggml-common.h (../shared/notes/formats.md §2).
+// Block sizes and bytes from ggml-common.h (docs/formats.md §2).
 constexpr std::array<Entry, 8> kTable = {{
     {DType::kF32, {"f32", 1, 4, false, q::DequantizeF32, q::QuantizeF32}},
     {DType::kF16, {"f16", 1, 2, false, q::DequantizeF16, q::QuantizeF16}},

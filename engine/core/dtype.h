@@ -1,5 +1,5 @@
 // Element types of weights and activations: the plain floats and the GGUF block-quantized types, with
-// their block geometry so that the byte size of any tensor is exact (DESIGN.md §5).
+// their block geometry so that the byte size of any tensor is exact (docs/design.md §5).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Row conversion between fp32 and every DType on the CPU: dequantization of the GGUF block formats
-// (byte-exact per ../shared/notes/formats.md §2) and simple round-to-nearest quantizers for the types
+// (byte-exact per docs/formats.md §2) and simple round-to-nearest quantizers for the types
 // that synth/convert write. A row is n elements along a tensor's contiguous dimension; for block types
 // n must be a whole number of blocks.
 #pragma once

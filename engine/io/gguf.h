@@ -1,6 +1,6 @@
 // GGUF v3 files: reading (every metadata type, tensor infos, alignment, data offsets) and writing.
 // Nothing in a file is trusted: every count, length, offset and shape is checked against the file size
-// and for overflow before use; errors name the file and what is wrong (../shared/notes/formats.md §1).
+// and for overflow before use; errors name the file and what is wrong (docs/formats.md §1).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // ModelSpec from GGUF metadata (architectures llama, qwen3, qwen3moe; `llama` with experts is
-// Mixtral), keys per ../shared/notes/formats.md §1.4. Tensor presence fills what metadata does not
+// Mixtral), keys per docs/formats.md §1.4. Tensor presence fills what metadata does not
 // say: a missing `output.weight` means tied embeddings, a layer without `ffn_gate_inp` is dense.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Safetensors checkpoints: a single model.safetensors or a sharded set named by
 // model.safetensors.index.json. Headers are validated (offsets inside the buffer, no overlaps, byte
-// counts equal to numel x element size) before any tensor is used (../shared/notes/formats.md §3).
+// counts equal to numel x element size) before any tensor is used (docs/formats.md §3).
 #pragma once
 
 #include <cstdint>

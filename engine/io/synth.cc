@@ -69,7 +69,7 @@ struct Preset {
   ModelSpec (*make)();
 };
 
-// Shapes from the published config.json files (../shared/notes/formats.md §3.2, §7).
+// Shapes from the published config.json files (docs/formats.md §4, §7).
 const Preset kPresets[] = {
     {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 layers, 128 experts top-8, 30.5B params, 3.3B active",
      [] { return Qwen3Moe("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 8, 768, 6144); }},

@@ -19,7 +19,7 @@ std::string_view ArchName(Arch a);  // "llama", "qwen3", "qwen3moe", "mixtral"
 // i + d/2, "neox"); GGUF `llama`/Mixtral files have Q/K rows permuted for interleaved pairs (2i, 2i+1).
 enum class RopeStyle { kRotateHalf, kInterleaved };
 
-// How router weights are formed from the router logits of one token (../shared/notes/formats.md §4).
+// How router weights are formed from the router logits of one token (docs/formats.md §8).
 enum class RouterNorm {
   kSoftmaxThenTopK,           // qwen3moe, norm_topk_prob = false: top-k of softmax over all experts
   kSoftmaxTopKRenormalize,    // qwen3moe, norm_topk_prob = true: ... then divided by their sum

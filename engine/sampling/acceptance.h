@@ -1,5 +1,5 @@
 // Acceptance of drafted tokens against the target's distributions: the rule that makes speculative
-// decoding exact. CPU reference of the GPU acceptance kernel (../shared/notes/sampling.md §1, §4).
+// decoding exact. CPU reference of the GPU acceptance kernel (docs/design.md §11.1-11.2, §6.4).
 //   rejection: Leviathan et al. / Chen et al.; accept x_i w.p. min(1, p_i(x_i)/q_i(x_i)), at the first
 //              rejection draw from norm(max(0, p_i - q_i)), all accepted → bonus from p_{k+1}.
 //   coupled:   Gumbel-max with noise shared by draft and target, keyed by (seed, position); accept iff

@@ -1,5 +1,5 @@
 // SamplingParams: how logits become the distribution a token is drawn from. The same parameters
-// shape the target's p and the draft's q (DESIGN §6), so acceptance compares like with like.
+// shape the target's p and the draft's q (docs/design.md §6.5), so acceptance compares like with like.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Adaptive draft length (DESIGN §3): from EWMA estimates of the acceptance at each draft depth and of
+// Adaptive draft length (docs/design.md §3): from EWMA estimates of the acceptance at each draft depth and of
 // the measured cost of a whole step at each k, choose the k in [0, k_max] that maximizes expected
 // tokens per second, E(k) / C(k) with E(k) = 1 + Σ_{j=1..k} Π_{i=1..j} α_i, where α_i is the
 // probability that draft i is accepted given that drafts 1..i-1 were; k = 0 (plain decoding) when

@@ -2,7 +2,7 @@
 // consecutive positions from the cache's end, causal, token ids read from device memory) captured in a
 // CUDA graph and replayed. Eagerly a pass costs the host a launch per kernel (~4-5 us each on an H200,
 // ~230 of them for a 28-layer target): passes of targets up to ~0.6B parameters are paced by the host,
-// not the GPU (bench/RESULTS_H200.md, twenty-first session). A replay is two calls.
+// not the GPU (bench/RESULTS.md). A replay is two calls.
 //
 // A replay keeps the arguments its capture recorded, so the capture runs the backend with a device
 // length (CudaBackend::SetDeviceLength): the cache's length is stored into device memory by the graph's

@@ -1,5 +1,5 @@
 // Counters of a speculative generation run, named as the benchmark figures they feed
-// (../shared/notes/sampling.md §7; DESIGN §7 `--stats json`).
+// (docs/design.md §11.6, §7 `--stats json`).
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ struct SpeculativeStats {
   double tokens_per_second() const { return total_seconds > 0 ? tokens / total_seconds : 0.0; }
   void RecordPass(int k, int n_accepted);
 
-  std::string ToJson() const;  // one object; keys as DESIGN §7
+  std::string ToJson() const;  // one object; keys as docs/design.md §7
   std::string ToText() const;  // a few human-readable lines
 };
 

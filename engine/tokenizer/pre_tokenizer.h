@@ -1,6 +1,6 @@
 // Pre-tokenizers: split text into the "words" BPE runs on. Hand-written scanners over code points that
 // reproduce, match for match, the regexes of HF tokenizers' Split pre-tokenizers (no regex library;
-// leftmost alternative wins, as in Oniguruma's backtracking). See ../shared/notes/formats.md §5.1.
+// leftmost alternative wins, as in Oniguruma's backtracking). See docs/formats.md §5.1.
 #pragma once
 
 #include <string_view>

@@ -2,7 +2,7 @@
 // Two kinds: byte-level BPE ("bpe": GPT-2 family, Qwen2/Qwen3, Llama-3) and SentencePiece-style BPE
 // with byte fallback ("spm": Llama-2, Mistral, Mixtral). A TokenizerSpec holds what either file
 // format (tokenizer.json, GGUF tokenizer.ggml.*) says; Tokenizer::Create validates it and builds the
-// lookup structures. See ../shared/notes/formats.md §5.
+// lookup structures. See docs/formats.md §5.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 usage: specgen_cli_check.py SPECGEN SOURCE_DIR
 
 Checks: greedy `generate` prints the same text with and without -md, and --stats json prints one
-parseable line with the DESIGN §7 keys; `chat` answers piped turns (and /stats) and exits 0 at EOF;
+parseable line with the docs/design.md §7 keys; `chat` answers piped turns (and /stats) and exits 0 at EOF;
 bad input (a missing model, a draft of another vocabulary, a prompt longer than -c, bad flags) exits
 with status 1 and a message naming the problem on stderr, never a crash. The bundled pair is
 committed, so its absence fails (exit 1) rather than skipping.

@@ -1,4 +1,4 @@
-// Dequantization against hand-built blocks (bytes laid out by hand per ../shared/notes/formats.md §2,
+// Dequantization against hand-built blocks (bytes laid out by hand per docs/formats.md §2,
 // expected floats from the layout written out element by element here, not from quant.cc), and
 // quantize -> dequantize round trips with error bounds derived from each block's own scale.
 #include "engine/core/quant.h"

@@ -115,7 +115,7 @@ TEST(GemvGpu, OrdersDifferWhereTensorCoresApply) {
   }
 }
 
-// DESIGN.md §6: a row's result must not depend on how many tokens share the call.
+// docs/design.md §6.6: a row's result must not depend on how many tokens share the call.
 TEST(GemvGpu, BatchInvariantBitForBit) {
   SPECGEN_SKIP_WITHOUT_GPU();
   for (GemvOrder order : kGemvOrders) {

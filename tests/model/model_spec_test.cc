@@ -16,7 +16,7 @@ ParamCounts Count(const char* preset) {
 }
 
 // Published totals (model cards) must match within 1%; the exact figures are the ones computed from
-// the shapes in ../shared/notes/formats.md §7, which pins the counting convention.
+// the shapes in docs/formats.md §7, which pins the counting convention.
 TEST(ParamCounts, Qwen3_30B_A3B) {
   const ParamCounts c = Count("qwen3-30b-a3b");
   EXPECT_NEAR(c.total, 30.5e9, 0.01 * 30.5e9);

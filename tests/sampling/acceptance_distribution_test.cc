@@ -1,5 +1,5 @@
 // Statistical exactness of the acceptance rule: the emitted tokens are distributed as the target's
-// p whatever the draft's q (../shared/notes/sampling.md §5). Every trial uses its own seed, so draws
+// p whatever the draft's q (docs/design.md §11.5). Every trial uses its own seed, so draws
 // are independent; counts are tested with Pearson's chi-square at a false-failure rate of 1e-6
 // (tests/common/chi_square.h derives the p-value). Deliberately wrong acceptors run through the
 // same harness and must fail it: proof that the test can see the bugs it is meant to catch.

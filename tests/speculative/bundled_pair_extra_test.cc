@@ -104,7 +104,7 @@ TEST_F(BundledPairExtraTest, CachesAfterRejectionsContinueLikeFreshOnes) {
   // After a run whose passes rejected drafts, the target's cache must hold exactly the committed
   // sequence but its last token, and the draft's a prefix of it; the next logits of both must equal
   // those of caches that never saw a rejected draft. Rows are reduced in one order whatever the
-  // batch (DESIGN §6), so the comparison is exact.
+  // batch (docs/design.md §6.6), so the comparison is exact.
   SpeculativeOptions o;
   o.draft_max = 6;
   o.max_new_tokens = 40;

@@ -362,7 +362,7 @@ TEST_F(GpuBundledPair, OneHostSyncPerStepAndNoExpertUnionReads) {
       EXPECT_EQ(s.other, 0);
       EXPECT_LE(s.max_non_union_per_step, 1);
       // Every expert is resident, so the target routes on the device (Backend::RouteAndRunExperts):
-      // the host never reads an expert union during a step (DESIGN §6 a); the draft is dense.
+      // the host never reads an expert union during a step (docs/design.md §6.2); the draft is dense.
       EXPECT_GT(moe_layers, 0);
       EXPECT_EQ(s.expert_union, 0);
     }

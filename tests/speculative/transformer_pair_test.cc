@@ -123,7 +123,7 @@ TEST_F(TransformerPairTest, CoupledOutputPerSeedEqualsPlainDecoding) {
 
 TEST_F(TransformerPairTest, RolledBackCacheContinuesLikeAFreshOne) {
   // After verifying [last, d1, d2, d3] and accepting only d1, the next step's logits must equal those
-  // of a cache that never saw d2, d3. Rows are reduced in one order whatever the batch (DESIGN §6,
+  // of a cache that never saw d2, d3. Rows are reduced in one order whatever the batch (docs/design.md §6.6,
   // batch invariance), so the comparison is exact.
   const std::vector<int32_t> prompt = {1, 17, 42, 9};
   std::vector<float> logits, after_rollback, fresh;

@@ -3,7 +3,7 @@
 // arithmetic. Matrix products are per-row dot products with one fixed reduction order (Eigen packets
 // over 16 lanes, then a fixed lane sum), not Eigen's GEMM, whose blocking and GEMV/GEMM switch change
 // the summation order with the batch size: a row's result is bit-identical for any batch and any
-// thread count (DESIGN §6, batch invariance).
+// thread count (docs/design.md §6.6, batch invariance).
 #pragma once
 
 #include <memory>

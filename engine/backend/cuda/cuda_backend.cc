@@ -602,7 +602,7 @@ absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm
     readback_bytes_ = r.bytes;
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(readback_, route_, r.bytes, cudaMemcpyDeviceToHost, stream_));
-  // The host learns the layer's expert union here (DESIGN §6 a).
+  // The host learns the layer's expert union here (docs/design.md §6.2).
   RETURN_IF_ERROR(Synchronize(SyncKind::kExpertUnion));
   routing->n_tokens = n;
   routing->k = k;

@@ -1,9 +1,9 @@
-// CudaBackend: the Backend of DESIGN §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
+// CudaBackend: the Backend of docs/design.md §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
 // stored (quantized types are dequantized to bf16 at upload), KV caches and everything else in one
 // budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
 // verify path; in the backend's one GemvOrder), cuBLAS for bf16 prefill batches, a fixed-order row
 // kernel for f32 weights. All work is queued on one stream; the host waits only through
-// Synchronize(), which counts every wait by kind (DESIGN §6: one result copy per speculative step,
+// Synchronize(), which counts every wait by kind (docs/design.md §6.1: one result copy per speculative step,
 // plus the per-MoE-layer expert-union reads).
 #pragma once
 
@@ -39,8 +39,8 @@ struct CudaBackendOptions {
 
 // Why the host waited for the GPU.
 enum class SyncKind : int {
-  kStepResult = 0,   // the one copy of a speculative step's result (DESIGN §6 b)
-  kExpertUnion = 1,  // an MoE layer's routing read by the host (DESIGN §6 a)
+  kStepResult = 0,   // the one copy of a speculative step's result (docs/design.md §6.1)
+  kExpertUnion = 1,  // an MoE layer's routing read by the host (docs/design.md §6.2)
   kOther = 2,        // anything else (Read of a buffer, a staging ring wrap, tests): a bug on the step path
 };
 struct SyncCounts {

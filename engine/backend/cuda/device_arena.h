@@ -1,5 +1,5 @@
 // DeviceArena: all VRAM the CUDA backend uses comes from ONE cudaMalloc made up front from a byte
-// budget (DESIGN §6 Memory): allocation is a bump pointer with first-fit reuse of freed blocks, so
+// budget (docs/design.md §6.8): allocation is a bump pointer with first-fit reuse of freed blocks, so
 // running out of the budget is a Status naming what was being allocated, never a CUDA OOM mid-run,
 // and allocating during CUDA graph capture is host-only bookkeeping.
 #pragma once
