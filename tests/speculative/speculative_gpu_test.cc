@@ -134,7 +134,7 @@ TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqu
 // The dense draft decodes its single tokens through the captured CUDA graph (the default), the same
 // kernels launched eagerly, or the Transformer, and every path gives the same greedy output. For this
 // draft (head_dim 32) the graph's logits equal the Transformer's bit for bit
-// (tests/speculative/graphed_draft_test.cc), so even the drafts agree; the graph's attention for
+// (tests/draft/graphed_draft_test.cc), so even the drafts agree; the graph's attention for
 // head_dim 128 sums in its own order (within 1e-4 of the scale), and only the verified output is
 // guaranteed equal.
 TEST_F(GpuBundledPair, DraftDecodePaths) {
