@@ -403,11 +403,10 @@ __host__ __device__ __forceinline__ size_t DecodeCounterBytes(int heads) {
 // memory round trip and a split the chunks' merge by the head's last block (a counter round trip and
 // the partials' reads), about as much: so 2 units are 2 batches in one chunk (the merge would cost what
 // it saves), while from 3 units up every warp of a chunk loads its slots in one round trip, with up to 16
-// chunks of a head in flight at once. With fixed 256-slot chunks, 512 slots were 2 blocks a head whose
-// warps each walked 4 batches one after another (828 -> 746 us a token at ctx 512; 64-slot chunks from
-// 65 slots on cost ctx 64-128 a merge for nothing, +10 us a token); 16 chunks rather than 8 (two blocks
-// of at most 128 registers share a multiprocessor) halve the batches a warp walks at 1024-2048 slots:
-// 855 -> 846 us a token at ctx 1900, 737 -> 718 at ctx 512. A function of len and D only: the
+// chunks of a head in flight at once. Fixed-size chunks lose both ways: large ones leave a few blocks a
+// head whose warps walk their batches one after another, small ones pay a merge at short contexts for
+// nothing (docs/experiments.md). 16 chunks rather than 8 (two blocks of at most 128 registers share a
+// multiprocessor) halve the batches a warp walks at long contexts. A function of len and D only: the
 // reduction order never depends on the grid.
 constexpr int kDecodeSplits = 16;
 constexpr int kDecodeWholeUnits = 2;

@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // The same under a register cap (registers a thread): the down projection's (a residual add over a
 // 3072-input row: 113 registers uncapped, 30.7 K a block) at 104 (it takes 94-96: 24.6 K), so that its
 // block starts beside two gate/up blocks of a row pair a warp (20.5 K each) in a multiprocessor's 64 K
-// instead of one: 603 against 610 us a token at ctx 32 (H200, A/B in one session). A cap of 255 on every
-// kernel is not neutral: the compiler then gives the others 10-15 registers more.
+// instead of one, so more of the next kernel overlaps this one's tail. A cap of 255 on every kernel is
+// not neutral: the compiler then gives the others 10-15 registers more.
 template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth, int kMaxRegs>
 __global__ void __launch_bounds__(kWarps * 32) __maxnreg__(kMaxRegs)
     FusedGemvKernelCapped(const float* __restrict__ x, const void* __restrict__ norm_w, ElemType norm_type,
@@ -131,9 +131,9 @@ constexpr auto GemvKernelFor() {
   }
 }
 
-// The streaming (output head) instantiation keeps the default carveout: it read 98.6 us with it and
-// 111 us with the max shared carveout (whose 28 KB of L1 may limit the loads in flight); one carveout
-// switch per token before and after it is small against its ~100 us.
+// The streaming (output head) instantiation keeps the default carveout: the max shared carveout leaves
+// 28 KB of L1, which may limit the loads in flight of the longest kernel of a token (docs/experiments.md);
+// one carveout switch per token before and after it is small against that kernel's own time.
 template <ElemType kW, GemvEpilogue kEpi, int kU, bool kStreaming, int kDepth>
 cudaError_t LaunchWithDepth(const float* x, const void* norm_w, ElemType norm_type, float eps,
                             const Segments& segs, int in, unsigned blocks, cudaStream_t stream,

@@ -45,8 +45,8 @@ __device__ __forceinline__ SegRow FindSegRow(const Segs& s, int row) {
 
 // Warp owns R consecutive output rows (kSwiGlu: R gate/up row pairs); each lane keeps U chunks per weight
 // row in flight. kExact kernels take exactly n = N tokens; the others n <= N, computing all N columns,
-// the ones past n on x's last row and never stored (a run-time token count in the FMA loop kept its x
-// loads from being issued ahead: BM_Gemv at 8 tokens fell from 1762 to 916 GB/s). Every weight row is
+// the ones past n on x's last row and never stored (a run-time token count in the FMA loop keeps its x
+// loads from being issued ahead; docs/experiments.md). Every weight row is
 // reduced in the one order described in gemv.cuh, whatever the epilogue, the segments, N or n.
 // kBW warps a block. kXs: x's n rows are staged once a block into shared memory (detail::StagedIndex
 // layout per row, kBW * 32 threads copying) after the wait, and read from there: the same values in
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kBW * 32) GemvKernel(Segs s, const float* __re
 
   // The warp's first U chunks of weights are requested before waiting for the previous kernel (PDL:
   // they overlap its tail, and the launch's own start), x is read after; the order of the sums is
-  // unchanged. H200, synth:qwen3-1.7b, ncu: these GEMVs averaged 1.5-2.7 TB/s launched plainly.
+  // unchanged. Launched plainly, these small GEMVs stay well below the HBM rate: the latency of their
+  // first loads is a large share of their time.
   LetDependentsLaunch();
   const int kb0 = lane * kChunk;
   uint4 wv[U][kWR];
@@ -177,14 +178,13 @@ cudaError_t LaunchXs(const Segs& s, const float* x, int in, int n, cudaStream_t 
                             ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
-// kPipe: loads an iteration ahead (the default: where they measured faster, below).
+// kPipe: loads an iteration ahead (the default where that wins: see LaunchR).
 template <ElemType kW, int N, int R, int U, GemvEpilogue kEpi, bool kExact, bool kPipe = (N >= 4 && N <= 6)>
 cudaError_t LaunchR(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
   const int rows_per_block = kWarps * R;
   const unsigned blocks = static_cast<unsigned>((s.total_rows + rows_per_block - 1) / rows_per_block);
-  // Loads an iteration ahead by default where they measured faster. H200 A/B in one call (BM_Gemv,
-  // GB/s, two rounds): 5 tokens 4096^2 1700 -> 2112, 14336 x 4096 2509 -> 2893; 4 tokens even; but 2
-  // tokens 4096^2 2083 -> 1587 and 8 tokens 1972 -> 1858 (more registers, the same bytes in flight).
+  // Loads an iteration ahead by default at 4-6 tokens, where they hide the load latency; at 2 or 8
+  // tokens they only cost registers for the same bytes in flight (BM_Gemv, bench/RESULTS.md).
   return LaunchDecodeKernel(GemvKernel<kW, N, R, U, kEpi, kExact, kPipe>, dim3(blocks), dim3(kWarps * 32), 0, stream,
                             ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
@@ -194,31 +194,18 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
   // Rows per warp grow with the batch so x loads are shared by more rows; loads in flight per lane
   // stay near 4 x 16 bytes. Neither changes the per-element reduction order.
   // From 3 tokens, 4 rows a warp: a warp reads 2n/R bytes of x from L1 per weight byte, and at R = 2
-  // that read bound the kernel from 5 tokens. H200 A/B (BM_Gemv, GB/s, R = 2 -> 4), 4096 x 4096 at
-  // 4/5/8 tokens: 2255/1610/1183 -> 2207/1756/1762; 14336 x 4096: 2899/2168/1527 -> 3188/2472/2092.
-  // R = 8 from 9 tokens (one chunk in flight, ~255 registers) fell to 558 GB/s at 16: not taken.
-  // Matrices with fewer rows than that leaves 4 warps a multiprocessor take 2 rows a warp, or 1: the
-  // 2048-row residual products of synth:qwen3-1.7b at 5 tokens (1.1 TB/s at 4 rows a warp, ncu).
-  // Those few rows, when long (down: 6144 inputs), leave ~2 blocks a multiprocessor whose warps stall
-  // on loads (ncu: 82% long scoreboard, 8 warps an SM), so their lanes keep more chunks in flight:
-  // registers are not what bounds them there. H200 A/B in one call, 2048 x 6144 (BM_Gemv GB/s at 5 / 9
-  // tokens; BM_TargetPass qwen3-1.7b us at 5 / 9): 2 chunks (loads ahead at 5) 1072 / 780, 2695 / 3651;
-  // 4 chunks loaded ahead 1412 / -, 2474 / 3595; 8 chunks 1265 / 1143, 2502 / 3291; 4 rows a warp
-  // with 4 chunks 1509 / 1055 alone but 2621 / 3473 in the pass. At 4-6 tokens their x rows are
-  // staged once a block in shared memory (LaunchXs: x read through L1 missed to L2 at 123 KB): H200, A/B
-  // in one call, two rounds: BM_Gemv 2048 x 6144 at 5 tokens 1408-1418 -> 1932-1936 GB/s, BM_TargetPass
-  // qwen3-1.7b n = 5 2357-2363 -> 2217-2220 us, the Qwen3-sized pair at k = 4 1065-1066 -> 1080-1082
-  // tok/s. From 7 tokens (8 chunks a lane) it lost: n = 9 3169-3172 -> 3238-3251 us with O's 74 KB
-  // staged (down's 221 KB over the bound), so x is read from global memory there.
-  // From 2048 inputs (O of the 1.7b too) the same, in the same call: BM_TargetPass n = 5 / 9 2446 /
-  // 3263 -> 2408 / 3161 us (all 8 chunks at once without loads ahead measured alike, 1 row a warp worse).
+  // that read bounds the kernel from 5 tokens. 8 rows a warp would leave one chunk in flight and spill
+  // (docs/experiments.md). Matrices with fewer rows than that leaves 4 warps a multiprocessor (the
+  // 2048-row residual products of a qwen3-1.7b-sized model) take 2 rows a warp, or 1, so that every
+  // multiprocessor stays busy. Those few rows, when long (down: 6144 inputs), leave ~2 blocks a
+  // multiprocessor whose warps stall on loads, so their lanes keep more chunks in flight: registers are
+  // not what bounds them there. At 4-6 tokens their x rows are staged once a block in shared memory
+  // (LaunchXs), since x read through L1 would miss to L2 at that size; from 7 tokens (8 chunks a lane)
+  // the staging no longer pays and x is read from global memory (docs/experiments.md).
   // At 4-5 tokens the 4 rows a warp of many-row matrices with short rows (q/k/v, gate/up: 2048
-  // inputs) take their 4 chunks at once instead of 2 loaded an iteration ahead (the same bytes in
-  // flight, half the iterations): n = 5 2446 -> 2387 us; at 9 tokens it lost 3%, 2 rows a warp of 4
-  // or 8 chunks 14-32%. On 4096 inputs it lost (BM_Gemv 4096^2 at 4 / 5 tokens 2236 / 2107 -> 1845 /
-  // 1775 GB/s, 14336 x 4096 3111 / 2896 -> 2844 / 2729), so longer rows keep the loads ahead.
-  // 2 tokens: 2 rows a warp of 2 chunks instead of 1 of 4 (x read from L1 was 80% of its throughput,
-  // ncu): 4096^2 2084 -> 2383 GB/s, 14336 x 4096 2858 -> 3568.
+  // inputs) take their 4 chunks at once instead of 2 loaded an iteration ahead: the same bytes in
+  // flight in half the iterations. Longer rows keep the loads ahead, which hide more there.
+  // 2 tokens: 2 rows a warp of 2 chunks instead of 1 of 4, so that x's L1 reads are shared by 2 rows.
   // kSwiGlu: half the output rows (each reads a gate and an up row), the same weight rows a warp.
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
   constexpr int U = N <= 2 ? 4 : 2;
@@ -228,8 +215,8 @@ cudaError_t LaunchN(const Segs& s, const float* x, int in, int n, cudaStream_t s
     return LaunchR<kW, N, 2, 2, kEpi, kExact>(s, x, in, n, stream);
   } else {
     const int min_warps = 4 * MultiprocessorsOnCurrentDevice();
-    // Where the measured row-length rules below switch (each measured at 2048 inputs and one other
-    // length: 4096 for the first, 6144 for the second).
+    // Where the row-length rules below switch: the short rows of a qwen3-sized q/k/v and gate/up (2048
+    // inputs) against the long ones of 4096 (first) and 6144 (second) inputs.
     constexpr int kAtOnceUpToInputs = 2048;    // many rows: 8 chunks a lane, 2 iterations of 4
     constexpr int kMoreChunksFromInputs = 2048;  // few rows
     if (s.total_rows >= (4 / kPer) * min_warps) {
@@ -266,10 +253,10 @@ cudaError_t DispatchExact(int n, const Segs& s, const float* x, int in, cudaStre
   return err;
 }
 
-// The epilogues: exact kernels for bf16 up to a k = 8 verification (padding 5 tokens to 8 made the
-// qwen3-1.7b pass at 5 tokens 20% slower than the separate kernels), else one for each power of two at
-// or above n. Every executable carries each instantiation: exact ones for every n, type and epilogue
-// took the packed GPU binaries from 38 to 56 MB, over what the device tool carries.
+// The epilogues: exact kernels for bf16 up to a k = 8 verification (padding a batch to the next power
+// of two costs the padded columns' registers and FMAs; docs/experiments.md), else one for each power of
+// two at or above n. Every executable carries each instantiation, so exact ones for every n, type and
+// epilogue would make the GPU binaries too large to ship comfortably.
 constexpr int kExactEpilogueTokens = 9;
 template <ElemType kW, GemvEpilogue kEpi>
 cudaError_t DispatchEpilogue(int n, const Segs& s, const float* x, int in, cudaStream_t stream) {

@@ -77,9 +77,8 @@ __global__ void __launch_bounds__(W * 32) MmaGemvKernel(Segs s, const float* __r
 // One launch of the parts P: blocks of max(P, 8) warps. x is split once a block into shared memory
 // where it fits (n * in * 4 bytes <= 32 KB, beside AddParts' static 8 KB), else in registers; both
 // give the same bits. 2 blocks of 32 inputs an iteration, loaded one iteration ahead (64-69
-// registers for one matrix). H200, BM_TargetPass qwen3-1.7b against 4 blocks an iteration with x in
-// registers: n = 1 / 5 / 9 1852-1892 / 2098-2143 / 2819-2858 us against 1937-1946 / 2078-2098 /
-// 2899-2926 (docs/experiments.md).
+// registers for one matrix): 4 blocks an iteration with x in registers cost more registers than the
+// extra loads in flight win back (docs/experiments.md).
 template <int NT, GemvEpilogue kEpi, int P>
 cudaError_t LaunchMmaP(const Segs& s, const float* x, int in, int n, cudaStream_t stream) {
   constexpr int U = 2, W = P > 8 ? P : 8;

@@ -112,7 +112,7 @@ __device__ __forceinline__ void NormalizeStaged(float* xs, const void* norm_w, E
 // xs (shared, StagedIndex layout) = RmsNorm(x; norm_w, eps) when norm_w is set (the arithmetic of
 // LaunchRmsNorm), else x, with every load of a thread issued at once: read one element at a time, a
 // thread's loads went out one after another, a chain of L2 round trips on every decode kernel's path
-// (the staging took 1-2.6 us of a 2-4 us kernel in the decode graph). With a norm and a block of 256
+// (a large share of each small kernel's time in the decode graph). With a norm and a block of 256
 // threads (up to 2048 inputs) each thread keeps its elements in registers; otherwise x is read as
 // float4s (x 16-byte aligned, `in` a multiple of 4; four consecutive inputs are four consecutive staged
 // floats, StagedIndex keeps k & 3) and normalized in place by NormalizeStaged. Any block of at least

@@ -194,8 +194,8 @@ __device__ __forceinline__ void PartBlocks(int in, int P, int part, int* b0, int
 
 // Parts a matrix of `rows` x `in` splits each row's inputs over: a function of the shape alone (so of
 // no device fact or batch size): the fewest (a power of 2, up to 16) that give 2048 warps, each part
-// at least 4 blocks of 32 inputs. H200, BM_TargetPass qwen3-1.7b: targets of 1024 / 4096 warps, parts
-// up to 4 or 8, or 16 whatever the rows were all slower (docs/experiments.md).
+// at least 4 blocks of 32 inputs: enough warps to fill the device without splitting short rows into
+// parts whose final sum costs more than the parallelism gains (other targets: docs/experiments.md).
 inline int MmaParts(int rows, int in) {
   constexpr int kMaxParts = 16, kTargetWarps = 2048, kMinBlocks = 4;
   const int tiles = (rows + 15) / 16;

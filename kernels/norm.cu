@@ -24,8 +24,8 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const void* __restric
 
 // RmsNormKernel's arithmetic (each thread's fmaf chain over i = tid, tid + blockDim, ..., the same
 // block sum, x * inv * w) with a thread's kPer elements and weights loaded at once instead of one
-// dependent L2 round trip each: a whole hidden row normed by one block took 5.9 us on the H200 (ncu,
-// synth:qwen3-1.7b, hidden 2048), a fifth of a layer's small kernels. Launched with programmatic
+// dependent L2 round trip each: a chain of round trips made the one-block norm of a hidden row one of
+// the longest of a layer's small kernels. Launched with programmatic
 // dependent launch where the device has it: the weights are read before the previous kernel ends, x
 // after. In place is safe: each element is read and written by one thread, reads first.
 template <int kPer>

@@ -15,7 +15,7 @@ namespace {
 // What the Backend op launchers ask of the device current when first asked, remembered for the process.
 struct CurrentDeviceFacts {
   bool programmatic_launch = false;
-  int multiprocessors = 132;  // the H200's, where the device cannot be asked
+  int multiprocessors = 132;  // a Hopper H100/H200's count, where the device cannot be asked
 };
 const CurrentDeviceFacts& FactsOfCurrentDevice() {
   static const CurrentDeviceFacts facts = [] {

@@ -11,8 +11,8 @@
 //      it, and a slice's ties go to its lower ids as the row's do), in that order (a 64-key sort),
 //      top-p over that prefix in the 2^40 fixed-point mass of the other paths, min-p, the sum of the
 //      kept weights in double, and the kept probabilities scattered into the row.
-// (A bitonic sort of each slice instead of the select is ~17 K cycles of shared-memory traffic a
-// slice: its kernel took 126 us for 9 rows under ncu.)
+// (A bitonic sort of each slice instead of the select costs far more shared-memory traffic a slice;
+// docs/experiments.md.)
 // A row's result never depends on the number of rows.
 #include <cuda_runtime.h>
 

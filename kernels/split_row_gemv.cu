@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kThreads) SplitRowAddKernel(const float* x, co
   }
 }
 
-// H200, synth:qwen3-0.6b: 2 warps a row (16 KB of weights a warp for down) lost to 4 everywhere.
+// 4 warps a row rather than 2 (16 KB of weights a warp for down): more warps share each row's loads
+// (docs/experiments.md).
 template <ElemType kW>
 cudaError_t LaunchTyped(const float* x, const void* w, float* y, int rows, int in, cudaStream_t stream,
                         bool programmatic) {
