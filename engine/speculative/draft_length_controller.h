@@ -5,14 +5,15 @@
 // speculation does not pay.
 //
 // Acceptance is kept per depth because real pairs are not geometric: once a draft agrees with the
-// target it tends to keep agreeing (copied code, a fixed phrase), so α_2, α_3 run above α_1 (the
-// bundled pair greedy: ~0.8 at depth 1, ~0.9 below). One α for all depths, learnt mostly from the
-// first draft, undervalued longer drafts. A depth not tested yet takes the estimate of the depth above.
+// target it tends to keep agreeing (copied code, a fixed phrase), so α_2, α_3 run above α_1. One α
+// for all depths, learnt mostly from the first draft, undervalues longer drafts (docs/experiments.md).
+// A depth not tested yet takes the estimate of the depth above.
 //
 // The cost is a step's as the loop measures it, not k·t_draft + t_verify(k + 1): a step also feeds the
 // draft the previous step's bonus token (a cost per step, not per draft), and on the GPU the device's
 // drafting is waited for with the verification: a split into a per-token draft cost and a verify cost
-// charged those parts to whichever k they were measured at, and mis-predicted the other lengths.
+// charges those parts to whichever k they were measured at, and mis-predicts the other lengths
+// (docs/experiments.md).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // GraphedTargetPass: the target's pass of a speculative step (Transformer::ForwardResident over n <= 16
 // consecutive positions from the cache's end, causal, token ids read from device memory) captured in a
-// CUDA graph and replayed. Eagerly a pass costs the host a launch per kernel (~4-5 us each on an H200,
-// ~230 of them for a 28-layer target): passes of targets up to ~0.6B parameters are paced by the host,
-// not the GPU (bench/RESULTS.md). A replay is two calls.
+// CUDA graph and replayed. Eagerly a pass costs the host a launch per kernel (a couple of hundred for a
+// 28-layer target): passes of small targets are paced by the host's launches, not the GPU
+// (bench/RESULTS.md). A replay is two calls.
 //
 // A replay keeps the arguments its capture recorded, so the capture runs the backend with a device
 // length (CudaBackend::SetDeviceLength): the cache's length is stored into device memory by the graph's
@@ -16,11 +16,11 @@
 // midway (a layer routed on the host, a kernel without a device length) cannot be captured: the
 // capture fails, the reason is kept, and every pass runs eagerly from then on.
 //
-// An instantiated graph holds device memory the driver allocates outside the budgeted arena (H200: 52
-// MiB for 80 graphs of a 28-layer qwen3-1.7b- or 0.6b-shaped target, ~665 KiB each;
-// BM_TargetGraphMemory), and sizes x key bounds grow with the context (16 x 9 at 32K tokens): at most
-// max_graphs are kept (24: 14 MiB there), the least recently replayed released first (a longer
-// context leaves the graphs of its smaller key bounds unused).
+// An instantiated graph holds device memory the driver allocates outside the budgeted arena (some
+// hundreds of KiB for a 28-layer target; BM_TargetGraphMemory), and sizes x key bounds grow with the
+// context (16 x 9 at 32K tokens): at most max_graphs are kept (kDefaultMaxGraphs unless told), the
+// least recently replayed released first (a longer context leaves the graphs of its smaller key bounds
+// unused).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -29,7 +29,7 @@ struct CudaBackendOptions {
   // the device, stream-ordered and without a host wait.
   size_t staging_bytes = size_t{8} << 20;
   // The fused ops (MatMulMany, MatMulAdd, MatMulSwiGlu, NormRopeStore) in one kernel each; false runs
-  // the Backend defaults (the ops one by one, the same bits): for A/B measurements.
+  // the Backend defaults (the ops one by one, the same bits), so the two can be compared.
   bool fused_ops = true;
   // How the small-batch products (1..16 tokens: decode, verify, routed experts) reduce a row
   // (kernels::GemvOrder). Every pass of this backend takes the same order, so speculative and
