@@ -15,7 +15,7 @@
 
 namespace specgen::e2e {
 
-constexpr double kHbmBytesPerSecond = 4.2e12;  // docs/design.md §2, measured device-to-device
+constexpr double kHbmBytesPerSecond = 4.2e12;  // HBM's device-to-device copy rate (docs/design.md §2)
 
 // The repository's root: $SPECGEN_SOURCE_DIR, else the working directory when it holds models/, else
 // the source directory the build was configured from.

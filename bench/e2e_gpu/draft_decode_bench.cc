@@ -1,7 +1,7 @@
-// The draft's single-token decode against its HBM floor (docs/design.md §3; issue 7's >= 60% goal):
+// The draft's single-token decode against its HBM floor (docs/design.md §3; the goal is >= 60% of it):
 //  - BM_DraftDecode: single-token decode of synth:qwen3-0.6b in bf16 on the CudaBackend; time per
 //    token (CUDA events over 64 tokens, no host wait between tokens) against the floor of the bytes a
-//    token reads (every weight once; the tied embedding is read whole by the head) / 4.2 TB/s HBM.
+//    token reads (every weight once; the tied embedding is read whole by the head) / kHbmBytesPerSecond.
 //    path: 0 Transformer::ForwardResident (Backend ops), 1 GraphedDraft's fused kernels launched
 //    eagerly, 2 the same replayed from the captured CUDA graph (the speculative loop's default); the
 //    label names the path that actually ran (a fallback says why). narrow 1: the same chain of kernels on shrunk matrices (see

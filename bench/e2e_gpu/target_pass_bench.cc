@@ -23,12 +23,13 @@ namespace {
 // One Transformer::ForwardResident pass of n tokens (the speculative loop's verify at n = k + 1, the
 // target alone at n = 1) after a 32-token prompt, launched op by op and waited for as the loop does, on
 // synth:qwen3-1.7b (model 0), synth:qwen3-0.6b (1) or the bundled tiny-target (2): us_per_pass, and
-// for the synthetic models its floor (every weight read once at 4.2 TB/s) and the share of it reached.
+// for the synthetic models its floor (every weight read once at kHbmBytesPerSecond) and the share of it
+// reached.
 // fused 0: CudaBackendOptions::fused_ops off (the ops one by one, the same bits): what fusing is worth.
 // order: CudaBackendOptions::gemv_order (0 FMA, 1 tensor cores). graph 1: the pass replayed from a CUDA
 // graph (GraphedTargetPass, DeviceLoopHooks::graph_verify, the loop's default), tokens from device memory.
-// ncu on qwen3-1.7b showed this pass GPU-bound (the host's launches ran ahead of it); the smaller ones are
-// paced by the host's launches eagerly (us_host_launch near us_per_pass).
+// us_host_launch says what paces an eager pass: near us_per_pass the host's launches do (small
+// targets), well below it the GPU does (the host's launches run ahead).
 void BM_TargetPass(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const int which = static_cast<int>(state.range(0));
@@ -74,7 +75,7 @@ void BM_TargetPass(benchmark::State& state) {
     return state.SkipWithError(std::string(r.status().message()).c_str());
   }
   // One pass untimed: the first launch of each kernel loads it (CUDA's lazy module loading), which
-  // had put 1.5-3.5 ms on each of the first benchmark's 24 timed passes.
+  // would otherwise land on the first benchmark's timed passes.
   if (auto r = t.ForwardResident(tokens, positions, {}); !r.ok() || !t.Truncate(32).ok()) {
     return state.SkipWithError("warm-up pass failed");
   }

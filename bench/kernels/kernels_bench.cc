@@ -1,5 +1,5 @@
 // GPU kernel benchmarks (Google Benchmark, CUDA-event timing, manual time = median-friendly per-launch
-// seconds): GEMV for 1..16 tokens against the H200's HBM figure, a resident MoE layer routed on the
+// seconds): GEMV for 1..16 tokens against the HBM floor (kHbmGBs), a resident MoE layer routed on the
 // device (the experts a pass reads), attention decode over a KV cache,
 // and logits processing + sampling + acceptance over a 151936-token vocabulary.
 // Counters: GB/s (bytes the kernel must move / time) and hbm_ratio = GB/s / 4200 (docs/design.md §2).
@@ -22,7 +22,7 @@
 namespace specgen::kernels {
 namespace {
 
-constexpr double kHbmGBs = 4200.0;  // measured device→device copy, docs/design.md §2
+constexpr double kHbmGBs = 4200.0;  // HBM's device-to-device copy rate (docs/design.md §2)
 
 bool HaveGpu() {
   int n = 0;
@@ -184,8 +184,8 @@ BENCHMARK(BM_AttentionDecode)
 
 constexpr int kVocab = 151936;
 
-// The step times sampling + acceptance are measured against (issue 7: under 3% of a step):
-// the bundled pair's measured target-only step (bench/RESULTS.md), and the resident HBM floor
+// The step times sampling + acceptance are measured against (the goal: under 3% of a step):
+// the bundled pair's target-only step as bench/RESULTS.md reports it, and the resident HBM floor
 // of a Qwen3-30B-A3B-class verification of k+1 = 5 positions (docs/design.md §3: 48 MoE layers x 35
 // distinct experts under uniform routing x 9.44 MB bf16 per expert / 4.2 TB/s; dense weights left
 // out, so the true step is longer; with experts offloaded over PCIe it is tens of ms).
