@@ -78,7 +78,8 @@ TEST(GemvGpu, MatchesCpuAcrossBatchSizesAndTypes) {
     for (int n : {1, 2, 3, 5, 8, 9, 16}) CheckGemv(n, 1000, 4096, ElemType::kBF16, order);
     CheckGemv(4, 777, 2056, ElemType::kF16, order);  // in not a multiple of 256, out not of the block rows
     CheckGemv(16, 64, 8, ElemType::kBF16, order);    // in = one chunk (FMA in both orders: not a multiple of 32)
-    // Few long rows (qwen3-1.7b's down projection; on the H200 2 rows a warp, 4 or 8 chunks a lane).
+    // Few long rows (qwen3-1.7b's down projection; on a 132-multiprocessor device the kernels of 2 rows
+    // a warp and 4 or 8 chunks a lane).
     for (int n : {2, 5, 9}) {
       CheckGemv(n, 2048, 6152, ElemType::kBF16, order);  // FMA in both orders (not a multiple of 32)
       CheckGemv(n, 2048, 6144, ElemType::kBF16, order);

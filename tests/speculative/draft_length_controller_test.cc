@@ -113,10 +113,10 @@ TEST(DraftLengthController, ExpectedTokensFromTheDepths) {
 }
 
 TEST(DraftLengthController, LongerDraftsWhenDeeperDraftsAgreeMore) {
-  // Acceptance that rises with depth (α_1 = 0.65, then 0.9), costs shaped as the bundled pair's on
-  // the H200 (step = 0.121 + 0.05·k ms): the best fixed k is 3 (E(k)/step: k = 1 9.65, 2 10.11, 3
-  // 10.19, 4 10.08 tokens/ms). One α for every depth, learnt mostly at depth 1 where the controller
-  // then sat, valued k = 2 below k = 1 and stayed at 1.
+  // Acceptance that rises with depth (α_1 = 0.65, then 0.9), costs shaped as a small pair's on a GPU,
+  // a step's fixed cost above a draft's (step = 0.121 + 0.05·k ms): the best fixed k is 3 (E(k)/step:
+  // k = 1 9.65, 2 10.11, 3 10.19, 4 10.08 tokens/ms). One α for every depth, learnt mostly at depth 1
+  // where the controller sits, would value k = 2 below k = 1 and stay at 1 (docs/experiments.md).
   const World world{{0.65, 0.9}, 0.01, 0.081, 0.04};
   ASSERT_EQ(world.BestK(8), 3);
   const double k = Settle(world, 8);
@@ -126,8 +126,8 @@ TEST(DraftLengthController, LongerDraftsWhenDeeperDraftsAgreeMore) {
 
 TEST(DraftLengthController, CostsAwayFromTheChosenKDoNotSteerIt) {
   // Verify costs that are not one line in n: flat up to 4 positions, then steep (a second wave of
-  // blocks). The best k is 3; a line through every measured length (0, 8 and the explored ones) put
-  // the cost of verifying 4 positions well above its 1.0 and chose shorter drafts.
+  // blocks). The best k is 3; a line through every measured length (0, 8 and the explored ones) would
+  // put the cost of verifying 4 positions well above its 1.0 and choose shorter drafts.
   struct Stepped {
     static double Verify(int n) { return n <= 4 ? 1.0 : 1.0 + 0.6 * (n - 4); }
   };
@@ -149,7 +149,7 @@ TEST(DraftLengthController, CostsAwayFromTheChosenKDoNotSteerIt) {
 
 TEST(DraftLengthController, ASlowFirstPassOfEachSizeIsOutlived) {
   // The first step of every k costs 5x (lazily loaded code, a graph's first launch): a k measured
-  // only then looked expensive for as long as it was not chosen. The exploration around the best k
+  // only then would look expensive for as long as it was not chosen. The exploration around the best k
   // re-measures its neighbours, so the controller ends where the world's best k is.
   // Rates (tokens per unit): k = 2 1.63, 3 1.73, 4 1.76, 5 1.73, 6 1.68.
   const World world{{0.7}, 0.02, 1.0, 0.1};
