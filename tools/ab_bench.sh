@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A/B of benchmark builds in ONE device call (identical code measures 2-3% apart between device sessions,
-# so only runs side by side can judge a small change). Here: `tools/ab_prepare.sh REV [REV ...]` builds
-# each revision and packs it as .device/v<i>.tar.xz (bin/ holding the stripped benchmark and any test
-# binaries asked for; by hand: tar cJf .device/v0.tar.xz -C DIR bin). There (carry [".device"]):
+# A/B of benchmark builds in ONE device call (identical code measures a little differently on each
+# fresh device machine, so only runs side by side can judge a small change). Here:
+# `tools/ab_prepare.sh REV [REV ...]` builds each revision and packs it as .device/v<i>.tar.xz (bin/
+# holding the stripped benchmark and any test binaries asked for; by hand: tar cJf .device/v0.tar.xz
+# -C DIR bin). There (carry [".device"]):
 #   FILTER='BM_DraftDecode/ctx:32/' bash tools/ab_bench.sh
 # first runs each variant's test binaries (every file in its bin/ but the benchmarks and specgen; gtest
 # filter $TEST_FILTER, default all), then its benchmark, every variant twice, alternating, printing us a
