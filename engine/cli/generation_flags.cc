@@ -44,13 +44,9 @@ absl::Status CheckPair(const GenerationFlags& flags, const Tokenizer* target_tok
 }
 
 constexpr char kAcceptHelp[] =
-    "acceptance rule, both exact (the output is distributed as the target's): rejection "
-    "(Leviathan/Chen: accept draft x with probability min(1, p(x)/q(x)), else resample from "
-    "norm(max(0, p-q)); the highest acceptance any rule reaches) or coupled (draft and target share "
-    "Gumbel noise keyed by seed and position; accept iff the draft's token is the target's, so a seed "
-    "gives the same text with or without a draft, at a slightly lower acceptance). Under rejection "
-    "the text a seed gives depends on the draft length; under coupled it does not. At --temp 0 both "
-    "are the greedy rule";
+    "acceptance rule, both exact (output distributed as the target's): rejection (accept draft x "
+    "w.p. min(1, p(x)/q(x)); the highest acceptance) or coupled (shared Gumbel noise: a seed gives "
+    "the same text with or without a draft, whatever the draft length). Both are greedy at --temp 0";
 
 }  // namespace
 
@@ -66,13 +62,9 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                  "decoding")
       ->capture_default_str();
   app.add_flag("--draft-adaptive", f->draft_adaptive,
-               "choose k each pass, up to --draft-max, from the measured acceptance at each draft "
-               "depth and the measured time of a step at each k, maximizing expected tokens/s; k = 0 "
-               "when speculation does not pay, and the lengths beside the choice are tried now and "
-               "then. The default at --temp 0 and with --accept coupled, where the text does not "
-               "depend on k. Under --accept rejection at --temp > 0 the text a seed gives follows the "
-               "lengths chosen, which follow timings: it can differ from run to run (still "
-               "distributed as the target's), so there the default is --draft-fixed");
+               "choose k in 0..--draft-max each pass for the most expected tokens/s, from the "
+               "acceptance and step times seen so far. Default at --temp 0 and under --accept coupled, "
+               "where the text does not depend on k; elsewhere --draft-fixed is");
   app.add_flag("--draft-fixed", f->draft_fixed,
                "draft --draft-max tokens every pass (the default under --accept rejection at --temp > "
                "0, where a seed then reproduces the text)");
@@ -97,18 +89,14 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                                   : "auto|cpu|cuda (this build has no CUDA: auto runs on the CPU)")
       ->capture_default_str();
   app.add_option("--vram-budget", f->vram_budget,
-                 "GPU memory specgen may use, e.g. 8GiB or 512MiB: one arena reserved at start, out of "
-                 "which come the weights, the KV caches and every workspace, so a model that does not fit "
-                 "is a clear error, never an out-of-memory crash (default: free VRAM minus 2 GiB). The "
-                 "driver's own memory (the CUDA context, loaded kernels, replayed CUDA graphs) comes on "
-                 "top");
+                 "GPU memory for weights, KV caches and workspaces, e.g. 8GiB or 512MiB, reserved at "
+                 "start so a model that does not fit is a clear error (default: free VRAM minus 2 GiB; "
+                 "the CUDA context and graphs come on top)");
   app.add_option("--gemv-order", f->gemv_order,
-                 Cat("auto|fma|tensor: how the matrix products of 1..16 tokens are summed on the GPU. "
-                     "tensor: bf16 tensor cores (the activations split into two bf16 halves); fma: "
-                     "CUDA-core FMAs; auto: ", kernels::GemvOrderName(kernels::kDefaultGemvOrder),
-                     " on the GPU (the CPU backend has one order of its own; tensor with it is an "
-                     "error). Every pass of a run uses the same order, so speculative output stays "
-                     "identical to target-only output under either; the two differ in the last bits"))
+                 Cat("auto|fma|tensor: how GPU products of 1..16 tokens are summed: bf16 tensor cores "
+                     "or CUDA-core FMAs (they differ in the last bits); auto = ",
+                     kernels::GemvOrderName(kernels::kDefaultGemvOrder),
+                     ". The CPU has one order (tensor is an error)"))
       ->capture_default_str();
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
