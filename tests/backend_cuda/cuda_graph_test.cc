@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.cuh"
-#include "tests/backend_cuda/gpu_test_env.h"
+#include "tests/common/gpu_test_env.h"
 
 namespace specgen {
 namespace {
