@@ -3,13 +3,17 @@
 Benchmark's own flags gives one benchmark per pairing x draft length, each with every counter, in
 plausible ranges; a bad config exits 1 naming the file and line, and writes no results.
 
-usage: specgen_bench_check.py SPECGEN_BENCH SOURCE_DIR
+Then `specgen report` on those results: a table with every pairing, and an SVG that parses as XML
+with one polyline per pairing in the tokens/s panel and per drafting pairing in the acceptance panel.
+
+usage: specgen_bench_check.py SPECGEN_BENCH SOURCE_DIR [SPECGEN]
 """
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 COUNTERS = ["acceptance_rate", "mean_accepted_length", "mean_draft_length", "tokens_per_second",
             "time_to_first_token", "speedup", "baseline_tokens_per_second", "draft_length", "adaptive"]
@@ -46,6 +50,32 @@ draft_lengths = [3]
 name = "plain"
 draft = "none"
 """
+
+
+def check_report(specgen, results, tmp, check):
+    svg = os.path.join(tmp, "chart.svg")
+    run = subprocess.run([specgen, "report", results, "--svg", svg], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 0, f"report: exit {run.returncode}: {run.stderr}")
+    header = run.stdout.splitlines()[2] if len(run.stdout.splitlines()) > 2 else ""
+    check([c.strip() for c in header.strip("|").split("|")] == ["k", "greedy", "sampled", "plain"],
+          f"report: side-by-side header {header!r}")
+    try:
+        root = ET.parse(svg).getroot()
+    except (ET.ParseError, OSError) as e:
+        check(False, f"report: the SVG does not parse: {e}")
+        return
+    ns = "{http://www.w3.org/2000/svg}"
+    panels = {g.get("id"): g for g in root.iter(ns + "g")}
+
+    def series(panel):
+        return [p.get("data-series") for p in panels[panel].iter(ns + "polyline")] if panel in panels else None
+    check(series("tokens_per_second") == ["greedy", "sampled", "plain"], f"report: {series('tokens_per_second')}")
+    check(series("acceptance_rate") == ["greedy", "sampled"], f"report: {series('acceptance_rate')}")
+    missing_svg = os.path.join(tmp, "none.svg")
+    run = subprocess.run([specgen, "report", os.path.join(tmp, "missing.json"), "--svg", missing_svg],
+                         capture_output=True, text=True, timeout=60)
+    check(run.returncode == 1 and "missing.json: cannot open" in run.stderr, f"report of a missing file: {run.stderr}")
+    check(not os.path.exists(missing_svg), "report of a missing file wrote an SVG")
 
 
 def main():
@@ -95,6 +125,9 @@ def main():
                       f"{name}: tau {b['mean_accepted_length']} against mean k {b['mean_draft_length']}")
                 check(0 < b["mean_draft_length"] <= k, f"{name}: mean k {b['mean_draft_length']} > {k}")
             check(b["adaptive"] == (1 if "adaptive" in name else 0), f"{name}: adaptive {b['adaptive']}")
+
+        if len(sys.argv) > 3 and os.path.exists(out):
+            check_report(sys.argv[3], out, tmp, check)
 
         # A bad config: an error naming file, line and key; nothing run, no results file.
         bad = os.path.join(tmp, "bad.toml")
