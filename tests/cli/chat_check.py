@@ -95,8 +95,8 @@ class PtyChat:
     def read_until(self, pattern, timeout=120):
         """Reads stdout and stderr until `pattern` (bytes regex) appears in stderr."""
         end = time.time() + timeout
-        while time.time() < end and not re.search(pattern, self.err):
-            ready, _, _ = select.select([self.master, self.proc.stderr], [], [], 0.2)
+        while time.time() < end and not (pattern and re.search(pattern, self.err)):
+            ready, _, _ = select.select([self.master, self.proc.stderr], [], [], 0.1)
             for fd in ready:
                 try:
                     data = os.read(fd if fd == self.master else fd.fileno(), 65536)
@@ -106,7 +106,7 @@ class PtyChat:
                     self.out += data
                 else:
                     self.err += data
-        return re.search(pattern, self.err) is not None
+        return pattern is not None and re.search(pattern, self.err) is not None
 
     def close(self):
         self.send("\x04")  # Ctrl-D: EOF on the terminal
@@ -140,7 +140,7 @@ def terminal(specgen, pair):
     c.send("def long(x):\n")
     deadline = time.time() + 60
     while time.time() < deadline and len(c.out) < 200:
-        c.read_until(rb"$^", timeout=0.2)
+        c.read_until(None, timeout=0.2)
     c.proc.send_signal(signal.SIGINT)
     stopped = c.read_until(rb"\(stopped\)")
     c.send("import os\n")
