@@ -3,7 +3,9 @@
 /stats, /reset, /help, unknown commands, /quit, EOF), the KV cache kept across turns, a context that
 fills, and on a pseudo-terminal the colours and Ctrl-C.
 
-usage: chat_check.py SPECGEN SOURCE_DIR
+With --gpu instead: chat on the GPU (--device cuda) gives the CPU's greedy text, turn for turn.
+
+usage: chat_check.py SPECGEN SOURCE_DIR [--gpu]
 """
 import json
 import os
@@ -151,12 +153,28 @@ def terminal(specgen, pair):
     check(rc == 0, f"Ctrl-C: exit {rc}")
 
 
+def gpu_matches_cpu(specgen, models):
+    pair = ["-m", os.path.join(models, "tiny-target"), "-md", os.path.join(models, "tiny-draft")]
+    args = ["-n", "48", "--temp", "0", "--stats", "none", "--system", "You write Python."]
+    stdin = "def add(a, b):\nimport os\n/reset\nclass A:\n"
+    outs = {}
+    for device in ("cpu", "cuda"):
+        rc, out, err = chat(specgen, pair + ["--device", device] + args, stdin)
+        check(rc == 0, f"--device {device}: exit {rc}: {err[-500:]}")
+        outs[device] = out
+    check(outs["cpu"] == outs["cuda"] and outs["cpu"].strip(),
+          f"greedy chat on the GPU differs from the CPU's:\ncpu:  {outs['cpu']!r}\ncuda: {outs['cuda']!r}")
+
+
 def main():
     specgen, source = sys.argv[1], os.path.abspath(sys.argv[2])
     models = os.path.join(source, "models")
-    pair = ["-m", os.path.join(models, "tiny-target"), "-md", os.path.join(models, "tiny-draft"), "--device", "cpu"]
-    piped(specgen, pair)
-    terminal(specgen, pair)
+    if "--gpu" in sys.argv[3:]:
+        gpu_matches_cpu(specgen, models)
+    else:
+        pair = ["-m", os.path.join(models, "tiny-target"), "-md", os.path.join(models, "tiny-draft"), "--device", "cpu"]
+        piped(specgen, pair)
+        terminal(specgen, pair)
     for f in failures:
         print("FAIL:", f)
     print("chat_check:", "FAILED" if failures else "ok")
