@@ -20,13 +20,16 @@ absl::Status ModelCache::UseBackend(const BackendKey& key) {
   if (backend_key_ == key) return absl::OkStatus();
   lms_.clear();
   backend_.reset();
+  cuda_ = nullptr;
   backend_key_.reset();
   BackendOptions options;
   options.cpu_threads = key.threads;
   if (!key.budget.empty()) {
     ASSIGN_OR_RETURN(options.vram_bytes, ParseByteSize(key.budget));
   }
-  ASSIGN_OR_RETURN(backend_, MakeBackend(key.device, options));
+  ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(key.device, options));
+  backend_ = std::move(made.backend);
+  cuda_ = made.cuda;
   backend_key_ = key;
   return absl::OkStatus();
 }

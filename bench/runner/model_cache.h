@@ -19,6 +19,10 @@
 #include "engine/model/transformer.h"
 #include "engine/tokenizer/tokenizer.h"
 
+namespace specgen {
+class CudaBackend;
+}  // namespace specgen
+
 namespace specgen::bench {
 
 // "auto" resolved to what MakeBackend would pick on this machine: "cuda" or "cpu".
@@ -41,6 +45,8 @@ class ModelCache {
   // The model at `path` with room for `context` positions on `key`'s backend.
   absl::StatusOr<CachedLm*> Get(const BackendKey& key, const std::string& path, int64_t context);
   Backend* backend() const { return backend_.get(); }
+  // The current backend when it is the CUDA backend (what MakeSpeculativeLoop takes), else null.
+  CudaBackend* cuda() const { return cuda_; }
   // Loads counted per path, for the tests that check nothing loads twice.
   int weight_loads(const std::string& path) const;
 
@@ -52,6 +58,7 @@ class ModelCache {
   std::map<std::string, int> weight_loads_;
   std::optional<BackendKey> backend_key_;
   std::unique_ptr<Backend> backend_;  // declared before lms_: the models go first
+  CudaBackend* cuda_ = nullptr;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<CachedLm>> lms_;
 };
 

@@ -69,7 +69,7 @@ struct Pairing {
   std::string draft;  // empty: none (plain decoding)
   std::vector<DraftLength> draft_lengths;  // {0} without a draft
   AcceptMode accept = AcceptMode::kRejection;
-  SamplingParams sampling = SamplingParams::Plain(0.8f, 1);  // seed: the first prompt's; +1 each
+  SamplingParams sampling = SamplingParams::Plain(0.8f, 1);
   std::string device = "auto";
   std::vector<std::string> vram_budgets;  // {""}: the backend's default
   int64_t context = 512;

@@ -3,9 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "draft/model_proposer.h"
 #include "engine/core/status_macros.h"
-#include "engine/speculative/speculative_decoder.h"
+#include "engine/speculative/make_loop.h"
 
 namespace specgen::bench {
 
@@ -83,28 +82,33 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     }
   }
 
-  RunTotals totals;
+  // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
+  // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
+  // captures them before the measured ones.
+  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
+                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr, options));
   const std::vector<Prompt>& prompts = spec.prompts->prompts;
+  std::vector<std::vector<int32_t>> ids(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(prompts[i], *target, spec.prompts->name));
-    options.sampling.seed = p.sampling.seed + i;
-    std::unique_ptr<ModelProposer> proposer;
-    if (draft != nullptr) {
-      proposer = std::make_unique<ModelProposer>(draft->lm.get(), target->lm->vocab_size(), options.sampling,
-                                                 options.accept);
-    }
-    SpeculativeDecoder loop(target->lm.get(), proposer.get(), options);
+    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
+  }
+  if (cache.cuda() != nullptr) {
+    auto warm = loop->Generate(ids[0]);
+    if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
+  }
+  RunTotals totals;
+  for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     double ttft = -1;
     auto sink = [&](std::span<const int32_t> tokens) {
       if (ttft < 0 && !tokens.empty()) ttft = std::chrono::duration<double>(Clock::now() - start).count();
     };
-    auto out = loop.Generate(ids, sink);
+    auto out = loop->Generate(ids[i], sink);
     if (!out.ok()) {
       return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", out.status().message());
     }
-    const SpeculativeStats& s = loop.stats();
+    const SpeculativeStats& s = loop->stats();
     totals.prompts += 1;
     totals.tokens += s.tokens;
     totals.passes += s.passes;

@@ -1,5 +1,6 @@
 // One benchmark's work: a pairing at one draft length on one backend, generating from every prompt
-// of its set (prompt i sampled with seed + i), with the counters specgen_bench reports.
+// of its set through one loop (each prompt with the pairing's seed), with the counters specgen_bench
+// reports.
 #pragma once
 
 #include <cstdint>

@@ -88,6 +88,7 @@ class ChatSession {
     options.on_pass = [this](int, const AcceptResult& result) {
       if (painter_) painter_->OnPass(result);
     };
+    options.stop = [] { return chat::InterruptRequested(); };  // Ctrl-C ends the answer, not the chat
     ASSIGN_OR_RETURN(loop_, MakeLoop(*pair_, options));
     return absl::OkStatus();
   }
@@ -144,12 +145,7 @@ class ChatSession {
     chat::TokenPainter painter(color_);
     painter_ = &painter;
     absl::Status sink_status = absl::OkStatus();
-    bool stopped = false;
     auto sink = [&](std::span<const int32_t> tokens) {
-      if (stopped || chat::InterruptRequested()) {
-        stopped = true;  // the rest of the answer is not shown
-        return;
-      }
       for (int32_t t : tokens) {
         auto piece = detok.Add(t);
         if (!piece.ok()) {
@@ -167,9 +163,13 @@ class ChatSession {
     std::fputs(detok.Finish().c_str(), stdout);
     std::fputs(isatty(STDOUT_FILENO) ? "\n" : "\n\n", stdout);  // piped: a blank line between replies
     std::fflush(stdout);
-    if (stopped) {
+    const StopReason stop_reason = loop_->stats().stop_reason;
+    if (stop_reason == StopReason::kStopped) {
       chat::ClearInterrupt();
       std::fputs("(stopped)\n", stderr);
+    } else if (stop_reason == StopReason::kContextFull) {
+      std::fputs("(the context is full: the answer was cut here; the next turn drops the oldest "
+                 "exchanges)\n", stderr);
     }
     RETURN_IF_ERROR(sink_status);
 

@@ -149,6 +149,9 @@ def terminal(specgen, pair):
     answered = c.read_until(rb"(?s)\(stopped\).*tokens/s.*tokens/s")
     rc = c.close()
     check(stopped, f"Ctrl-C: the answer was not stopped: {c.err[-500:]!r}")
+    first = SUMMARY.search(c.err.decode(errors="replace"))
+    check(first is not None and int(first.group(1)) < 3000,
+          f"Ctrl-C: the answer ran on to {first.group(1) if first else '?'} tokens before stopping")
     check(answered, f"Ctrl-C: the next turn was not answered: {c.err[-500:]!r}")
     check(rc == 0, f"Ctrl-C: exit {rc}")
 
