@@ -83,7 +83,9 @@ TEST(ChatInputTest, CommandsKnownAndUnknown) {
     const InputEvent e = in.Next();
     EXPECT_EQ(e.kind, Kind::kCommand) << name;
     EXPECT_EQ(e.text, name);
-    if (std::string(name) == "stats") EXPECT_EQ(e.arg, "now");
+    if (std::string(name) == "stats") {
+      EXPECT_EQ(e.arg, "now");
+    }
   }
   const InputEvent unknown = in.Next();
   EXPECT_EQ(unknown.kind, Kind::kUnknownCommand);
