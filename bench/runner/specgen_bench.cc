@@ -142,8 +142,19 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specgen_bench: error: %s\n", std::string(status.message()).c_str());
     return 1;
   }
+  const std::vector<RunSpec> specs = Specs(process.config);
+  for (const RunSpec& spec : specs) {
+    if (spec.backend.device == "cuda" && ResolveDevice("auto") != "cuda") {
+      std::fprintf(stderr,
+                   "specgen_bench: error: %s: pairing '%s' runs on device \"cuda\", and this machine or "
+                   "build has no CUDA device (set device = \"cpu\" or \"auto\", or build with "
+                   "-DSPECGEN_CUDA=ON)\n",
+                   process.config.path.c_str(), spec.pairing->name.c_str());
+      return 1;
+    }
+  }
   benchmark::AddCustomContext("pairing_config", config_path);
-  for (const RunSpec& spec : Specs(process.config)) {
+  for (const RunSpec& spec : specs) {
     benchmark::RegisterBenchmark(BenchmarkName(spec).c_str(), RunBenchmark, spec)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();

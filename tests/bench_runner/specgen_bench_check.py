@@ -139,6 +139,16 @@ def main():
         check(run.returncode == 1, f"bad config: exit {run.returncode}")
         check(f"{bad}:28: draft_max: unknown key" in run.stderr, f"bad config: stderr {run.stderr!r}")
         check(not os.path.exists(bad_out), "bad config: a results file was written")
+        # configs/qwen3-moe.toml runs on "cuda": without a CUDA device it is refused before anything
+        # loads; with one, its benchmarks are listed (one per pairing x draft length x budget).
+        run = subprocess.run([bench, "--config", os.path.join(source, "configs", "qwen3-moe.toml"),
+                              "--benchmark_list_tests=true"], capture_output=True, text=True, timeout=120)
+        if run.returncode == 1:
+            check("has no CUDA device" in run.stderr, f"cuda pairing without CUDA: {run.stderr[-300:]!r}")
+        else:
+            listed = run.stdout.split()
+            check(run.returncode == 0 and len(listed) == 6 and "synth_qwen3-30b-a3b_plain/k:0/budget:120GiB/real_time" in listed,
+                  f"qwen3-moe.toml listing: exit {run.returncode}, {listed}")
         run = subprocess.run([bench], capture_output=True, text=True, timeout=60)
         check(run.returncode == 1 and "usage" in run.stderr, "no --config: no usage line")
 
