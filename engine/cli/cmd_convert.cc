@@ -23,9 +23,12 @@ struct ConvertFlags {
 
 absl::Status RunConvert(const ConvertFlags& f) {
   ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  GgufExportOptions opt;
+  opt.output.inputs = {f.in};
+  opt.output.label = Cat("OUT ", f.out);
+  RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the model is read
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadModel(f.in));
-  GgufExportOptions opt;
   opt.dtype = dtype;
   opt.threads = f.threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };

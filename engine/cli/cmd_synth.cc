@@ -24,10 +24,12 @@ struct SynthFlags {
 absl::Status RunSynth(const SynthFlags& f) {
   ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(f.preset));
   ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  GgufExportOptions opt;
+  opt.output.label = Cat("--out ", f.out);
+  RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the weights are generated
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, SynthWeights(spec, dtype, f.seed, f.threads));
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  GgufExportOptions opt;
   opt.dtype = dtype;
   opt.threads = f.threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };

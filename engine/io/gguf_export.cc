@@ -97,6 +97,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   }
   RETURN_IF_ERROR(Validate(spec, path));
   RETURN_IF_ERROR(weights.Validate(spec, path));
+  RETURN_IF_ERROR(CheckOutputPath(path, opt.output));  // before the conversion, not after
   const std::string arch(GgufArchName(spec.arch));
   const bool permute_qk = arch == "llama" && spec.rope_style == RopeStyle::kRotateHalf;
 
@@ -193,7 +194,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (fallbacks > 0 && opt.note) {
     opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
   }
-  return w.Write(path);
+  return w.Write(path, 32, opt.output);
 }
 
 }  // namespace specgen

@@ -30,9 +30,11 @@ struct GgufExportOptions {
   // Receives one line per noteworthy decision (f16 fallbacks); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
+  // How the file is written (safe_write.h): the run's inputs, which it must not replace.
+  SafeWriteOptions output;
 };
 
-// Writes atomically (temporary file renamed into place): no partial file on error.
+// Writes through a SafeFileWriter: no partial file on error, no input or non-regular file replaced.
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& options);
 

