@@ -16,6 +16,7 @@
 #include "engine/cli/command.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/cli/id_list.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/safe_write.h"
@@ -51,11 +52,12 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   output.label = Cat("--out ", flags.out);
   if (!flags.out.empty()) RETURN_IF_ERROR(CheckOutputPath(flags.out, output));
   BackendOptions backend_options;
-  backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(backend_options.cpu_threads, CheckThreads(flags.threads, "-t"));
   ASSIGN_OR_RETURN(backend_options.gemv_order, ParseGemvOrder(flags.gemv_order));
+  ASSIGN_OR_RETURN(const ModelSpec spec, LoadModelSpec(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.device, backend_options));
   TransformerOptions options;
-  options.max_context = flags.context;
+  ASSIGN_OR_RETURN(options.max_context, CheckContext(flags.context, spec, nullptr, *backend));
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, backend.get(), options));

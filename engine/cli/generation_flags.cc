@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "engine/backend/make_backend.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -133,6 +134,7 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   if (flags.n_predict < 0) return InvalidArgument("-n must be >= 0, got ", flags.n_predict);
   if (flags.draft_max < 0) return InvalidArgument("--draft-max must be >= 0, got ", flags.draft_max);
   if (flags.context < 0) return InvalidArgument("-c must be >= 0, got ", flags.context);
+  RETURN_IF_ERROR(CheckThreads(flags.threads, "-t").status());
   if (flags.draft_adaptive && flags.draft_fixed) {
     return InvalidArgument("--draft-adaptive and --draft-fixed: give one of them");
   }
@@ -151,8 +153,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     ASSIGN_OR_RETURN(pair->draft_tok, LoadTokenizerIfPresent(flags.draft));
   }
 
+  // Sizes are checked before anything is allocated: threads, then the KV caches the context needs
+  // (from the specs alone, which cost no weights), then the models are loaded.
   BackendOptions backend_options;
-  backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(backend_options.cpu_threads, CheckThreads(flags.threads, "-t"));
   ASSIGN_OR_RETURN(backend_options.gemv_order, ParseGemvOrder(flags.gemv_order));
   if (!flags.vram_budget.empty()) {
     ASSIGN_OR_RETURN(backend_options.vram_bytes, ParseByteSize(flags.vram_budget));
@@ -160,8 +164,17 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(flags.device, backend_options));
   pair->backend = std::move(made.backend);
   pair->cuda = made.cuda;
-  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), flags.context));
-  if (!flags.draft.empty() && flags.draft_max > 0) {
+  const bool with_draft = !flags.draft.empty() && flags.draft_max > 0;
+  ASSIGN_OR_RETURN(const ModelSpec target_spec, LoadModelSpec(flags.model));
+  std::optional<ModelSpec> draft_spec;
+  if (with_draft) {
+    ASSIGN_OR_RETURN(draft_spec, LoadModelSpec(flags.draft));
+  }
+  ASSIGN_OR_RETURN(const int64_t context,
+                   CheckContext(flags.context, target_spec, draft_spec ? &*draft_spec : nullptr,
+                                *pair->backend));
+  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context));
+  if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));

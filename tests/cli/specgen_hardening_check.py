@@ -74,6 +74,33 @@ def gguf_patch(path, key, fmt, value):
         f.write(struct.pack(fmt, value))
 
 
+def resources(specgen, target, draft, tmp):
+    huge = "1000000000"
+    for cmd in (["generate", "-m", target, "-p", "hi", "-n", "2"],
+                ["generate", "-m", target, "-md", draft, "-p", "hi", "-n", "2"],
+                ["logits", "-m", target, "--prompt-ids", "1,2"]):
+        expect_error(specgen, f"{cmd[0]} -c {huge}", cmd + ["-c", huge], ["-c", "KV cache", "fits"])
+    expect_error(specgen, f"chat -c {huge}", ["chat", "-m", target, "-c", huge], ["-c", "KV cache"],
+                 stdin="hi\n")
+    for t in ("100000", "-1"):
+        expect_error(specgen, f"generate -t {t}", ["generate", "-m", target, "-p", "hi", "-n", "2", "-t", t],
+                     ["-t", t])
+        expect_error(specgen, f"logits -t {t}", ["logits", "-m", target, "--prompt-ids", "1", "-t", t],
+                     ["-t", t])
+    expect_error(specgen, "convert --threads -1",
+                 ["convert", target, os.path.join(tmp, "t.gguf"), "--threads", "-1"], ["--threads"])
+    expect_error(specgen, "synth --threads 100000",
+                 ["synth", "--preset", "tiny-moe", "--out", os.path.join(tmp, "s.gguf"),
+                  "--threads", "100000"], ["--threads"])
+    check(not os.path.exists(os.path.join(tmp, "t.gguf")), "convert --threads -1 wrote a file")
+    # Above the trained length (4096): runs, with llama.cpp's kind of warning.
+    rc, out, err = run(specgen, ["generate", "-m", target, "--prompt-ids", "1,2", "-n", "2", "-c", "8192",
+                                 "--temp", "0"])
+    check(rc == 0, f"generate -c 8192: exit {rc}: {err.strip()[:300]}")
+    check("warning" in err and "4096" in err and "trained" in err,
+          f"generate -c 8192 on a 4096-token model: no warning: {err.strip()[:300]}")
+
+
 def writes(specgen, target, draft, tmp):
     # A GGUF of the target, then `logits --out` onto it by every name.
     model = os.path.join(tmp, "m.gguf")
@@ -134,7 +161,7 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="specgen-hardening-")
     try:
-        for section in (writes,):
+        for section in (resources, writes):
             sub = os.path.join(tmp, section.__name__)
             os.mkdir(sub)
             before = len(failures)
