@@ -173,6 +173,7 @@ absl::Status RunChat(const ChatFlags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, options));
   ChatSession session(flags, pair.get(), format, std::move(decoder));
   std::string line;
+  absl::Status last_turn = absl::OkStatus();
   while (true) {
     if (interactive) std::fputs("> ", stderr);
     if (!std::getline(std::cin, line)) break;
@@ -187,11 +188,14 @@ absl::Status RunChat(const ChatFlags& flags) {
       session.PrintStats();
       continue;
     }
-    if (absl::Status status = session.Turn(line); !status.ok()) {
-      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(status.message()).c_str());
+    last_turn = session.Turn(line);
+    if (!last_turn.ok()) {
+      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(last_turn.message()).c_str());
     }
   }
   if (interactive) std::fputs("\n", stderr);
+  // A script that pipes turns in learns from the exit status whether the last one was answered.
+  if (!last_turn.ok()) return absl::Status(last_turn.code(), "the last turn failed (the error is above)");
   return absl::OkStatus();
 }
 

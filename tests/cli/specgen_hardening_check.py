@@ -152,6 +152,88 @@ def writes(specgen, target, draft, tmp):
     check(not leftovers, f"temporary files left behind: {leftovers}")
 
 
+def silent(specgen, target, draft, tmp):
+    # config.json declaring fewer layers than the checkpoint holds.
+    short = copy_model(target, os.path.join(tmp, "short"))
+    with open(os.path.join(short, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["num_hidden_layers"] -= 1
+    with open(os.path.join(short, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    expect_error(specgen, "HF checkpoint with more layers than config.json declares",
+                 ["generate", "-m", short, "--prompt-ids", "1,2", "-n", "2"],
+                 ["model.layers.3", "num_hidden_layers", "declares 3"])
+
+    # GGUF: block_count one short, and rope.freq_base = inf.
+    base = os.path.join(tmp, "base.gguf")
+    rc, _, err = run(specgen, ["convert", target, base, "--type", "f32"])
+    check(rc == 0, f"convert for the GGUF checks: exit {rc}: {err.strip()[:300]}")
+    short_gguf = os.path.join(tmp, "short.gguf")
+    shutil.copy(base, short_gguf)
+    gguf_patch(short_gguf, "qwen3moe.block_count", "<I", 3)
+    expect_error(specgen, "GGUF with more layers than block_count",
+                 ["generate", "-m", short_gguf, "--prompt-ids", "1,2", "-n", "2"],
+                 ["blk.3", "block_count"])
+    inf_gguf = os.path.join(tmp, "inf.gguf")
+    shutil.copy(base, inf_gguf)
+    gguf_patch(inf_gguf, "qwen3moe.rope.freq_base", "<f", float("inf"))
+    expect_error(specgen, "rope.freq_base = inf", ["generate", "-m", inf_gguf, "--prompt-ids", "1,2", "-n", "2"],
+                 ["rope_theta", "finite"])
+    zero_gguf = os.path.join(tmp, "zero.gguf")
+    shutil.copy(base, zero_gguf)
+    gguf_patch(zero_gguf, "qwen3moe.expert_count", "<I", 0)
+    expect_error(specgen, "GGUF expert_count = 0", ["generate", "-m", zero_gguf, "--prompt-ids", "1,2", "-n", "2"],
+                 ["expert_count", "at least one expert"], forbidden=["missing tensor"])
+    zero = copy_model(target, os.path.join(tmp, "zero"))
+    cfg = json.load(open(os.path.join(zero, "config.json")))
+    cfg["num_local_experts"] = 0
+    json.dump(cfg, open(os.path.join(zero, "config.json"), "w"))
+    expect_error(specgen, "config.json with zero experts", ["generate", "-m", zero, "--prompt-ids", "1,2"],
+                 ["num_local_experts", "at least one expert"], forbidden=["missing tensor"])
+
+    # --seed -1: a random seed, in the stats; running again with it repeats the text.
+    sampled = ["generate", "-m", target, "-p", "def f(x):", "-n", "12", "--temp", "1", "--ignore-eos",
+               "--stats", "json"]
+    seeds, texts = [], []
+    for _ in range(2):
+        rc, out, err = run(specgen, sampled + ["--seed", "-1"])
+        check(rc == 0, f"--seed -1: exit {rc}: {err.strip()[:300]}")
+        lines = out.rstrip("\n").split("\n")
+        try:
+            seeds.append(json.loads(lines[-1])["seed"])
+            texts.append("\n".join(lines[:-1]))
+        except (json.JSONDecodeError, KeyError, IndexError):
+            check(False, f"--seed -1: no seed in the stats JSON: {out[-300:]!r}")
+    if len(seeds) == 2:
+        check(seeds[0] != seeds[1] and 0 <= seeds[0] < 2**63, f"--seed -1 gave seeds {seeds}")
+        rc, out, err = run(specgen, sampled + ["--seed", str(seeds[0])])
+        check(rc == 0 and "\n".join(out.rstrip("\n").split("\n")[:-1]) == texts[0],
+              "--seed N with the seed --seed -1 printed does not repeat the run")
+    rc, _, err = run(specgen, ["generate", "-m", target, "-p", "hi", "--temp", "1", "--seed", "-1",
+                               "-n", "4"])
+    check(rc == 0 and "--seed" in err and "repeats" in err,
+          f"--seed -1 --stats text: the seed is not offered for repeating: {err.strip()[-300:]}")
+    expect_error(specgen, "--seed -2", ["generate", "-m", target, "-p", "hi", "--seed", "-2"], ["--seed"])
+
+    # -n -1: until the context is full (with --ignore-eos there is no other stop).
+    rc, out, err = run(specgen, ["generate", "-m", target, "--prompt-ids", "1,2,3", "-n", "-1", "-c", "40",
+                                 "--temp", "0", "--ignore-eos", "--stats", "json"])
+    check(rc == 0, f"-n -1: exit {rc}: {err.strip()[:300]}")
+    try:
+        check(json.loads(out.rstrip("\n").split("\n")[-1])["tokens"] == 37,
+              f"-n -1 -c 40 with 3 prompt tokens: want 37 tokens: {out[-200:]!r}")
+    except (json.JSONDecodeError, KeyError, IndexError):
+        check(False, f"-n -1: no stats JSON: {out[-200:]!r}")
+    expect_error(specgen, "-n -2", ["generate", "-m", target, "-p", "hi", "-n", "-2"], ["-n"])
+
+    # chat: the exit status is that of the last turn.
+    long_turn = "x = 1 " * 200
+    rc, _, err = run(specgen, ["chat", "-m", target, "-c", "48", "-n", "4", "--temp", "0"],
+                     stdin="hi\n" + long_turn + "\n")
+    check(rc == 1, f"chat whose last turn failed: exit {rc} (want 1): {err.strip()[-300:]}")
+    check("last turn failed" in err, f"chat: the failed last turn is not reported: {err.strip()[-300:]}")
+
+
 def main():
     specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
     target = os.path.join(source, "models", "tiny-target")
@@ -161,7 +243,7 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="specgen-hardening-")
     try:
-        for section in (resources, writes):
+        for section in (resources, writes, silent):
             sub = os.path.join(tmp, section.__name__)
             os.mkdir(sub)
             before = len(failures)
