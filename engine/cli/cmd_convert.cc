@@ -23,7 +23,7 @@ struct ConvertFlags {
 };
 
 absl::Status RunConvert(const ConvertFlags& f) {
-  ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
   ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
   GgufExportOptions opt;
   opt.output.inputs = {f.in};

@@ -24,13 +24,17 @@ struct SynthFlags {
 
 absl::Status RunSynth(const SynthFlags& f) {
   ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(f.preset));
-  ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
   ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
   GgufExportOptions opt;
   opt.output.label = Cat("--out ", f.out);
   RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the weights are generated
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, SynthWeights(spec, dtype, f.seed, threads));
+  absl::StatusOr<std::unique_ptr<LoadedModel>> synth = SynthWeights(spec, dtype, f.seed, threads);
+  if (absl::IsResourceExhausted(synth.status())) {
+    return absl::ResourceExhaustedError(Cat(synth.status().message(), "; pick a smaller --type or preset"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, std::move(synth));
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   opt.dtype = dtype;
   opt.threads = threads;

@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "engine/cli/command.h"
+#include "engine/cli/foreign_flags.h"
 #include "engine/core/str_cat.h"
 
 namespace specgen::cli {
@@ -64,6 +65,27 @@ int main(int argc, char** argv) {
   // llama.cpp's multi-letter single-dash flags, which CLI11 would read as `-m d`: spelled long.
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-md") argv[i] = const_cast<char*>("--model-draft");
+  }
+  // A first word that is no subcommand: named, with the list (CLI11 would only say that a
+  // subcommand is required or that the word was not expected).
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view word = argv[1];
+    std::string names;
+    bool known = false;
+    for (const Command& c : commands) {
+      known |= c.name == word;
+      names += names.empty() ? c.name : ", " + c.name;
+    }
+    if (!known) {
+      std::fprintf(stderr, "specgen: error: unknown command '%s'; the commands are: %s (specgen --help)\n",
+                   argv[1], names.c_str());
+      return 1;
+    }
+  }
+  if (auto message = specgen::cli::ForeignFlagMessage({argv + 1, static_cast<size_t>(argc - 1)})) {
+    std::fprintf(stderr, "specgen%s%s: error: %s\n", argc > 1 && argv[1][0] != '-' ? " " : "",
+                 argc > 1 && argv[1][0] != '-' ? argv[1] : "", message->c_str());
+    return 1;
   }
   try {
     app.parse(argc, argv);

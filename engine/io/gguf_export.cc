@@ -89,11 +89,18 @@ int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   return head * head_dim + (within % 2) * half + within / 2;
 }
 
+absl::StatusOr<DType> ParseExportDType(std::string_view name) {
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok() || !CanQuantize(*dtype)) {
+    return InvalidArgument("--type ", name, ": not a type specgen writes (use ", kExportDTypes, ")");
+  }
+  return *dtype;
+}
+
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& opt) {
   if (!CanQuantize(opt.dtype)) {
-    return InvalidArgument("--type ", Name(opt.dtype),
-                           ": cannot write this type (use f32, f16, bf16, q8_0, q4_0 or q4_k)");
+    return InvalidArgument("--type ", Name(opt.dtype), ": cannot write this type (use ", kExportDTypes, ")");
   }
   RETURN_IF_ERROR(Validate(spec, path));
   RETURN_IF_ERROR(weights.Validate(spec, path));

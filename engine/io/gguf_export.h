@@ -34,6 +34,12 @@ struct GgufExportOptions {
   SafeWriteOptions output;
 };
 
+// The weight types ExportGguf writes, as --type spells them.
+inline constexpr std::string_view kExportDTypes = "f32, f16, bf16, q8_0, q4_0 or q4_k";
+// --type NAME for convert and synth: one of kExportDTypes, else an error listing them (ParseDType
+// also knows types specgen reads but does not write).
+absl::StatusOr<DType> ParseExportDType(std::string_view name);
+
 // Writes through a SafeFileWriter: no partial file on error, no input or non-regular file replaced.
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& options);

@@ -260,8 +260,15 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) 
     case ModelSourceKind::kSynth: {
       ASSIGN_OR_RETURN(SynthPath sp, ParseSynthPath(path));
       ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(sp.preset));
-      ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, SynthWeights(spec, sp.dtype, sp.seed));
-      model->source = path;
+      absl::StatusOr<std::unique_ptr<LoadedModel>> model = SynthWeights(spec, sp.dtype, sp.seed);
+      if (absl::IsResourceExhausted(model.status())) {  // the weight type is part of the model path
+        return absl::ResourceExhaustedError(
+            Cat(model.status().message(),
+                "; pick a smaller preset or a smaller weight type in the model path, e.g. synth:", sp.preset,
+                ":q4_0"));
+      }
+      if (!model.ok()) return model.status();
+      (*model)->source = path;
       return model;
     }
     case ModelSourceKind::kHfDir:

@@ -234,6 +234,40 @@ def silent(specgen, target, draft, tmp):
     check("last turn failed" in err, f"chat: the failed last turn is not reported: {err.strip()[-300:]}")
 
 
+def messages(specgen, target, draft, tmp):
+    llama = [
+        (["-ngl", "99"], ["-ngl", "--vram-budget"]),
+        (["--n-gpu-layers", "99"], ["--n-gpu-layers", "--vram-budget"]),
+        (["-cnv"], ["-cnv", "specgen chat"]),
+        (["-fa"], ["-fa", "always"]),
+        (["--flash-attn", "on"], ["--flash-attn"]),
+        (["--mlock"], ["--mlock"]),
+        (["-b", "512"], ["-b", "batches"]),
+        (["-ub", "512"], ["-ub", "batches"]),
+        (["--draft-min", "2"], ["--draft-min", "--draft-adaptive"]),
+        (["--draft", "8"], ["--draft", "--draft-max"]),
+    ]
+    for flags, needles in llama:
+        err = expect_error(specgen, f"generate {' '.join(flags)}",
+                           ["generate", "-m", target, "-p", "hi"] + flags, needles + ["llama.cpp"])
+        check("--n-predict" not in err and "--ctx-size" not in err and "one prompt" not in err,
+              f"{flags}: the error blames another flag: {err.strip()[:300]}")
+    expect_error(specgen, "chat -ngl", ["chat", "-m", target, "-ngl", "99"], ["-ngl", "--vram-budget"])
+    # A prompt that merely looks like a flag is text.
+    rc, _, err = run(specgen, ["generate", "-m", target, "--prompt=-fa", "-n", "1", "--temp", "0"])
+    check(rc == 0, f"generate --prompt=-fa (a prompt): exit {rc}: {err.strip()[:300]}")
+
+    err = expect_error(specgen, "unknown command", ["genrate", "-m", target], ["'genrate'", "generate", "chat"])
+    expect_error(specgen, "-f DIR", ["generate", "-m", target, "-f", tmp], ["-f", "is a directory"])
+    expect_error(specgen, "synth preset too large for RAM",
+                 ["generate", "-m", "synth:qwen3-235b-a22b", "--prompt-ids", "1"],
+                 ["synth:qwen3-235b-a22b:q4_0"], forbidden=["--type"])
+    expect_error(specgen, "convert --type q3_k", ["convert", target, os.path.join(tmp, "x.gguf"), "--type", "q3_k"],
+                 ["q3_k", "f32, f16, bf16, q8_0, q4_0 or q4_k"], forbidden=["q5_k", "q6_k"])
+    expect_error(specgen, "convert --type q6_k (read, not written)",
+                 ["convert", target, os.path.join(tmp, "x.gguf"), "--type", "q6_k"], ["q6_k", "q4_k"])
+
+
 def main():
     specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
     target = os.path.join(source, "models", "tiny-target")
@@ -243,7 +277,7 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="specgen-hardening-")
     try:
-        for section in (resources, writes, silent):
+        for section in (resources, writes, silent, messages):
             sub = os.path.join(tmp, section.__name__)
             os.mkdir(sub)
             before = len(failures)
