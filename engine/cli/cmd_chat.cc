@@ -269,6 +269,7 @@ absl::Status RunChat(const ChatFlags& flags) {
     }
   }
   chat::ChatInput input(STDIN_FILENO, interactive);
+  absl::Status last_turn = absl::OkStatus();
   while (true) {
     const chat::InputEvent event = input.Next();
     using Kind = chat::InputEvent::Kind;
@@ -293,11 +294,14 @@ absl::Status RunChat(const ChatFlags& flags) {
       }
       continue;
     }
-    if (absl::Status status = session.Turn(event.text); !status.ok()) {
-      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(status.message()).c_str());
+    last_turn = session.Turn(event.text);
+    if (!last_turn.ok()) {
+      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(last_turn.message()).c_str());
     }
   }
   if (interactive) std::fputs("\n", stderr);
+  // A script that pipes turns in learns from the exit status whether the last one was answered.
+  if (!last_turn.ok()) return absl::Status(last_turn.code(), "the last turn failed (the error is above)");
   return absl::OkStatus();
 }
 

@@ -89,14 +89,22 @@ int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   return head * head_dim + (within % 2) * half + within / 2;
 }
 
+absl::StatusOr<DType> ParseExportDType(std::string_view name) {
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok() || !CanQuantize(*dtype)) {
+    return InvalidArgument("--type ", name, ": not a type specgen writes (use ", kExportDTypes, ")");
+  }
+  return *dtype;
+}
+
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& opt) {
   if (!CanQuantize(opt.dtype)) {
-    return InvalidArgument("--type ", Name(opt.dtype),
-                           ": cannot write this type (use f32, f16, bf16, q8_0, q4_0 or q4_k)");
+    return InvalidArgument("--type ", Name(opt.dtype), ": cannot write this type (use ", kExportDTypes, ")");
   }
   RETURN_IF_ERROR(Validate(spec, path));
   RETURN_IF_ERROR(weights.Validate(spec, path));
+  RETURN_IF_ERROR(CheckOutputPath(path, opt.output));  // before the conversion, not after
   const std::string arch(GgufArchName(spec.arch));
   const bool permute_qk = arch == "llama" && spec.rope_style == RopeStyle::kRotateHalf;
 
@@ -193,7 +201,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (fallbacks > 0 && opt.note) {
     opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
   }
-  return w.Write(path);
+  return w.Write(path, 32, opt.output);
 }
 
 }  // namespace specgen

@@ -30,9 +30,17 @@ struct GgufExportOptions {
   // Receives one line per noteworthy decision (f16 fallbacks); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
+  // How the file is written (safe_write.h): the run's inputs, which it must not replace.
+  SafeWriteOptions output;
 };
 
-// Writes atomically (temporary file renamed into place): no partial file on error.
+// The weight types ExportGguf writes, as --type spells them.
+inline constexpr std::string_view kExportDTypes = "f32, f16, bf16, q8_0, q4_0 or q4_k";
+// --type NAME for convert and synth: one of kExportDTypes, else an error listing them (ParseDType
+// also knows types specgen reads but does not write).
+absl::StatusOr<DType> ParseExportDType(std::string_view name);
+
+// Writes through a SafeFileWriter: no partial file on error, no input or non-regular file replaced.
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& options);
 

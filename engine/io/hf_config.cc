@@ -137,6 +137,10 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
   if (s.arch == Arch::kQwen3Moe || s.arch == Arch::kMixtral) {
     const char* experts_key = c.Find("num_experts") != nullptr ? "num_experts" : "num_local_experts";
     ASSIGN_OR_RETURN(s.n_experts, c.Int(experts_key));
+    if (s.n_experts <= 0) {
+      return InvalidArgument(source, ": key \"", experts_key, "\" = ", s.n_experts, ": a ", arch_name,
+                             " needs at least one expert");
+    }
     ASSIGN_OR_RETURN(s.n_experts_used, c.Int("num_experts_per_tok"));
     if (s.arch == Arch::kMixtral) {
       s.expert_ffn_dim = s.ffn_dim;

@@ -113,6 +113,11 @@ absl::StatusOr<ModelSpec> ModelSpecFromGguf(const GgufFile& f) {
     s.expert_ffn_dim = ff;
     s.router_norm = RouterNorm::kTopKThenSoftmax;
   } else if (s.arch == Arch::kQwen3Moe) {
+    if (s.n_experts <= 0) {
+      return InvalidArgument(f.path(), ": qwen3moe.expert_count = ", s.n_experts,
+                             f.Find("qwen3moe.expert_count") == nullptr ? " (missing)" : "",
+                             ": a qwen3moe model needs at least one expert");
+    }
     ASSIGN_OR_RETURN(s.expert_ffn_dim, r.IntOr("expert_feed_forward_length",
                                                s.n_experts_used > 0 ? ff / s.n_experts_used : 0));
     // llama.cpp hard-codes renormalized top-k for qwen3moe (it reads no key); files that say
