@@ -74,7 +74,10 @@ std::string TokenizerText(const std::string& path, ModelSourceKind kind) {
     if (!f.ok()) return "unknown";
     const GgufValue* model = (*f)->Find("tokenizer.ggml.model");
     const GgufValue* tokens = (*f)->Find("tokenizer.ggml.tokens");
-    if (model == nullptr || model->AsString() == nullptr) return "none in file";
+    if (model == nullptr || model->AsString() == nullptr || *model->AsString() == "none" ||
+        *model->AsString() == "no_vocab") {
+      return "none in file";
+    }
     std::string kind_text = *model->AsString() == "gpt2"    ? "byte-level BPE (gpt2)"
                             : *model->AsString() == "llama" ? "SentencePiece BPE (llama)"
                                                             : *model->AsString();

@@ -127,6 +127,9 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       w.SetBool(key("expert_weights_norm"), spec.router_norm != RouterNorm::kSoftmaxThenTopK);
     }
   }
+  // llama.cpp refuses a file without tokenizer.ggml.model; "none" is its own writers' word for "no
+  // vocabulary". A tokenizer added below (add_metadata) replaces it.
+  w.SetString("tokenizer.ggml.model", "none");
   if (spec.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", u32(spec.bos_token_id));
   if (spec.eos_token_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", u32(spec.eos_token_id));
   for (const auto& [k, v] : opt.extra_metadata) w.Set(k, v);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/core/quant.h"
+#include "engine/io/gguf.h"
 #include "engine/io/model_loader.h"
 #include "engine/core/str_cat.h"
 #include "engine/io/hf_config.h"
@@ -124,6 +125,30 @@ TEST(GgufExport, DenseLayersAndUnnormalizedRouterSurvive) {
   auto back = ExportAndLoad(*Synth(spec), dir.Path("mixed.gguf"), DType::kF32);
   ASSERT_NE(back, nullptr);
   ExpectSameSpec(spec, back->spec);
+}
+
+// llama.cpp refuses a file without tokenizer.ggml.model: a weights-only export says "none", and a
+// tokenizer written through add_metadata replaces it.
+TEST(GgufExport, TokenizerModelIsNoneWithoutATokenizer) {
+  TempDir dir;
+  auto src = Synth(*SynthSpec("tiny-dense"));
+  GgufExportOptions opt;
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("bare.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> bare = GgufFile::Open(dir.Path("bare.gguf"));
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  const GgufValue* model = (*bare)->Find("tokenizer.ggml.model");
+  ASSERT_NE(model, nullptr);
+  ASSERT_NE(model->AsString(), nullptr);
+  EXPECT_EQ(*model->AsString(), "none");
+
+  opt.add_metadata = [](GgufWriter* w) {
+    w->SetString("tokenizer.ggml.model", "gpt2");
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("tok.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> tok = GgufFile::Open(dir.Path("tok.gguf"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(*(*tok)->Find("tokenizer.ggml.model")->AsString(), "gpt2");
 }
 
 TEST(GgufExport, RejectsUnwritableType) {
