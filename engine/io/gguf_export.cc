@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -195,6 +196,26 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   }
   if (fallbacks > 0 && opt.note) {
     opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
+  }
+  // RoPE scaling as llama.cpp's converter writes it: llama3 (and factors read from a GGUF) as the
+  // rope_freqs.weight divisors, linear as rope.scaling.type/factor.
+  const RopeScaling& rs = spec.rope_scaling;
+  if (rs.kind == RopeScalingKind::kLinear) {
+    w.SetString(key("rope.scaling.type"), "linear");
+    w.SetF32(key("rope.scaling.factor"), rs.factor);
+  }
+  std::vector<float> freq_factors = rs.freq_factors;
+  if (rs.kind == RopeScalingKind::kLlama3) {
+    std::vector<float> llama3 = Llama3FreqFactors(spec.rope_theta, spec.head_dim, rs);
+    if (freq_factors.empty()) freq_factors.assign(llama3.size(), 1.0f);
+    for (size_t j = 0; j < llama3.size(); ++j) freq_factors[j] *= llama3[j];
+  }
+  if (!freq_factors.empty()) {
+    const size_t bytes = freq_factors.size() * sizeof(float);
+    buffers.push_back(std::make_unique<uint8_t[]>(bytes));
+    std::memcpy(buffers.back().get(), freq_factors.data(), bytes);
+    RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(freq_factors.size())}, DType::kF32,
+                                buffers.back().get(), bytes));
   }
   return w.Write(path);
 }

@@ -85,7 +85,7 @@ absl::Status Validate(const ModelSpec& s, std::string_view source) {
   if (!(s.rms_eps > 0.0f) || !(s.rms_eps < 1.0f)) return bad("rms_eps", s.rms_eps, "must be in (0, 1)");
   if (!(s.rope_theta > 0.0f)) return bad("rope_theta", s.rope_theta, "must be positive");
   if (s.context_length <= 0) return bad("context_length", s.context_length, "must be positive");
-  return absl::OkStatus();
+  return ValidateRopeScaling(s.rope_scaling, s.head_dim, source);
 }
 
 }  // namespace specgen
