@@ -83,6 +83,29 @@ std::string_view GgufArchName(Arch arch) {
   return "llama";
 }
 
+std::vector<std::string> LlamaCppDifferences(const ModelSpec& spec) {
+  std::vector<std::string> out;
+  if (!spec.is_moe()) return out;
+  const std::string arch(GgufArchName(spec.arch));
+  std::string dense;
+  int n_dense = 0;
+  for (size_t l = 0; l < spec.layer_is_moe.size(); ++l) {
+    if (spec.layer_is_moe[l]) continue;
+    if (n_dense++ < 8) dense += Cat(dense.empty() ? "" : ", ", l);
+  }
+  if (n_dense > 0) {
+    out.push_back(Cat("llama.cpp will not run this file as specgen does: ", n_dense, " of ", spec.n_layers,
+                      " layers are dense (", dense, n_dense > 8 ? ", ..." : "", ") and llama.cpp's ", arch,
+                      " needs a router and experts in every layer"));
+  }
+  if (spec.arch == Arch::kQwen3Moe && spec.router_norm == RouterNorm::kSoftmaxThenTopK) {
+    out.push_back(Cat("llama.cpp will not run this file as specgen does: ", arch,
+                      ".expert_weights_norm = false (top-k router weights not renormalized) and llama.cpp's ",
+                      arch, " always renormalizes them"));
+  }
+  return out;
+}
+
 int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   // Within a head, interleaved row 2i is rotate-half row i and row 2i+1 is row i + head_dim/2.
   const int64_t half = head_dim / 2;
@@ -217,7 +240,11 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(freq_factors.size())}, DType::kF32,
                                 buffers.back().get(), bytes));
   }
-  return w.Write(path);
+  RETURN_IF_ERROR(w.Write(path));
+  if (opt.note) {
+    for (const std::string& line : LlamaCppDifferences(spec)) opt.note(line);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace specgen

@@ -122,9 +122,29 @@ TEST(GgufExport, DenseLayersAndUnnormalizedRouterSurvive) {
   ModelSpec spec = *SynthSpec("tiny-moe");
   spec.layer_is_moe[1] = false;
   spec.router_norm = RouterNorm::kSoftmaxThenTopK;  // OLMoE-style
-  auto back = ExportAndLoad(*Synth(spec), dir.Path("mixed.gguf"), DType::kF32);
+  std::vector<std::string> notes;
+  auto back = ExportAndLoad(*Synth(spec), dir.Path("mixed.gguf"), DType::kF32, &notes);
   ASSERT_NE(back, nullptr);
   ExpectSameSpec(spec, back->spec);
+  // llama.cpp would run this file differently on both counts, and the writer says so.
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("1 of 3 layers are dense (1)"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("qwen3moe needs a router and experts in every layer"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("qwen3moe.expert_weights_norm = false"), std::string::npos) << notes[1];
+}
+
+TEST(GgufExport, NoLlamaCppNoteForFilesItRunsTheSame) {
+  ModelSpec moe = *SynthSpec("tiny-moe");
+  moe.router_norm = RouterNorm::kSoftmaxTopKRenormalize;
+  EXPECT_TRUE(LlamaCppDifferences(moe).empty());
+  EXPECT_TRUE(LlamaCppDifferences(*SynthSpec("tiny-dense")).empty());
+  ModelSpec mixtral = moe;  // llama with experts: the renormalization is Mixtral's own
+  mixtral.arch = Arch::kMixtral;
+  mixtral.router_norm = RouterNorm::kTopKThenSoftmax;
+  EXPECT_TRUE(LlamaCppDifferences(mixtral).empty());
+  mixtral.layer_is_moe[0] = false;
+  ASSERT_EQ(LlamaCppDifferences(mixtral).size(), 1u);
+  EXPECT_NE(LlamaCppDifferences(mixtral)[0].find("llama.cpp's llama needs a router"), std::string::npos);
 }
 
 // llama.cpp refuses a file without tokenizer.ggml.model: a weights-only export says "none", and a
