@@ -442,8 +442,11 @@ absl::Status GgufFile::ParseAll() {
     ASSIGN_OR_RETURN(uint32_t ggml_type, r.Read<uint32_t>(Cat("type of ", what)));
     const std::optional<DType> dt = DTypeFromGgmlId(ggml_type);
     if (!dt) {
-      return DataLoss(name, ": ", what, " has unsupported ggml type ", ggml_type,
-                      " (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
+      const std::string_view type_name = GgmlTypeName(ggml_type);
+      return DataLoss(name, ": ", what, ": type ",
+                      type_name.empty() ? Cat("id ", ggml_type, " (not a ggml type)")
+                                        : Cat(type_name, " (", ggml_type, ")"),
+                      " is not supported; supported: ", SupportedGgmlTypeNames());
     }
     t.dtype = *dt;
     ASSIGN_OR_RETURN(t.offset, r.Read<uint64_t>(Cat("data offset of ", what)));

@@ -95,7 +95,7 @@ absl::Status Validate(const ModelSpec& s, std::string_view source) {
     return bad("rope_theta", s.rope_theta, "must be a positive finite number");
   }
   if (s.context_length <= 0) return bad("context_length", s.context_length, "must be positive");
-  return absl::OkStatus();
+  return ValidateRopeScaling(s.rope_scaling, s.head_dim, source);
 }
 
 }  // namespace specgen
