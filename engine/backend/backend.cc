@@ -25,6 +25,12 @@ absl::Status Backend::MatMulSwiGlu(const Buffer& x, const Weight& gate, const We
   return SwiGlu(*gate_out, *up_scratch, gate_out);
 }
 
+absl::Status Backend::RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                          std::span<const float> inv_freq, RopeStyle style, Buffer* x) {
+  (void)positions, (void)head_dim, (void)inv_freq, (void)style, (void)x;
+  return absl::UnimplementedError(Cat(name(), ": RoPE with scaled frequencies (rope scaling) is not supported"));
+}
+
 absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                     int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
   if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {
@@ -34,8 +40,13 @@ absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k,
     RETURN_IF_ERROR(RmsNorm(*q, *p.q_norm, p.head_dim, p.eps, q));
     RETURN_IF_ERROR(RmsNorm(*k, *p.k_norm, p.head_dim, p.eps, k));
   }
-  RETURN_IF_ERROR(Rope(p.positions, p.head_dim, p.theta, p.style, q));
-  RETURN_IF_ERROR(Rope(p.positions, p.head_dim, p.theta, p.style, k));
+  if (!p.inv_freq.empty()) {
+    RETURN_IF_ERROR(RopeWithFrequencies(p.positions, p.head_dim, p.inv_freq, p.style, q));
+    RETURN_IF_ERROR(RopeWithFrequencies(p.positions, p.head_dim, p.inv_freq, p.style, k));
+  } else {
+    RETURN_IF_ERROR(Rope(p.positions, p.head_dim, p.theta, p.style, q));
+    RETURN_IF_ERROR(Rope(p.positions, p.head_dim, p.theta, p.style, k));
+  }
   RETURN_IF_ERROR(CopyRows(*k, dst_row, k_cache));
   return CopyRows(v, dst_row, v_cache);
 }

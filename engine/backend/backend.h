@@ -127,6 +127,12 @@ class Backend {
   // theta^(−2j/head_dim)), pairing (j, j + d/2) for kRotateHalf and (2j, 2j+1) for kInterleaved.
   virtual absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
                             RopeStyle style, Buffer* x) = 0;
+  // The same with pair j's inverse frequency given (inv_freq: head_dim / 2 entries; scaled RoPE,
+  // engine/model/rope_scaling.h): θ_j = pos · inv_freq[j]. Only where SupportsRopeFrequencies();
+  // elsewhere an Unimplemented error.
+  virtual absl::Status RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                           std::span<const float> inv_freq, RopeStyle style, Buffer* x);
+  virtual bool SupportsRopeFrequencies() const { return false; }
   // y = 0 (the first y->rows() rows).
   virtual absl::Status Zero(Buffer* y) = 0;
   // y += x (same shape).
@@ -176,6 +182,8 @@ class Backend {
     int64_t head_dim = 0;
     std::span<const int32_t> positions;  // one a row of q
     float theta = 0.0f;
+    // Per-pair inverse frequencies of a scaled RoPE (RopeWithFrequencies), or empty: from theta.
+    std::span<const float> inv_freq;
     RopeStyle style = RopeStyle::kRotateHalf;
   };
   virtual absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,

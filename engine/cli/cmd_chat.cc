@@ -1,25 +1,30 @@
-// `specgen chat`: a conversation on the CPU reference engine with the model's chat template (ChatML
-// or [INST]), plain or speculative, with the same model/draft/sampling flags as generate. User turns
-// are read from stdin one line each (interactive or piped); replies stream as they are accepted and
-// end at the template's end-of-turn token or -n. Each turn re-encodes the whole conversation and the
-// target's KV cache is kept for its longest common prefix with the previous turn, so only the new
-// tokens (the new user turn, plus any of the last reply whose re-encoding differs) are prefilled;
-// the draft's proposer does the same for its cache. /reset starts over, /stats prints the
-// counters, EOF (Ctrl-D) exits.
+// `specgen chat`: a conversation through the model's chat template, plain or speculative, on the GPU
+// or the CPU (--device), with generate's model, draft and sampling flags. Input (engine/chat/
+// chat_input.h): a turn per line from a pipe; on a terminal a paste is one turn, a trailing backslash
+// continues a line and """ opens a block. /help, /reset, /stats, /quit and /exit are specgen's; other
+// /commands are refused, not sent to the model. Replies stream to stdout as they are accepted
+// (coloured by where each token came from, --color), each followed by a blank line when piped;
+// everything else (prompts, the per-reply summary, /stats, notices) goes to stderr. The target's KV
+// cache is kept across turns for the conversation's common prefix. Ctrl-C stops the current answer
+// and keeps the session; a conversation that outgrows the context drops its oldest exchanges and
+// keeps the system prompt.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/chat/chat_history.h"
+#include "engine/chat/chat_input.h"
+#include "engine/chat/interrupt.h"
+#include "engine/chat/token_painter.h"
 #include "engine/cli/command.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/core/status_macros.h"
-#include "engine/speculative/speculative_decoder.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 
@@ -29,9 +34,11 @@ namespace {
 struct ChatFlags {
   GenerationFlags common;
   std::string system;
+  std::string chat_template = "auto";
+  std::string color = "auto";
 };
 
-// Counters summed over the turns since the start or the last /reset.
+// Counters summed over the replies since the start or the last /reset.
 struct ChatTotals {
   int64_t turns = 0, prompt_tokens_fed = 0, tokens = 0, passes = 0, drafted = 0, accepted = 0;
   double seconds = 0, prefill_seconds = 0;
@@ -56,19 +63,38 @@ struct ChatTotals {
   }
 };
 
+void PrintHelp() {
+  std::string text = "commands:\n";
+  for (const chat::ChatCommand& c : chat::ChatCommands()) {
+    text += absl::StrFormat("  /%-6s %s\n", std::string(c.name), std::string(c.help));
+  }
+  text +=
+      "several lines: end a line with \\ to continue it, or put \"\"\" on a line before and after; "
+      "a paste is one turn.\n"
+      "Ctrl-C stops an answer (the session goes on); Ctrl-D leaves. Start a turn with // to send a "
+      "text that begins with /.\n";
+  std::fputs(text.c_str(), stderr);
+}
+
 class ChatSession {
  public:
-  // `decoder` runs `pair`'s models; made with keep_cache so that each turn feeds only its new tokens
-  // where the loop supports it (the CPU loop; the GPU loop prefills the conversation again each turn,
-  // and the per-turn figure of prompt tokens fed says so).
-  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, std::unique_ptr<SpeculativeLoop> decoder)
-      : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format), decoder_(std::move(decoder)) {
-    Reset();
+  ChatSession(const ChatFlags& flags, LoadedPair* pair, ChatFormat format, bool color)
+      : flags_(flags), pair_(pair), tok_(*pair->target_tok), format_(format), color_(color),
+        history_(flags.system) {}
+
+  absl::Status Start() {
+    SpeculativeOptions options = pair_->options;
+    options.keep_cache = true;
+    options.on_pass = [this](int, const AcceptResult& result) {
+      if (painter_) painter_->OnPass(result);
+    };
+    options.stop = [] { return chat::InterruptRequested(); };  // Ctrl-C ends the answer, not the chat
+    ASSIGN_OR_RETURN(loop_, MakeLoop(*pair_, options));
+    return absl::OkStatus();
   }
 
   void Reset() {
-    messages_.clear();
-    if (!flags_.system.empty()) messages_.push_back({"system", flags_.system});
+    history_.Reset();
     totals_ = ChatTotals();
     last_stats_.reset();
   }
@@ -76,31 +102,48 @@ class ChatSession {
   void PrintStats() const {
     std::string text = Cat("conversation: ", totals_.ToText());
     if (last_stats_) text = Cat("last reply:\n", last_stats_->ToText(), text);
-    std::fputs(text.c_str(), stdout);
-    std::fflush(stdout);
+    std::fputs(text.c_str(), stderr);
   }
 
-  // Replies to one user line. A turn that cannot run (the conversation no longer fits the context)
-  // is an error for the caller to report; the conversation stays as it was.
+  // Answers one user turn. A turn that cannot run (the message alone does not fit the context) is
+  // an error for the caller to report; the conversation stays as it was.
   absl::Status Turn(const std::string& user) {
-    messages_.push_back({"user", user});
+    history_.Add("user", user);
     absl::Status status = Reply();
-    if (!status.ok()) messages_.pop_back();
+    if (!status.ok()) history_.PopLast();
     return status;
   }
 
  private:
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::vector<ChatMessage>& messages) const {
+    ASSIGN_OR_RETURN(std::string text, FormatChat(format_, tok_, messages, true));
+    return tok_.Encode(text, EncodeOptions{.add_special = false, .parse_special = true});
+  }
+
   absl::Status Reply() {
-    ASSIGN_OR_RETURN(std::string text, FormatChat(format_, tok_, messages_, true));
-    ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
-                     tok_.Encode(text, EncodeOptions{.add_special = false, .parse_special = true}));
-    const int64_t room = pair_->target->max_context() - static_cast<int64_t>(prompt.size());
-    if (room < 1) {
-      return InvalidArgument("the conversation is ", prompt.size(),
-                             " tokens and fills the context of ", pair_->target->max_context(),
-                             " (-c); /reset starts over");
+    // Room for a reply: -n tokens, but at most a quarter of the context, so that a long -n does not
+    // push every earlier exchange out.
+    const int64_t context = pair_->target->max_context();
+    const int64_t reserve = std::max<int64_t>(1, std::min(flags_.common.n_predict, context / 4));
+    auto fits = [&](const std::vector<ChatMessage>& m) -> absl::StatusOr<bool> {
+      ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(m));
+      return static_cast<int64_t>(ids.size()) + reserve <= context;
+    };
+    auto dropped = history_.DropOldestUntil(fits);
+    if (!dropped.ok()) {
+      return InvalidArgument("this message fills the context of ", context,
+                             " tokens (-c) even alone with the system prompt and room for a reply: "
+                             "shorten it, or run with a larger -c");
     }
+    if (*dropped > 0) {
+      std::fprintf(stderr, "(context full: dropped the oldest %d exchange%s; the system prompt stays)\n",
+                   *dropped, *dropped == 1 ? "" : "s");
+    }
+    ASSIGN_OR_RETURN(std::vector<int32_t> prompt, Encode(history_.messages()));
+
     StreamingDetokenizer detok(tok_);
+    chat::TokenPainter painter(color_);
+    painter_ = &painter;
     absl::Status sink_status = absl::OkStatus();
     auto sink = [&](std::span<const int32_t> tokens) {
       for (int32_t t : tokens) {
@@ -109,14 +152,25 @@ class ChatSession {
           sink_status.Update(piece.status());
           continue;
         }
-        std::fputs(piece->c_str(), stdout);
+        std::fputs(painter.Paint(*piece).c_str(), stdout);
       }
       std::fflush(stdout);
     };
-    ASSIGN_OR_RETURN(std::vector<int32_t> reply, decoder_->Generate(prompt, sink));
+    auto generated = loop_->Generate(prompt, sink);
+    painter_ = nullptr;
+    RETURN_IF_ERROR(generated.status());
+    std::vector<int32_t> reply = *std::move(generated);
     std::fputs(detok.Finish().c_str(), stdout);
-    std::fputs("\n", stdout);
+    std::fputs(isatty(STDOUT_FILENO) ? "\n" : "\n\n", stdout);  // piped: a blank line between replies
     std::fflush(stdout);
+    const StopReason stop_reason = loop_->stats().stop_reason;
+    if (stop_reason == StopReason::kStopped) {
+      chat::ClearInterrupt();
+      std::fputs("(stopped)\n", stderr);
+    } else if (stop_reason == StopReason::kContextFull) {
+      std::fputs("(the context is full: the answer was cut here; the next turn drops the oldest "
+                 "exchanges)\n", stderr);
+    }
     RETURN_IF_ERROR(sink_status);
 
     const auto& end_ids = pair_->options.end_ids;
@@ -124,74 +178,130 @@ class ChatSession {
       reply.pop_back();  // the template writes the end-of-turn token itself
     }
     ASSIGN_OR_RETURN(std::string content, tok_.Decode(reply, DecodeOptions{.render_special = false}));
-    messages_.push_back({"assistant", std::move(content)});
+    history_.Add("assistant", std::move(content));
 
-    const SpeculativeStats& stats = decoder_->stats();
-    // Prompt tokens the decoder had to prefill: those past what the cache already held.
-    const int64_t fed = decoder_->last_prefill_fed() + 1;  // the last prompt token goes with the first step
-    last_prompt_ = prompt;
-    last_prompt_.insert(last_prompt_.end(), reply.begin(), reply.end());
+    const SpeculativeStats& stats = loop_->stats();
+    // Prompt tokens the loop had to prefill: those past what the cache already held (the last prompt
+    // token goes with the first step).
+    const int64_t fed = loop_->last_prefill_fed() + 1;
     totals_.Add(stats, fed);
     last_stats_ = std::make_unique<SpeculativeStats>(stats);
     if (flags_.common.stats == "json") {
       std::printf("%s\n", stats.ToJson().c_str());
+      std::fflush(stdout);
     } else if (flags_.common.stats == "text") {
-      std::fprintf(stderr, "[%lld prompt tokens, %lld new] %s",
-                   static_cast<long long>(prompt.size()), static_cast<long long>(fed),
-                   stats.ToText().c_str());
+      PrintSummary(stats, fed, painter);
     }
-    std::fflush(stdout);
     return absl::OkStatus();
+  }
+
+  // One line after each answer: speed, acceptance, tokens per pass, and what the prompt cost.
+  void PrintSummary(const SpeculativeStats& s, int64_t fed, const chat::TokenPainter& painter) const {
+    std::string line = absl::StrFormat("[%d tokens, %.1f tokens/s", s.tokens, s.tokens_per_second());
+    if (s.drafted > 0) {
+      line += absl::StrFormat(", %.0f%% of drafts accepted, %.2f tokens/pass (%d drafted, %d target)",
+                              100 * s.acceptance_rate(), s.mean_accepted_length(), painter.draft_tokens(),
+                              painter.target_tokens());
+    }
+    line += absl::StrFormat(", %d prompt tokens prefilled]", fed);
+    if (color_) line = "\x1b[2m" + line + "\x1b[0m";
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
 
   const ChatFlags& flags_;
   LoadedPair* pair_;
   const Tokenizer& tok_;
   ChatFormat format_;
-  std::unique_ptr<SpeculativeLoop> decoder_;
-  std::vector<ChatMessage> messages_;
-  std::vector<int32_t> last_prompt_;  // the previous turn's prompt and reply
+  bool color_;
+  chat::ChatHistory history_;
+  std::unique_ptr<SpeculativeLoop> loop_;
+  chat::TokenPainter* painter_ = nullptr;  // the current reply's, while it is generated
   ChatTotals totals_;
   std::unique_ptr<SpeculativeStats> last_stats_;
 };
 
+absl::StatusOr<bool> UseColor(const std::string& color) {
+  if (color == "always") return true;
+  if (color == "never") return false;
+  if (color != "auto") return InvalidArgument("--color must be auto, always or never, got '", color, "'");
+  const char* term = std::getenv("TERM");
+  return isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr &&
+         !(term != nullptr && std::string(term) == "dumb");
+}
+
 absl::Status RunChat(const ChatFlags& flags) {
+  ASSIGN_OR_RETURN(const bool color, UseColor(flags.color));
+  std::optional<ChatFormat> named;
+  if (flags.chat_template != "auto") {
+    ASSIGN_OR_RETURN(named, ParseChatFormat(flags.chat_template));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedPair> pair, LoadPair(flags.common));
   if (pair->target_tok == nullptr) {
     return InvalidArgument("-m ", flags.common.model, ": no tokenizer found; chat needs text");
   }
-  ASSIGN_OR_RETURN(const ChatFormat format, DetectChatFormat(*pair->target_tok));
-  const bool interactive = isatty(STDIN_FILENO);
-  if (interactive) {
-    std::fprintf(stderr, "chat with %s%s%s (%s template); /reset starts over, /stats, Ctrl-D quits\n",
-                 flags.common.model.c_str(), pair->draft ? ", draft " : "",
-                 pair->draft ? flags.common.draft.c_str() : "",
-                 format == ChatFormat::kChatMl ? "ChatML" : "[INST]");
+  ChatFormat format;
+  if (named) {
+    format = *named;
+  } else {
+    ASSIGN_OR_RETURN(format, DetectChatFormat(*pair->target_tok));
   }
-  SpeculativeOptions options = pair->options;
-  options.keep_cache = true;
-  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, options));
-  ChatSession session(flags, pair.get(), format, std::move(decoder));
-  std::string line;
+  // The format's end-of-turn token ends a reply even where the model's own list lacks it.
+  const std::string end_of_turn = EndOfTurnText(format, *pair->target_tok);
+  if (!flags.common.ignore_eos && !end_of_turn.empty()) {
+    const int32_t id = pair->target_tok->TokenId(end_of_turn);
+    auto& end_ids = pair->options.end_ids;
+    if (std::find(end_ids.begin(), end_ids.end(), id) == end_ids.end()) end_ids.push_back(id);
+  }
+
+  const bool interactive = isatty(STDIN_FILENO);
+  ChatSession session(flags, pair.get(), format, color);
+  RETURN_IF_ERROR(session.Start());
+  chat::InstallInterruptHandler();
+  if (interactive) {
+    std::fprintf(stderr, "chat with %s%s%s (%s template). /help lists the commands; Ctrl-C stops an answer, "
+                 "Ctrl-D leaves.\n",
+                 flags.common.model.c_str(), pair->draft ? ", draft " : "",
+                 pair->draft ? flags.common.draft.c_str() : "", std::string(ChatFormatName(format)).c_str());
+    if (color && pair->draft) {
+      std::fprintf(stderr, "colours: %sdraft tokens the target accepted%s, %stokens the target supplied%s\n",
+                   std::string(chat::kDraftColor).c_str(), std::string(chat::kResetColor).c_str(),
+                   std::string(chat::kTargetColor).c_str(), std::string(chat::kResetColor).c_str());
+    }
+  }
+  chat::ChatInput input(STDIN_FILENO, interactive);
+  absl::Status last_turn = absl::OkStatus();
   while (true) {
-    if (interactive) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    if (line == "/reset") {
-      session.Reset();
-      std::fputs("(conversation reset)\n", stderr);
+    const chat::InputEvent event = input.Next();
+    using Kind = chat::InputEvent::Kind;
+    if (event.kind == Kind::kEnd) break;
+    if (event.kind == Kind::kInterrupted) {
+      chat::ClearInterrupt();
+      std::fputs("\n(input dropped; /quit or Ctrl-D leaves)\n", stderr);
       continue;
     }
-    if (line == "/stats") {
-      session.PrintStats();
+    if (event.kind == Kind::kUnknownCommand) {
+      std::fprintf(stderr, "unknown command /%s (not sent to the model); /help lists the commands, and // "
+                   "starts a turn with a '/'\n", event.text.c_str());
       continue;
     }
-    if (absl::Status status = session.Turn(line); !status.ok()) {
-      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(status.message()).c_str());
+    if (event.kind == Kind::kCommand) {
+      if (event.text == "quit" || event.text == "exit") break;
+      if (event.text == "help") PrintHelp();
+      if (event.text == "stats") session.PrintStats();
+      if (event.text == "reset") {
+        session.Reset();
+        std::fputs("(conversation reset)\n", stderr);
+      }
+      continue;
+    }
+    last_turn = session.Turn(event.text);
+    if (!last_turn.ok()) {
+      std::fprintf(stderr, "specgen chat: error: %s\n", std::string(last_turn.message()).c_str());
     }
   }
   if (interactive) std::fputs("\n", stderr);
+  // A script that pipes turns in learns from the exit status whether the last one was answered.
+  if (!last_turn.ok()) return absl::Status(last_turn.code(), "the last turn failed (the error is above)");
   return absl::OkStatus();
 }
 
@@ -199,14 +309,23 @@ Registrar kChat{
     {"chat", "Chat with a model through its chat template, plain or speculative, on the GPU or the CPU",
      [](CLI::App& app) {
        auto f = std::make_shared<ChatFlags>();
-       f->common.stats = "none";  // /stats prints them on demand
        f->common.n_predict = 256;
        AddGenerationFlags(app, &f->common);
        app.add_option("--system", f->system, "system prompt, the first message of the conversation");
+       app.add_option("--chat-template", f->chat_template,
+                      "auto|chatml|llama3|mistral|gemma: the prompt format; auto reads it from the "
+                      "model's template")
+           ->capture_default_str();
+       app.add_option("--color", f->color,
+                      "auto|always|never: colour the reply by where each token came from (draft or "
+                      "target); auto: when stdout is a terminal and NO_COLOR is unset")
+           ->capture_default_str();
        app.footer(
-           "Reads one user turn per line from stdin (a pipe works too) and streams each reply to "
-           "stdout. Commands: /reset forgets the conversation, /stats prints the counters; EOF "
-           "exits. -n limits each reply; --stats json|text prints one line of stats per reply.");
+           "A turn per line from a pipe; on a terminal a paste is one turn, a line ending in \\ "
+           "continues, and \"\"\" on a line opens and closes a block. /help, /reset, /stats, /quit, "
+           "/exit. -n limits each reply. Replies go to stdout; the one-line summary after each reply "
+           "(--stats text, the default), /stats and notices go to stderr; --stats json prints one JSON "
+           "line per reply on stdout.");
        return [f]() { return RunChat(*f); };
      }}};
 

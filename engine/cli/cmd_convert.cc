@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "engine/cli/command.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf_export.h"
@@ -22,12 +23,16 @@ struct ConvertFlags {
 };
 
 absl::Status RunConvert(const ConvertFlags& f) {
-  ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
+  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
+  ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
+  GgufExportOptions opt;
+  opt.output.inputs = {f.in};
+  opt.output.label = Cat("OUT ", f.out);
+  RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the model is read
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadModel(f.in));
-  GgufExportOptions opt;
   opt.dtype = dtype;
-  opt.threads = f.threads;
+  opt.threads = threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
   // The tokenizer travels with the weights, so the GGUF is self-contained.
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizerIfPresent(f.in));

@@ -1,6 +1,7 @@
 // `specgen generate`: text generation on the CPU reference engine, plain or speculative. Tokens are
 // printed as they are accepted; stats (tokens/s, acceptance, τ, time split) follow at the end.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -27,6 +28,10 @@ struct GenerateFlags {
 };
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgument("-f ", path, ": is a directory; -f takes a file of prompt text");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("-f ", path, ": cannot open");
   std::stringstream ss;

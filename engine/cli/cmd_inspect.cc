@@ -74,7 +74,10 @@ std::string TokenizerText(const std::string& path, ModelSourceKind kind) {
     if (!f.ok()) return "unknown";
     const GgufValue* model = (*f)->Find("tokenizer.ggml.model");
     const GgufValue* tokens = (*f)->Find("tokenizer.ggml.tokens");
-    if (model == nullptr || model->AsString() == nullptr) return "none in file";
+    if (model == nullptr || model->AsString() == nullptr || *model->AsString() == "none" ||
+        *model->AsString() == "no_vocab") {
+      return "none in file";
+    }
     std::string kind_text = *model->AsString() == "gpt2"    ? "byte-level BPE (gpt2)"
                             : *model->AsString() == "llama" ? "SentencePiece BPE (llama)"
                                                             : *model->AsString();
@@ -153,7 +156,8 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
   Line("tied embeddings", spec.tied_embeddings ? "yes" : "no");
   Line("rms_eps", Cat(spec.rms_eps));
   Line("rope", Cat("theta ", spec.rope_theta, ", ",
-                   spec.rope_style == RopeStyle::kRotateHalf ? "rotate-half (neox)" : "interleaved (gpt-j)"));
+                   spec.rope_style == RopeStyle::kRotateHalf ? "rotate-half (neox)" : "interleaved (gpt-j)",
+                   spec.rope_scaling.active() ? Cat(", scaling ", Describe(spec.rope_scaling)) : ""));
   Line("context_length", Cat(spec.context_length));
   Line("bos / eos token ids", Cat(spec.bos_token_id, " / ", spec.eos_token_id));
   Line("tokenizer", TokenizerText(path, kind));

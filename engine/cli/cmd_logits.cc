@@ -1,7 +1,7 @@
 // `specgen logits`: runs one prompt through the forward pass (CPU reference, or the GPU with --device)
 // and writes the fp32 logits
 // of every position ([n, V] little-endian row-major), the way to check a model against another
-// implementation. The file is written atomically (temporary + rename): never half a file.
+// implementation. The file goes through SafeFileWriter: never half a file, never over the model.
 #include <algorithm>
 #include <bit>
 #include <cstdio>
@@ -16,31 +16,16 @@
 #include "engine/cli/command.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/cli/id_list.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/safe_write.h"
 #include "engine/model/transformer.h"
 
 namespace specgen::cli {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "logits files are little-endian");
-
-absl::Status WriteAtomically(const std::string& path, const std::vector<float>& data) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return InvalidArgument("--out ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
-  const size_t written = std::fwrite(data.data(), sizeof(float), data.size(), f);
-  const bool closed = std::fclose(f) == 0;
-  if (written != data.size() || !closed) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(Cat("--out ", path, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return InvalidArgument("--out ", path, ": cannot rename ", tmp, ": ", std::strerror(errno));
-  }
-  return absl::OkStatus();
-}
 
 // FNV-1a over the bytes: equal checksums mean bit-identical logits.
 uint64_t Checksum(const std::vector<float>& data) {
@@ -62,14 +47,19 @@ struct LogitsFlags {
 
 absl::Status RunLogits(const LogitsFlags& flags) {
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList("--prompt-ids", flags.prompt_ids));
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
-  std::shared_ptr<const LoadedModel> model = std::move(loaded);
+  SafeWriteOptions output;
+  output.inputs = {flags.model};
+  output.label = Cat("--out ", flags.out);
+  if (!flags.out.empty()) RETURN_IF_ERROR(CheckOutputPath(flags.out, output));
   BackendOptions backend_options;
-  backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(backend_options.cpu_threads, CheckThreads(flags.threads, "-t"));
   ASSIGN_OR_RETURN(backend_options.gemv_order, ParseGemvOrder(flags.gemv_order));
+  ASSIGN_OR_RETURN(const ModelSpec spec, LoadModelSpec(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.device, backend_options));
   TransformerOptions options;
-  options.max_context = flags.context;
+  ASSIGN_OR_RETURN(options.max_context, CheckContext(flags.context, spec, nullptr, *backend));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
+  std::shared_ptr<const LoadedModel> model = std::move(loaded);
   ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, backend.get(), options));
   if (static_cast<int64_t>(ids.size()) > lm->max_context()) {
     return InvalidArgument("--prompt-ids: ", ids.size(), " tokens exceed the context of ",
@@ -78,7 +68,11 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   std::vector<float> logits;
   RETURN_IF_ERROR(lm->Forward(ids, &logits));
   const int64_t n = static_cast<int64_t>(ids.size()), v = lm->vocab_size();
-  if (!flags.out.empty()) RETURN_IF_ERROR(WriteAtomically(flags.out, logits));
+  if (!flags.out.empty()) {
+    RETURN_IF_ERROR(WriteFileSafely(
+        flags.out, {reinterpret_cast<const uint8_t*>(logits.data()), logits.size() * sizeof(float)},
+        output));
+  }
 
   std::printf("model %s (%s) on %s, logits [%lld, %lld] fp32%s%s\n", model->source.c_str(),
               std::string(ArchName(model->spec.arch)).c_str(), std::string(backend->name()).c_str(), static_cast<long long>(n),

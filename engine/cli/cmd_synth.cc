@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "engine/cli/command.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf_export.h"
@@ -23,13 +24,20 @@ struct SynthFlags {
 
 absl::Status RunSynth(const SynthFlags& f) {
   ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(f.preset));
-  ASSIGN_OR_RETURN(DType dtype, ParseDType(f.type));
-  const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, SynthWeights(spec, dtype, f.seed, f.threads));
-  const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
+  ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
   GgufExportOptions opt;
+  opt.output.label = Cat("--out ", f.out);
+  RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the weights are generated
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<LoadedModel>> synth = SynthWeights(spec, dtype, f.seed, threads);
+  if (absl::IsResourceExhausted(synth.status())) {
+    return absl::ResourceExhaustedError(Cat(synth.status().message(), "; pick a smaller --type or preset"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, std::move(synth));
+  const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   opt.dtype = dtype;
-  opt.threads = f.threads;
+  opt.threads = threads;
   opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
   RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
   const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,11 @@
 #include "engine/cli/generation_flags.h"
 
 #include <cstdio>
+#include <random>
 
+#include "absl/strings/numbers.h"
 #include "engine/backend/make_backend.h"
+#include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -12,6 +15,12 @@
 
 namespace specgen::cli {
 namespace {
+
+// A seed for --seed -1 from the OS's entropy; 63 bits, so it prints and parses back as itself.
+uint64_t RandomSeed() {
+  std::random_device rd;
+  return ((uint64_t{rd()} << 32) ^ rd()) & ~(uint64_t{1} << 63);
+}
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadLm(const std::string& path, Backend* backend,
                                                     int64_t context) {
@@ -55,7 +64,9 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
       ->required();
   app.add_option("--model-draft", f->draft,
                  "draft MODEL (also -md): proposes tokens the target verifies; same vocabulary");
-  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (stops earlier at an end token)")
+  app.add_option("-n,--n-predict", f->n_predict,
+                 "tokens to generate (stops earlier at an end token); -1: until an end token or a full "
+                 "context")
       ->capture_default_str();
   app.add_option("--draft-max", f->draft_max,
                  "the draft length k per pass, or the largest k the adaptive choice tries. 0 = plain "
@@ -78,10 +89,26 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
       ->capture_default_str();
   app.add_option("--min-p", f->sampling.min_p, "keep tokens with p >= P * max p; 0 = off")
       ->capture_default_str();
-  app.add_option("--seed", f->sampling.seed,
-                 "seed; every draw is keyed by (seed, position), so a seed reproduces the output "
-                 "(under --accept rejection, at a fixed draft length: --draft-fixed, its default there)")
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--seed",
+         [f](const std::string& text) {
+           uint64_t seed = 0;
+           if (text == "-1") {
+             f->sampling.seed = RandomSeed();
+             f->random_seed = true;
+           } else if (absl::SimpleAtoi(text, &seed)) {
+             f->sampling.seed = seed;
+             f->random_seed = false;
+           } else {
+             throw CLI::ValidationError(
+                 "--seed", Cat("'", text, "' is not a seed: give an integer in [0, 2^64) or -1 for a "
+                               "random one"));
+           }
+         },
+         "seed; every draw is keyed by (seed, position), so a seed reproduces the output "
+         "(under --accept rejection, at a fixed draft length: --draft-fixed, its default there); -1: "
+         "random, printed with the stats (default 0)")
+      ->type_name("INT");
   app.add_option("-c,--ctx-size", f->context, "context length (default: min(model's, 4096))");
   app.add_option("--device", f->device,
                  CudaCompiledIn() ? "auto|cpu|cuda: auto runs on the GPU when one is present; cpu is "
@@ -130,9 +157,12 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   if (flags.stats != "text" && flags.stats != "json" && flags.stats != "none") {
     return InvalidArgument("--stats must be text, json or none, got '", flags.stats, "'");
   }
-  if (flags.n_predict < 0) return InvalidArgument("-n must be >= 0, got ", flags.n_predict);
+  if (flags.n_predict < -1) {
+    return InvalidArgument("-n must be >= 0, or -1 for no limit but the context, got ", flags.n_predict);
+  }
   if (flags.draft_max < 0) return InvalidArgument("--draft-max must be >= 0, got ", flags.draft_max);
   if (flags.context < 0) return InvalidArgument("-c must be >= 0, got ", flags.context);
+  RETURN_IF_ERROR(CheckThreads(flags.threads, "-t").status());
   if (flags.draft_adaptive && flags.draft_fixed) {
     return InvalidArgument("--draft-adaptive and --draft-fixed: give one of them");
   }
@@ -151,8 +181,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     ASSIGN_OR_RETURN(pair->draft_tok, LoadTokenizerIfPresent(flags.draft));
   }
 
+  // Sizes are checked before anything is allocated: threads, then the KV caches the context needs
+  // (from the specs alone, which cost no weights), then the models are loaded.
   BackendOptions backend_options;
-  backend_options.cpu_threads = flags.threads;
+  ASSIGN_OR_RETURN(backend_options.cpu_threads, CheckThreads(flags.threads, "-t"));
   ASSIGN_OR_RETURN(backend_options.gemv_order, ParseGemvOrder(flags.gemv_order));
   if (!flags.vram_budget.empty()) {
     ASSIGN_OR_RETURN(backend_options.vram_bytes, ParseByteSize(flags.vram_budget));
@@ -160,15 +192,25 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(flags.device, backend_options));
   pair->backend = std::move(made.backend);
   pair->cuda = made.cuda;
-  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), flags.context));
-  if (!flags.draft.empty() && flags.draft_max > 0) {
+  const bool with_draft = !flags.draft.empty() && flags.draft_max > 0;
+  ASSIGN_OR_RETURN(const ModelSpec target_spec, LoadModelSpec(flags.model));
+  std::optional<ModelSpec> draft_spec;
+  if (with_draft) {
+    ASSIGN_OR_RETURN(draft_spec, LoadModelSpec(flags.draft));
+  }
+  ASSIGN_OR_RETURN(const int64_t context,
+                   CheckContext(flags.context, target_spec, draft_spec ? &*draft_spec : nullptr,
+                                *pair->backend));
+  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context));
+  if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
   }
 
   SpeculativeOptions& options = pair->options;
-  options.max_new_tokens = flags.n_predict;
+  // -n -1: no limit of its own; the loops stop at a full context.
+  options.max_new_tokens = flags.n_predict >= 0 ? flags.n_predict : pair->target->max_context();
   options.draft_max = flags.draft_max;
   options.adaptive = UseAdaptiveDraftLength(flags, pair->mode);
   options.accept = pair->mode;
@@ -188,16 +230,24 @@ absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeLoop(const LoadedPair& pair
   return MakeSpeculativeLoop(pair.cuda, pair.target.get(), pair.draft.get(), options);
 }
 
+std::string WithSeed(const std::string& json, const GenerationFlags& flags) {
+  if (json.empty() || json[0] != '{') return json;
+  return Cat("{\"seed\":", flags.sampling.seed, json.size() > 2 ? "," : "", json.substr(1));
+}
+
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {
   if (flags.stats == "json") {
-    std::printf("%s\n", stats.ToJson().c_str());
+    std::printf("%s\n", WithSeed(stats.ToJson(), flags).c_str());
     std::fflush(stdout);
   } else if (flags.stats == "text") {
     const bool spec = pair.draft != nullptr;
-    std::fprintf(stderr, "\n%s%s, %s%s\n%s", spec ? "speculative, draft " : "plain decoding",
+    std::fprintf(stderr, "\n%s%s, %s%s%s\n%s", spec ? "speculative, draft " : "plain decoding",
                  spec ? flags.draft.c_str() : "",
                  spec ? Cat("accept ", AcceptModeName(pair.mode), ", ").c_str() : "",
-                 ToString(flags.sampling).c_str(), stats.ToText().c_str());
+                 ToString(flags.sampling).c_str(),
+                 flags.random_seed ? Cat(" (random; --seed ", flags.sampling.seed, " repeats it)").c_str()
+                                   : "",
+                 stats.ToText().c_str());
   }
 }
 

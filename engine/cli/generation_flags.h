@@ -44,11 +44,13 @@ struct GenerationFlags {
   bool allow_vocab_mismatch = false;
   bool ignore_eos = false;
   int threads = 0;
+  bool random_seed = false;  // --seed -1: sampling.seed was drawn at random (and is printed)
 };
 
 // Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
 // --draft-fixed, --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget,
 // --gemv-order, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+// --seed -1 draws a random seed; -n -1 generates until an end token or a full context.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 
 // --gemv-order's value: "auto" (nullopt: the backend's fastest, see BackendOptions::gemv_order),
@@ -83,6 +85,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
 // The speculative loop for the pair's backend (MakeSpeculativeLoop): on the GPU the device-resident
 // loop (sampling and acceptance on the GPU, one result copy per step), else the CPU reference.
 absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeLoop(const LoadedPair& pair, const SpeculativeOptions& options);
+
+// The stats JSON object `json` with the run's seed as its first key (the seed that repeats the run,
+// drawn at random under --seed -1).
+std::string WithSeed(const std::string& json, const GenerationFlags& flags);
 
 // --stats: text goes to stderr, json is one line on stdout, none prints nothing.
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);

@@ -5,10 +5,15 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <new>
+#include <string>
 #include <string_view>
+#include <system_error>
 
 #include "CLI/CLI.hpp"
 #include "engine/cli/command.h"
+#include "engine/cli/foreign_flags.h"
+#include "engine/core/str_cat.h"
 
 namespace specgen::cli {
 std::vector<Command>& Registry() {
@@ -16,6 +21,27 @@ std::vector<Command>& Registry() {
   return registry;
 }
 }  // namespace specgen::cli
+
+namespace {
+
+// Runs a command and turns any exception that escapes it into an error: every failure a user can
+// provoke is a message and exit status 1, never an abort with a core dump.
+absl::Status RunGuarded(const std::function<absl::Status()>& run) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "out of memory (a smaller -c, a smaller model or fewer threads may fit)");
+  } catch (const std::system_error& e) {
+    return absl::InternalError(specgen::Cat("system error: ", e.what(), " (", e.code().message(), ")"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(specgen::Cat("unexpected error: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("unexpected error of unknown type");
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using specgen::cli::Command;
@@ -40,14 +66,40 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-md") argv[i] = const_cast<char*>("--model-draft");
   }
+  // A first word that is no subcommand: named, with the list (CLI11 would only say that a
+  // subcommand is required or that the word was not expected).
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view word = argv[1];
+    std::string names;
+    bool known = false;
+    for (const Command& c : commands) {
+      known |= c.name == word;
+      names += names.empty() ? c.name : ", " + c.name;
+    }
+    if (!known) {
+      std::fprintf(stderr, "specgen: error: unknown command '%s'; the commands are: %s (specgen --help)\n",
+                   argv[1], names.c_str());
+      return 1;
+    }
+  }
+  if (auto message = specgen::cli::ForeignFlagMessage({argv + 1, static_cast<size_t>(argc - 1)})) {
+    std::fprintf(stderr, "specgen%s%s: error: %s\n", argc > 1 && argv[1][0] != '-' ? " " : "",
+                 argc > 1 && argv[1][0] != '-' ? argv[1] : "", message->c_str());
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and exit 0; a parse error reads like every other error and exits 1.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    const bool sub = argc > 1 && argv[1][0] != '-';
+    std::fprintf(stderr, "specgen%s%s: error: %s (see specgen %s--help)\n", sub ? " " : "",
+                 sub ? argv[1] : "", e.what(), sub ? (std::string(argv[1]) + " ").c_str() : "");
+    return 1;
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
-    absl::Status status = run();
+    absl::Status status = RunGuarded(run);
     if (!status.ok()) {
       std::fprintf(stderr, "specgen %s: error: %s\n", sub->get_name().c_str(),
                    std::string(status.message()).c_str());

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "engine/core/quant_extra_rows.h"
 #include "engine/core/quant_rows.h"
 #include "engine/core/str_cat.h"
 
@@ -18,12 +19,17 @@ struct Entry {
 namespace q = quant_rows;
 
 // Block sizes and bytes from ggml-common.h (docs/formats.md §2).
-constexpr std::array<Entry, 8> kTable = {{
+constexpr std::array<Entry, 13> kTable = {{
     {DType::kF32, {"f32", 1, 4, false, q::DequantizeF32, q::QuantizeF32}},
     {DType::kF16, {"f16", 1, 2, false, q::DequantizeF16, q::QuantizeF16}},
     {DType::kBF16, {"bf16", 1, 2, false, q::DequantizeBf16, q::QuantizeBf16}},
     {DType::kQ8_0, {"q8_0", q::kQk, q::kQ8_0Bytes, true, q::DequantizeQ8_0, q::QuantizeQ8_0}},
     {DType::kQ4_0, {"q4_0", q::kQk, q::kQ4_0Bytes, true, q::DequantizeQ4_0, q::QuantizeQ4_0}},
+    {DType::kQ4_1, {"q4_1", q::kQk, q::kQ4_1Bytes, true, q::DequantizeQ4_1, nullptr}},
+    {DType::kQ5_0, {"q5_0", q::kQk, q::kQ5_0Bytes, true, q::DequantizeQ5_0, nullptr}},
+    {DType::kQ5_1, {"q5_1", q::kQk, q::kQ5_1Bytes, true, q::DequantizeQ5_1, nullptr}},
+    {DType::kQ2_K, {"q2_k", q::kQkK, q::kQ2_KBytes, true, q::DequantizeQ2_K, nullptr}},
+    {DType::kQ3_K, {"q3_k", q::kQkK, q::kQ3_KBytes, true, q::DequantizeQ3_K, nullptr}},
     {DType::kQ4_K, {"q4_k", q::kQkK, q::kQ4_KBytes, true, q::DequantizeQ4_K, q::QuantizeQ4_K}},
     {DType::kQ5_K, {"q5_k", q::kQkK, q::kQ5_KBytes, true, q::DequantizeQ5_K, nullptr}},
     {DType::kQ6_K, {"q6_k", q::kQkK, q::kQ6_KBytes, true, q::DequantizeQ6_K, nullptr}},
@@ -36,7 +42,28 @@ constexpr std::array<DType, kTable.size()> AllOf() {
 }
 constexpr std::array<DType, kTable.size()> kAll = AllOf();
 
+// ggml_type names by id (ggml.h `enum ggml_type`, ggml.c type_traits): the ids no longer produced keep
+// the names ggml gave them.
+constexpr std::array<std::string_view, 43> kGgmlNames = {
+    "F32",      "F16",      "Q4_0",     "Q4_1",    "Q4_2",     "Q4_3",       "Q5_0",       "Q5_1",
+    "Q8_0",     "Q8_1",     "Q2_K",     "Q3_K",    "Q4_K",     "Q5_K",       "Q6_K",       "Q8_K",
+    "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS",  "IQ1_S",   "IQ4_NL",   "IQ3_S",      "IQ2_S",      "IQ4_XS",
+    "I8",       "I16",      "I32",      "I64",     "F64",      "IQ1_M",      "BF16",       "Q4_0_4_4",
+    "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",    "TQ2_0",   "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
+    "NVFP4",    "Q1_0",     "Q2_0",
+};
+
 }  // namespace
+
+std::string_view GgmlTypeName(uint32_t id) { return id < kGgmlNames.size() ? kGgmlNames[id] : ""; }
+
+std::string SupportedGgmlTypeNames() {
+  std::string names;
+  for (const Entry& e : kTable) {
+    names += Cat(names.empty() ? "" : ", ", GgmlTypeName(static_cast<uint32_t>(e.type)));
+  }
+  return names;
+}
 
 const DTypeInfo& Info(DType t) {
   for (const Entry& e : kTable) {

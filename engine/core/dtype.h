@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -17,7 +18,12 @@ enum class DType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
@@ -46,6 +52,11 @@ inline std::string_view Name(DType t) { return Info(t).name; }
 
 // The DType of a GGUF ggml_type id, or nullopt for ids we do not support.
 std::optional<DType> DTypeFromGgmlId(uint32_t id);
+// ggml's own name of any ggml_type id, supported or not ("Q4_K", "IQ4_XS", "MXFP4"), or "" for an id
+// ggml does not define: error messages name the type a file holds rather than its number.
+std::string_view GgmlTypeName(uint32_t id);
+// The supported types by their ggml names, comma-separated ("F32, F16, …"), for error messages.
+std::string SupportedGgmlTypeNames();
 // Parses "f32", "F16", "bf16", "q8_0", "Q4_K", … (case-insensitive).
 absl::StatusOr<DType> ParseDType(std::string_view s);
 

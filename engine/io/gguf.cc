@@ -185,60 +185,6 @@ absl::StatusOr<GgufValue> ReadValue(Reader& r, GgufType type, const std::string&
 
 // ---- Writing ------------------------------------------------------------------------------------
 
-// Buffered writer to a file descriptor; large payloads bypass the buffer.
-class FdWriter {
- public:
-  explicit FdWriter(int fd) : fd_(fd) { buf_.reserve(kBuf); }
-  absl::Status Write(const void* p, size_t n) {
-    if (buf_.size() + n <= kBuf) {
-      const auto* b = static_cast<const uint8_t*>(p);
-      buf_.insert(buf_.end(), b, b + n);
-      written_ += n;
-      return absl::OkStatus();
-    }
-    RETURN_IF_ERROR(Flush());
-    if (n <= kBuf) return Write(p, n);
-    RETURN_IF_ERROR(WriteAll(p, n));
-    written_ += n;
-    return absl::OkStatus();
-  }
-  absl::Status Zeros(size_t n) {
-    static const uint8_t kZero[64] = {};
-    while (n > 0) {
-      const size_t k = std::min(n, sizeof(kZero));
-      RETURN_IF_ERROR(Write(kZero, k));
-      n -= k;
-    }
-    return absl::OkStatus();
-  }
-  absl::Status Flush() {
-    if (buf_.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(WriteAll(buf_.data(), buf_.size()));
-    buf_.clear();
-    return absl::OkStatus();
-  }
-  uint64_t written() const { return written_; }
-
- private:
-  static constexpr size_t kBuf = 1 << 20;
-  absl::Status WriteAll(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    while (n > 0) {
-      const ssize_t k = ::write(fd_, b, std::min<size_t>(n, size_t{1} << 30));
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        return absl::InternalError(Cat("write failed: ", std::strerror(errno)));
-      }
-      b += k;
-      n -= static_cast<size_t>(k);
-    }
-    return absl::OkStatus();
-  }
-  int fd_;
-  std::vector<uint8_t> buf_;
-  uint64_t written_ = 0;
-};
-
 template <typename T>
 void AppendPod(std::vector<uint8_t>& out, T v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -496,8 +442,11 @@ absl::Status GgufFile::ParseAll() {
     ASSIGN_OR_RETURN(uint32_t ggml_type, r.Read<uint32_t>(Cat("type of ", what)));
     const std::optional<DType> dt = DTypeFromGgmlId(ggml_type);
     if (!dt) {
-      return DataLoss(name, ": ", what, " has unsupported ggml type ", ggml_type,
-                      " (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
+      const std::string_view type_name = GgmlTypeName(ggml_type);
+      return DataLoss(name, ": ", what, ": type ",
+                      type_name.empty() ? Cat("id ", ggml_type, " (not a ggml type)")
+                                        : Cat(type_name, " (", ggml_type, ")"),
+                      " is not supported; supported: ", SupportedGgmlTypeNames());
     }
     t.dtype = *dt;
     ASSIGN_OR_RETURN(t.offset, r.Read<uint64_t>(Cat("data offset of ", what)));
@@ -633,7 +582,8 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> ne, DT
   return absl::OkStatus();
 }
 
-absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment) const {
+absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment,
+                              const SafeWriteOptions& output) const {
   if (!IsPowerOfTwo(alignment)) {
     return InvalidArgument(path, ": GGUF alignment ", alignment, " is not a power of two");
   }
@@ -678,38 +628,15 @@ absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment) cons
   }
   const uint64_t data_start = AlignUp(head.size(), alignment);
 
-  std::string tmpl = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) return absl::InternalError(Cat(path, ": cannot create temporary file: ", std::strerror(errno)));
-  const std::string tmp = tmpl;
-  auto fail = [&](const absl::Status& s) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return absl::Status(s.code(), Cat(path, ": ", s.message()));
-  };
-  FdWriter w(fd);
-  absl::Status s = w.Write(head.data(), head.size());
-  if (s.ok()) s = w.Zeros(data_start - head.size());
-  for (size_t i = 0; s.ok() && i < tensors_.size(); ++i) {
-    s = w.Zeros(data_start + offsets[i] - w.written());
-    if (s.ok()) s = w.Write(tensors_[i].data, tensors_[i].bytes);
+  ASSIGN_OR_RETURN(SafeFileWriter w, SafeFileWriter::Create(path, output));
+  RETURN_IF_ERROR(w.Write(head.data(), head.size()));
+  RETURN_IF_ERROR(w.WriteZeros(data_start - head.size()));
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    RETURN_IF_ERROR(w.WriteZeros(data_start + offsets[i] - w.written()));
+    RETURN_IF_ERROR(w.Write(tensors_[i].data, tensors_[i].bytes));
   }
-  if (s.ok() && !tensors_.empty()) s = w.Zeros(data_start + offset - w.written());  // final padding
-  if (s.ok()) s = w.Flush();
-  if (!s.ok()) return fail(s);
-  // mkstemp creates 0600; a model file is meant to be readable by others (umask is not consulted:
-  // reading it is not thread-safe).
-  ::fchmod(fd, 0644);
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return absl::InternalError(Cat(path, ": close failed: ", std::strerror(e)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return absl::InternalError(Cat(path, ": cannot rename temporary file into place: ", std::strerror(e)));
-  }
+  if (!tensors_.empty()) RETURN_IF_ERROR(w.WriteZeros(data_start + offset - w.written()));  // padding
+  RETURN_IF_ERROR(w.Commit());
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/dtype.h"
+#include "engine/io/safe_write.h"
 
 namespace specgen {
 
@@ -106,8 +107,10 @@ class GgufWriter {
   // stay valid until Write returns.
   absl::Status AddTensor(std::string name, std::vector<int64_t> ne, DType dtype, const void* data,
                          size_t bytes);
-  // Writes to `path` via a temporary file renamed into place: no partial file on error.
-  absl::Status Write(const std::string& path, uint32_t alignment = 32) const;
+  // Writes to `path` through a SafeFileWriter (safe_write.h): no partial file on error, no target
+  // that is not a regular file or is one of `output.inputs`.
+  absl::Status Write(const std::string& path, uint32_t alignment = 32,
+                     const SafeWriteOptions& output = {}) const;
 
  private:
   struct PendingTensor {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -82,6 +83,29 @@ std::string_view GgufArchName(Arch arch) {
   return "llama";
 }
 
+std::vector<std::string> LlamaCppDifferences(const ModelSpec& spec) {
+  std::vector<std::string> out;
+  if (!spec.is_moe()) return out;
+  const std::string arch(GgufArchName(spec.arch));
+  std::string dense;
+  int n_dense = 0;
+  for (size_t l = 0; l < spec.layer_is_moe.size(); ++l) {
+    if (spec.layer_is_moe[l]) continue;
+    if (n_dense++ < 8) dense += Cat(dense.empty() ? "" : ", ", l);
+  }
+  if (n_dense > 0) {
+    out.push_back(Cat("llama.cpp will not run this file as specgen does: ", n_dense, " of ", spec.n_layers,
+                      " layers are dense (", dense, n_dense > 8 ? ", ..." : "", ") and llama.cpp's ", arch,
+                      " needs a router and experts in every layer"));
+  }
+  if (spec.arch == Arch::kQwen3Moe && spec.router_norm == RouterNorm::kSoftmaxThenTopK) {
+    out.push_back(Cat("llama.cpp will not run this file as specgen does: ", arch,
+                      ".expert_weights_norm = false (top-k router weights not renormalized) and llama.cpp's ",
+                      arch, " always renormalizes them"));
+  }
+  return out;
+}
+
 int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   // Within a head, interleaved row 2i is rotate-half row i and row 2i+1 is row i + head_dim/2.
   const int64_t half = head_dim / 2;
@@ -89,14 +113,22 @@ int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   return head * head_dim + (within % 2) * half + within / 2;
 }
 
+absl::StatusOr<DType> ParseExportDType(std::string_view name) {
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok() || !CanQuantize(*dtype)) {
+    return InvalidArgument("--type ", name, ": not a type specgen writes (use ", kExportDTypes, ")");
+  }
+  return *dtype;
+}
+
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& opt) {
   if (!CanQuantize(opt.dtype)) {
-    return InvalidArgument("--type ", Name(opt.dtype),
-                           ": cannot write this type (use f32, f16, bf16, q8_0, q4_0 or q4_k)");
+    return InvalidArgument("--type ", Name(opt.dtype), ": cannot write this type (use ", kExportDTypes, ")");
   }
   RETURN_IF_ERROR(Validate(spec, path));
   RETURN_IF_ERROR(weights.Validate(spec, path));
+  RETURN_IF_ERROR(CheckOutputPath(path, opt.output));  // before the conversion, not after
   const std::string arch(GgufArchName(spec.arch));
   const bool permute_qk = arch == "llama" && spec.rope_style == RopeStyle::kRotateHalf;
 
@@ -127,6 +159,9 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       w.SetBool(key("expert_weights_norm"), spec.router_norm != RouterNorm::kSoftmaxThenTopK);
     }
   }
+  // llama.cpp refuses a file without tokenizer.ggml.model; "none" is its own writers' word for "no
+  // vocabulary". A tokenizer added below (add_metadata) replaces it.
+  w.SetString("tokenizer.ggml.model", "none");
   if (spec.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", u32(spec.bos_token_id));
   if (spec.eos_token_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", u32(spec.eos_token_id));
   for (const auto& [k, v] : opt.extra_metadata) w.Set(k, v);
@@ -193,7 +228,31 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (fallbacks > 0 && opt.note) {
     opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
   }
-  return w.Write(path);
+  // RoPE scaling as llama.cpp's converter writes it: llama3 (and factors read from a GGUF) as the
+  // rope_freqs.weight divisors, linear as rope.scaling.type/factor.
+  const RopeScaling& rs = spec.rope_scaling;
+  if (rs.kind == RopeScalingKind::kLinear) {
+    w.SetString(key("rope.scaling.type"), "linear");
+    w.SetF32(key("rope.scaling.factor"), rs.factor);
+  }
+  std::vector<float> freq_factors = rs.freq_factors;
+  if (rs.kind == RopeScalingKind::kLlama3) {
+    std::vector<float> llama3 = Llama3FreqFactors(spec.rope_theta, spec.head_dim, rs);
+    if (freq_factors.empty()) freq_factors.assign(llama3.size(), 1.0f);
+    for (size_t j = 0; j < llama3.size(); ++j) freq_factors[j] *= llama3[j];
+  }
+  if (!freq_factors.empty()) {
+    const size_t bytes = freq_factors.size() * sizeof(float);
+    buffers.push_back(std::make_unique<uint8_t[]>(bytes));
+    std::memcpy(buffers.back().get(), freq_factors.data(), bytes);
+    RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(freq_factors.size())}, DType::kF32,
+                                buffers.back().get(), bytes));
+  }
+  RETURN_IF_ERROR(w.Write(path, 32, opt.output));
+  if (opt.note) {
+    for (const std::string& line : LlamaCppDifferences(spec)) opt.note(line);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace specgen

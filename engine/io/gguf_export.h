@@ -27,14 +27,28 @@ struct GgufExportOptions {
   // Called with the writer after the metadata above, before tensors: lets a module that io/ does not
   // depend on (the tokenizer) write its keys. May be empty.
   std::function<absl::Status(GgufWriter*)> add_metadata;
-  // Receives one line per noteworthy decision (f16 fallbacks); may be empty.
+  // Receives one line per noteworthy decision (f16 fallbacks, LlamaCppDifferences); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
+  // How the file is written (safe_write.h): the run's inputs, which it must not replace.
+  SafeWriteOptions output;
 };
 
-// Writes atomically (temporary file renamed into place): no partial file on error.
+// The weight types ExportGguf writes, as --type spells them.
+inline constexpr std::string_view kExportDTypes = "f32, f16, bf16, q8_0, q4_0 or q4_k";
+// --type NAME for convert and synth: one of kExportDTypes, else an error listing them (ParseDType
+// also knows types specgen reads but does not write).
+absl::StatusOr<DType> ParseExportDType(std::string_view name);
+
+// Writes through a SafeFileWriter: no partial file on error, no input or non-regular file replaced.
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& options);
+
+// What llama.cpp would compute differently from specgen on the file a spec is written as, one line
+// each (empty: nothing): MoE files with dense layers (llama.cpp's MoE architectures need a router in
+// every layer) and qwen3moe without renormalized top-k weights (llama.cpp always renormalizes).
+// ExportGguf passes each line to options.note.
+std::vector<std::string> LlamaCppDifferences(const ModelSpec& spec);
 
 // The GGUF `general.architecture` a spec is written as ("llama" for Mixtral).
 std::string_view GgufArchName(Arch arch);

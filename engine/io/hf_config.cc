@@ -70,6 +70,50 @@ class Config {
   std::string_view source_;
 };
 
+// rope_scaling (4.x) or rope_parameters (5.x, which also carries rope_theta): its rope_type (or the
+// older "type") says how the frequencies are scaled. default: none; linear: factor; llama3: factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings. Any other type is refused
+// naming the file and the key, never run unscaled.
+absl::StatusOr<RopeScaling> RopeScalingFromConfig(const Config& c, std::string_view source) {
+  RopeScaling out;
+  const char* key = c.Find("rope_scaling") != nullptr ? "rope_scaling" : "rope_parameters";
+  const Json* p = c.Find(key);
+  if (p == nullptr) return out;
+  if (!p->is_object()) return InvalidArgument(source, ": key \"", key, "\" must be an object");
+  Config rp(*p, source);
+  const char* type_key = rp.Find("rope_type") != nullptr ? "rope_type" : "type";
+  const Json* t = rp.Find(type_key);
+  if (t == nullptr) return out;  // rope_parameters with rope_theta alone
+  if (!t->is_string()) return InvalidArgument(source, ": key \"", key, ".", type_key, "\" must be a string");
+  const std::string type = t->get<std::string>();
+  if (type == "default") return out;
+  auto factor = [&]() -> absl::StatusOr<float> {
+    if (rp.Find("factor") == nullptr) {
+      return InvalidArgument(source, ": key \"", key, "\" of rope_type \"", type, "\" has no \"factor\"");
+    }
+    ASSIGN_OR_RETURN(double f, rp.FloatOr("factor", 1.0));
+    return static_cast<float>(f);
+  };
+  if (type == "linear") {
+    out.kind = RopeScalingKind::kLinear;
+    ASSIGN_OR_RETURN(out.factor, factor());
+  } else if (type == "llama3") {
+    out.kind = RopeScalingKind::kLlama3;
+    ASSIGN_OR_RETURN(out.factor, factor());
+    ASSIGN_OR_RETURN(double low, rp.FloatOr("low_freq_factor", 1.0));
+    ASSIGN_OR_RETURN(double high, rp.FloatOr("high_freq_factor", 4.0));
+    out.low_freq_factor = static_cast<float>(low);
+    out.high_freq_factor = static_cast<float>(high);
+    ASSIGN_OR_RETURN(out.original_context_length, rp.IntOr("original_max_position_embeddings", 8192));
+  } else {
+    return Unimplemented(source, ": key \"", key, ".", type_key, "\" = \"", type, "\": ",
+                         type == "yarn" ? "YaRN RoPE scaling (it also rescales attention) is"
+                                        : "this RoPE scaling is",
+                         " not supported (default, linear and llama3 are)");
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, std::string_view source) {
@@ -130,6 +174,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
   }
   ASSIGN_OR_RETURN(theta, c.FloatOr("rope_theta", theta));
   s.rope_theta = static_cast<float>(theta);
+  ASSIGN_OR_RETURN(s.rope_scaling, RopeScalingFromConfig(c, source));
   s.rope_style = RopeStyle::kRotateHalf;  // HF weights are unpermuted for every architecture here
   s.qk_norm = qwen;
 
@@ -137,6 +182,10 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
   if (s.arch == Arch::kQwen3Moe || s.arch == Arch::kMixtral) {
     const char* experts_key = c.Find("num_experts") != nullptr ? "num_experts" : "num_local_experts";
     ASSIGN_OR_RETURN(s.n_experts, c.Int(experts_key));
+    if (s.n_experts <= 0) {
+      return InvalidArgument(source, ": key \"", experts_key, "\" = ", s.n_experts, ": a ", arch_name,
+                             " needs at least one expert");
+    }
     ASSIGN_OR_RETURN(s.n_experts_used, c.Int("num_experts_per_tok"));
     if (s.arch == Arch::kMixtral) {
       s.expert_ffn_dim = s.ffn_dim;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf.h"
+#include "engine/io/gguf_export.h"
 #include "engine/io/hf_config.h"
 #include "engine/io/model_spec_gguf.h"
 #include "engine/io/safetensors.h"
@@ -36,6 +37,29 @@ std::string ShapeText(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += Cat(i ? ", " : "", s[i]);
   return out + "]";
+}
+
+// A checkpoint whose file holds layers past the count its metadata declares would otherwise run
+// truncated without a word: the first tensor of such a layer is an error naming both numbers.
+// `prefix` is what precedes the layer number ("blk." in GGUF, "model.layers." in Hugging Face).
+template <typename Names>
+absl::Status CheckNoLayersBeyond(const Names& names, std::string_view prefix, const ModelSpec& spec,
+                                 std::string_view path, std::string_view count_key) {
+  for (const std::string& name : names) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t dot = name.find('.', prefix.size());
+    int64_t layer = 0;
+    if (dot == std::string::npos ||
+        !absl::SimpleAtoi(name.substr(prefix.size(), dot - prefix.size()), &layer)) {
+      continue;
+    }
+    if (layer >= spec.n_layers) {
+      return InvalidArgument(path, ": tensor ", name, " belongs to layer ", layer, ", but ", count_key,
+                             " declares ", spec.n_layers, " layers; the checkpoint holds more layers "
+                             "than its metadata says (fix ", count_key, ")");
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------- GGUF
@@ -69,6 +93,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadGguf(const std::string& path) {
                        Cat(name, "[", e.key.expert, "]"));
   }
   RETURN_IF_ERROR(model->weights.Validate(spec, path));
+  std::vector<std::string> names;
+  for (const GgufTensorInfo& t : file->tensors()) names.push_back(t.name);
+  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "blk.", spec, path,
+                                      Cat(GgufArchName(spec.arch), ".block_count")));
   model->weights.KeepAlive(std::shared_ptr<const GgufFile>(std::move(file)));
   return model;
 }
@@ -165,6 +193,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadHfDir(const std::string& dir) {
     model->weights.Add(e.key, MakeView(t->dtype, t->shape, t->data, t->bytes), name);
   }
   RETURN_IF_ERROR(model->weights.Validate(spec, dir));
+  std::vector<std::string> names;
+  for (const auto& [name, t] : set->tensors()) names.push_back(name);
+  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "model.layers.", spec, dir,
+                                      "config.json num_hidden_layers"));
   model->weights.KeepAlive(std::shared_ptr<const SafetensorsSet>(std::move(set)));
   return model;
 }
@@ -228,8 +260,15 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) 
     case ModelSourceKind::kSynth: {
       ASSIGN_OR_RETURN(SynthPath sp, ParseSynthPath(path));
       ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(sp.preset));
-      ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, SynthWeights(spec, sp.dtype, sp.seed));
-      model->source = path;
+      absl::StatusOr<std::unique_ptr<LoadedModel>> model = SynthWeights(spec, sp.dtype, sp.seed);
+      if (absl::IsResourceExhausted(model.status())) {  // the weight type is part of the model path
+        return absl::ResourceExhaustedError(
+            Cat(model.status().message(),
+                "; pick a smaller preset or a smaller weight type in the model path, e.g. synth:", sp.preset,
+                ":q4_0"));
+      }
+      if (!model.ok()) return model.status();
+      (*model)->source = path;
       return model;
     }
     case ModelSourceKind::kHfDir:

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "engine/core/quant.h"
 #include "engine/core/status_macros.h"
 
 namespace specgen {
@@ -53,6 +54,43 @@ int64_t TokenId(const GgufFile& f, std::string_view key) {
   return i ? *i : -1;
 }
 
+// {arch}.rope.scaling.type / .factor (and the older rope.scale_linear) and the rope_freqs.weight
+// tensor, read as llama.cpp reads them: an absent type means linear, so a factor alone scales; "none"
+// means no scaling whatever the factor; a factor of 0 or 1 is no scaling.
+absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::string& arch, const Reader& r) {
+  RopeScaling out;
+  const std::string type_key = Cat(arch, ".rope.scaling.type");
+  std::string type = "linear";
+  if (const GgufValue* t = f.Find(type_key); t != nullptr) {
+    if (t->AsString() == nullptr) return InvalidArgument(f.path(), ": metadata key ", type_key, " is not a string");
+    type = *t->AsString();
+  }
+  if (type != "none" && type != "linear") {
+    return Unimplemented(f.path(), ": metadata key ", type_key, " = '", type, "': ",
+                         type == "yarn" ? "YaRN RoPE scaling (it also rescales attention) is"
+                                        : "this RoPE scaling is",
+                         " not supported (linear scaling and rope_freqs.weight are)");
+  }
+  ASSIGN_OR_RETURN(double factor, r.FloatOr("rope.scaling.factor", 0.0));
+  if (factor == 0.0) {
+    ASSIGN_OR_RETURN(factor, r.FloatOr("rope.scale_linear", 0.0));
+  }
+  if (type == "linear" && factor != 0.0 && factor != 1.0) {
+    out.kind = RopeScalingKind::kLinear;
+    out.factor = static_cast<float>(factor);
+  }
+  if (const GgufTensorInfo* t = f.FindTensor("rope_freqs.weight"); t != nullptr) {
+    if (t->ne.size() != 1) {
+      return InvalidArgument(f.path(), ": tensor rope_freqs.weight has ", t->ne.size(),
+                             " dimensions, expected 1 (one factor per rotated pair)");
+    }
+    out.freq_factors.resize(static_cast<size_t>(t->ne[0]));
+    absl::Status st = DequantizeRow(t->dtype, f.TensorData(*t), t->ne[0], out.freq_factors.data());
+    if (!st.ok()) return InvalidArgument(f.path(), ": tensor rope_freqs.weight: ", st.message());
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ModelSpecFromGguf(const GgufFile& f) {
@@ -96,6 +134,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromGguf(const GgufFile& f) {
   s.rms_eps = static_cast<float>(eps);
   ASSIGN_OR_RETURN(double theta, r.FloatOr("rope.freq_base", 10000.0));
   s.rope_theta = static_cast<float>(theta);
+  ASSIGN_OR_RETURN(s.rope_scaling, RopeScalingFromGguf(f, arch, r));
 
   // Vocabulary: {arch}.vocab_size when written, else the token list, else the embedding's rows.
   ASSIGN_OR_RETURN(s.vocab_size, r.IntOr("vocab_size", 0));
@@ -113,6 +152,11 @@ absl::StatusOr<ModelSpec> ModelSpecFromGguf(const GgufFile& f) {
     s.expert_ffn_dim = ff;
     s.router_norm = RouterNorm::kTopKThenSoftmax;
   } else if (s.arch == Arch::kQwen3Moe) {
+    if (s.n_experts <= 0) {
+      return InvalidArgument(f.path(), ": qwen3moe.expert_count = ", s.n_experts,
+                             f.Find("qwen3moe.expert_count") == nullptr ? " (missing)" : "",
+                             ": a qwen3moe model needs at least one expert");
+    }
     ASSIGN_OR_RETURN(s.expert_ffn_dim, r.IntOr("expert_feed_forward_length",
                                                s.n_experts_used > 0 ? ff / s.n_experts_used : 0));
     // llama.cpp hard-codes renormalized top-k for qwen3moe (it reads no key); files that say

@@ -234,7 +234,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec,
     return absl::ResourceExhaustedError(
         Cat("synth:", spec.name, " as ", Name(dtype), " needs ", FormatBytes(total),
             " of weights, more than this machine's memory (",
-            FormatBytes(static_cast<double>(pages) * page), "); pick a smaller --type or preset"));
+            FormatBytes(static_cast<double>(pages) * page), ")"));
   }
   const size_t alloc = std::max<size_t>(4096, (total + 4095) & ~size_t{4095});
   void* raw = std::aligned_alloc(4096, alloc);

@@ -1,5 +1,7 @@
 #include "engine/model/model_spec.h"
 
+#include <cmath>
+
 #include "engine/core/status_macros.h"
 
 namespace specgen {
@@ -83,9 +85,17 @@ absl::Status Validate(const ModelSpec& s, std::string_view source) {
     return bad("ffn_dim", s.ffn_dim, "must be positive (the model has dense FFN layers)");
   }
   if (!(s.rms_eps > 0.0f) || !(s.rms_eps < 1.0f)) return bad("rms_eps", s.rms_eps, "must be in (0, 1)");
-  if (!(s.rope_theta > 0.0f)) return bad("rope_theta", s.rope_theta, "must be positive");
+  if (s.arch == Arch::kQwen3Moe || s.arch == Arch::kMixtral) {
+    if (s.n_experts <= 0) {
+      return bad("n_experts", s.n_experts,
+                 Cat("but ", ArchName(s.arch), " is a Mixture-of-Experts architecture: it needs at least one expert"));
+    }
+  }
+  if (!(s.rope_theta > 0.0f) || !std::isfinite(s.rope_theta)) {
+    return bad("rope_theta", s.rope_theta, "must be a positive finite number");
+  }
   if (s.context_length <= 0) return bad("context_length", s.context_length, "must be positive");
-  return absl::OkStatus();
+  return ValidateRopeScaling(s.rope_scaling, s.head_dim, source);
 }
 
 }  // namespace specgen

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/model/rope_scaling.h"
 
 namespace specgen {
 
@@ -46,6 +47,7 @@ struct ModelSpec {
   float rms_eps = 1e-6f;
   float rope_theta = 10000.0f;
   RopeStyle rope_style = RopeStyle::kRotateHalf;
+  RopeScaling rope_scaling;         // none unless the model's files say (rope_scaling.h)
   int64_t context_length = 4096;    // trained context (max_position_embeddings)
 
   // Tokenizer facts known from the model file (0 / -1 when unknown).

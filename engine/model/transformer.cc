@@ -61,6 +61,12 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (spec.head_dim % 2 != 0) {
     return InvalidArgument(model->source, ": head_dim ", spec.head_dim, " is odd; RoPE needs pairs");
   }
+  if (spec.rope_scaling.active() && !backend->SupportsRopeFrequencies()) {
+    return absl::UnimplementedError(Cat(model->source, ": RoPE scaling ", Describe(spec.rope_scaling),
+                                        " is not supported on the ", backend->name(),
+                                        " backend (its RoPE computes frequencies from rope_theta alone); "
+                                        "run this model with --device cpu"));
+  }
   if (static_cast<int64_t>(spec.layer_is_moe.size()) != spec.n_layers) {
     return InvalidArgument(model->source, ": layer_is_moe has ", spec.layer_is_moe.size(),
                            " entries for ", spec.n_layers, " layers");
@@ -70,6 +76,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim()));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
+  if (spec.rope_scaling.active()) {
+    t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);
+  }
   RETURN_IF_ERROR(t->UploadWeights());
   return t;
 }
@@ -266,6 +275,7 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   nr.head_dim = spec.head_dim;
   nr.positions = positions;
   nr.theta = spec.rope_theta;
+  nr.inv_freq = rope_inv_freq_;  // empty unless the model scales its RoPE
   nr.style = spec.rope_style;
   RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, nr, s.q.get(), s.k.get(), *s.v));
   AttentionShape shape;

@@ -98,6 +98,7 @@ class Transformer : public CausalLm {
   std::shared_ptr<const LoadedModel> model_;
   Backend* backend_;
   KvCache cache_;
+  std::vector<float> rope_inv_freq_;  // per-pair inverse frequencies of a scaled RoPE, else empty
   std::unique_ptr<Weight> token_embd_;
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head

@@ -102,6 +102,10 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
       stats_.stop_reason = StopReason::kContextFull;
       break;
     }
+    if (options_.stop && options_.stop()) {
+      stats_.stop_reason = StopReason::kStopped;
+      break;
+    }
     const int k = ChooseDraftLength(len, max_new - produced);
     // Another step follows this one's k + 1 tokens unless -n or the context ends generation first.
     const bool another_may_follow = produced + k + 1 < max_new && len + k + 1 < target_->max_context();

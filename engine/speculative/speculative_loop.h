@@ -39,6 +39,9 @@ struct SpeculativeOptions {
   // Called after every pass with the drafted length k and the acceptance result (tests, tracing,
   // the chat's colouring): result.tokens holds the n_accepted drafts, then the target's token.
   std::function<void(int k, const AcceptResult&)> on_pass;
+  // Asked before every step; true ends generation there (StopReason::kStopped), with the tokens so
+  // far committed and, with keep_cache, cached: the chat's Ctrl-C.
+  std::function<bool()> stop;
 };
 
 // Receives each pass's newly committed tokens, in order, as soon as they are accepted.

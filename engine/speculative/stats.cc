@@ -12,6 +12,8 @@ const char* StopReasonName(StopReason reason) {
       return "end_token";
     case StopReason::kMaxTokens:
       return "max_tokens";
+    case StopReason::kStopped:
+      return "stopped";
     case StopReason::kContextFull:
       return "context_full";
     case StopReason::kNone:

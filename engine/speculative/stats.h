@@ -14,8 +14,9 @@ enum class StopReason {
   kEndToken,     // the target emitted an end-of-generation token
   kMaxTokens,    // -n tokens were generated
   kContextFull,  // the sequence filled the target's context
+  kStopped,      // SpeculativeOptions::stop asked to stop (the chat's Ctrl-C)
 };
-const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "context_full", "none"
+const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "context_full", "stopped", "none"
 
 struct SpeculativeStats {
   int64_t prompt_tokens = 0;

@@ -1,6 +1,11 @@
 // Chat prompts for the model families we run, chosen by what the model's chat_template text contains
-// (not a Jinja engine): ChatML (Qwen: <|im_start|>role\ncontent<|im_end|>\n) and the Llama-2 /
-// Mistral / Mixtral "[INST] ... [/INST]" instruction format.
+// (not a Jinja engine), or by name (--chat-template):
+//   chatml   Qwen and others: <|im_start|>role\ncontent<|im_end|>\n
+//   llama3   <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+//   mistral  Llama-2 / Mistral / Mixtral: <s>[INST] user [/INST]answer</s> (alias: llama2)
+//   gemma    <bos><start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n...
+// Formats without a system role (mistral, gemma) put the system message in front of the first user
+// message, as their newer templates do.
 #pragma once
 
 #include <string>
@@ -12,16 +17,26 @@
 
 namespace specgen {
 
-enum class ChatFormat { kChatMl, kLlama2 };
+enum class ChatFormat { kChatMl, kLlama2, kLlama3, kGemma };
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 
-// "<|im_start|>" in the template -> ChatML; "[INST]" -> Llama-2/Mixtral. Empty template: ChatML if the
-// vocabulary has <|im_start|>, else Llama-2 if it is SentencePiece-style. Otherwise an error.
+// The --chat-template names: chatml, llama3, mistral (or llama2), gemma.
+std::string_view ChatFormatName(ChatFormat format);
+absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
+
+// By the markers in the model's template (<|start_header_id|>, <start_of_turn>, <|im_start|>,
+// [INST]); without a template, by the vocabulary's special tokens (SentencePiece-style: [INST]).
+// Otherwise an error that says to pick one with --chat-template.
 absl::StatusOr<ChatFormat> DetectChatFormat(const Tokenizer& tokenizer);
+
+// The token that ends an assistant turn in `format`, as text ("<|im_end|>", "<|eot_id|>",
+// "<end_of_turn>", or the tokenizer's EOS for mistral); empty when the vocabulary has none. Chat stops
+// a reply there even when the model's own end-of-generation list lacks it (a format chosen by name).
+std::string EndOfTurnText(ChatFormat format, const Tokenizer& tokenizer);
 
 // The prompt text, special tokens written as text (BOS included where the format has it): encode it
 // with EncodeOptions{.add_special = false, .parse_special = true}. With `add_generation_prompt`, the

@@ -50,6 +50,10 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& g) {
   const GgufValue* model_v = g.Find("tokenizer.ggml.model");
   if (!model_v || !model_v->AsString()) return NotFound(name, ": no tokenizer.ggml.model (the file carries no tokenizer)");
   const std::string& model = *model_v->AsString();
+  // llama.cpp's words for a file without a vocabulary (its writers put "none" in weight-only files).
+  if (model == "none" || model == "no_vocab") {
+    return NotFound(name, ": tokenizer.ggml.model is '", model, "' (the file carries no tokenizer)");
+  }
   TokenizerSpec spec;
   if (model == "gpt2") {
     spec.kind = TokenizerKind::kBpe;

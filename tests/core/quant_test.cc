@@ -322,7 +322,7 @@ TEST(Quantize, Errors) {
 // The DType table (dtype.cc) is what every conversion dispatches through: each row must name its own
 // type, convert a row of one block at all, and round-trip through the GGUF id and the name.
 TEST(DTypeTable, EveryTypeIsWholeAndFindable) {
-  ASSERT_EQ(AllDTypes().size(), 8u);
+  ASSERT_EQ(AllDTypes().size(), 13u);
   for (DType t : AllDTypes()) {
     const DTypeInfo& info = Info(t);
     SCOPED_TRACE(std::string(info.name));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/core/quant.h"
+#include "engine/io/gguf.h"
 #include "engine/io/model_loader.h"
 #include "engine/core/str_cat.h"
 #include "engine/io/hf_config.h"
@@ -121,9 +122,53 @@ TEST(GgufExport, DenseLayersAndUnnormalizedRouterSurvive) {
   ModelSpec spec = *SynthSpec("tiny-moe");
   spec.layer_is_moe[1] = false;
   spec.router_norm = RouterNorm::kSoftmaxThenTopK;  // OLMoE-style
-  auto back = ExportAndLoad(*Synth(spec), dir.Path("mixed.gguf"), DType::kF32);
+  std::vector<std::string> notes;
+  auto back = ExportAndLoad(*Synth(spec), dir.Path("mixed.gguf"), DType::kF32, &notes);
   ASSERT_NE(back, nullptr);
   ExpectSameSpec(spec, back->spec);
+  // llama.cpp would run this file differently on both counts, and the writer says so.
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("1 of 3 layers are dense (1)"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("qwen3moe needs a router and experts in every layer"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("qwen3moe.expert_weights_norm = false"), std::string::npos) << notes[1];
+}
+
+TEST(GgufExport, NoLlamaCppNoteForFilesItRunsTheSame) {
+  ModelSpec moe = *SynthSpec("tiny-moe");
+  moe.router_norm = RouterNorm::kSoftmaxTopKRenormalize;
+  EXPECT_TRUE(LlamaCppDifferences(moe).empty());
+  EXPECT_TRUE(LlamaCppDifferences(*SynthSpec("tiny-dense")).empty());
+  ModelSpec mixtral = moe;  // llama with experts: the renormalization is Mixtral's own
+  mixtral.arch = Arch::kMixtral;
+  mixtral.router_norm = RouterNorm::kTopKThenSoftmax;
+  EXPECT_TRUE(LlamaCppDifferences(mixtral).empty());
+  mixtral.layer_is_moe[0] = false;
+  ASSERT_EQ(LlamaCppDifferences(mixtral).size(), 1u);
+  EXPECT_NE(LlamaCppDifferences(mixtral)[0].find("llama.cpp's llama needs a router"), std::string::npos);
+}
+
+// llama.cpp refuses a file without tokenizer.ggml.model: a weights-only export says "none", and a
+// tokenizer written through add_metadata replaces it.
+TEST(GgufExport, TokenizerModelIsNoneWithoutATokenizer) {
+  TempDir dir;
+  auto src = Synth(*SynthSpec("tiny-dense"));
+  GgufExportOptions opt;
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("bare.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> bare = GgufFile::Open(dir.Path("bare.gguf"));
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  const GgufValue* model = (*bare)->Find("tokenizer.ggml.model");
+  ASSERT_NE(model, nullptr);
+  ASSERT_NE(model->AsString(), nullptr);
+  EXPECT_EQ(*model->AsString(), "none");
+
+  opt.add_metadata = [](GgufWriter* w) {
+    w->SetString("tokenizer.ggml.model", "gpt2");
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("tok.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> tok = GgufFile::Open(dir.Path("tok.gguf"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(*(*tok)->Find("tokenizer.ggml.model")->AsString(), "gpt2");
 }
 
 TEST(GgufExport, RejectsUnwritableType) {

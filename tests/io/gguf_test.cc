@@ -395,12 +395,24 @@ TEST(GgufBadInput, TensorInfoErrors) {
   ExpectError(neg, "negative dimension ne[1] = -2");
   Bytes overflow = TwoTensors(32, {int64_t{1} << 40, int64_t{1} << 40});
   ExpectError(overflow, "overflows");
-  Bytes q41 = TwoTensors(32, {8}, 3);  // Q4_1: real ggml type we do not support
-  ExpectError(q41, "'b' has unsupported ggml type 3");
+  auto expect_error = [](Bytes b, std::string_view what) { ExpectError(b, what); };
+  // A real ggml type we do not read is named by its ggml name, beside the types we do read.
+  Bytes iq4 = TwoTensors(32, {256}, 23);
+  ExpectError(iq4, "tensor 'b': type IQ4_XS (23) is not supported; supported: F32, F16, BF16, Q8_0");
+  expect_error(TwoTensors(32, {32}, 39), "type MXFP4 (39) is not supported");
+  expect_error(TwoTensors(32, {256}, 35), "type TQ2_0 (35) is not supported");
   Bytes unknown = TwoTensors(32, {8}, 1000);
-  ExpectError(unknown, "unsupported ggml type 1000");
+  ExpectError(unknown, "tensor 'b': type id 1000 (not a ggml type) is not supported");
   Bytes block = TwoTensors(32, {33}, 8);  // q8_0 rows need multiples of 32
   ExpectError(block, "block size 32");
+  // The types llama-quantize mixes into K-quant files: partial blocks and truncated data name the tensor.
+  expect_error(TwoTensors(32, {48}, 6), "tensor 'b': row of 48 elements is not a multiple of the q5_0 block size 32");
+  expect_error(TwoTensors(32, {128}, 11), "tensor 'b': row of 128 elements is not a multiple of the q3_k block size 256");
+  // One Q4_1 block (20 bytes) fits the 32 bytes after 'a'; two (40 bytes) run past the end.
+  Bytes q41 = TwoTensors(32, {32}, 3);
+  ASSERT_TRUE(ParseBytes(q41).ok()) << ParseBytes(q41);
+  expect_error(TwoTensors(32, {64}, 3), "'b' (40 bytes at data offset 32) extends past the end");
+  expect_error(TwoTensors(32, {256}, 10), "'b' (84 bytes at data offset 32) extends past the end");
   Bytes misaligned = TwoTensors(40);
   ExpectError(misaligned, "'b' offset 40 is not a multiple of the alignment 32");
   Bytes past_eof = TwoTensors(64);

@@ -223,6 +223,22 @@ TEST(SpeculativeDecoder, StopsAtTheContextEnd) {
   EXPECT_EQ(decoder.stats().stop_reason, StopReason::kContextFull);
 }
 
+// SpeculativeOptions::stop (the chat's Ctrl-C): generation ends before the step after it says so,
+// with what was committed so far, the prefix of the uninterrupted output.
+TEST(SpeculativeDecoder, StopsWhenAsked) {
+  const auto greedy = SamplingParams::Greedy();
+  const RunResult full = Generate({1, 2}, Options(greedy, 3), 0.3);
+  auto options = Options(greedy, 3);
+  int passes = 0;
+  options.on_pass = [&](int, const AcceptResult&) { ++passes; };
+  options.stop = [&] { return passes >= 2; };
+  const RunResult stopped = Generate({1, 2}, options, 0.3);
+  EXPECT_EQ(stopped.stats.stop_reason, StopReason::kStopped);
+  EXPECT_EQ(stopped.stats.passes, 2);
+  ASSERT_LT(stopped.tokens.size(), full.tokens.size());
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + stopped.tokens.size()));
+}
+
 // A negative -n generates until an end token or, failing one, until the context is full.
 TEST(SpeculativeDecoder, NegativeMaxTokensRunsToTheContextEnd) {
   for (int k : {0, 3}) {

@@ -252,6 +252,25 @@ TEST(GgufTokenizerTest, FileWithoutTokenizerIsAnError) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("'bert' is not supported"));
 }
 
+// llama.cpp's writers put "none" (older ones "no_vocab") in files without a vocabulary: no tokenizer,
+// not an unsupported one.
+TEST(GgufTokenizerTest, NoneAndNoVocabMeanNoTokenizer) {
+  for (const char* word : {"none", "no_vocab"}) {
+    GgufWriter w;
+    w.SetString("general.architecture", "llama");
+    w.SetString("tokenizer.ggml.model", word);
+    const std::string path = ::testing::TempDir() + "/" + word + "_tok.gguf";
+    ASSERT_TRUE(w.Write(path).ok());
+    auto t = LoadTokenizerForModel(path);
+    ASSERT_FALSE(t.ok()) << word;
+    EXPECT_TRUE(absl::IsNotFound(t.status())) << t.status();
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr("carries no tokenizer"));
+    auto maybe = LoadTokenizerIfPresent(path);
+    ASSERT_TRUE(maybe.ok()) << maybe.status();
+    EXPECT_EQ(*maybe, nullptr) << word;
+  }
+}
+
 TEST(StreamingDetokenizerTest, NeverEmitsHalfACharacter) {
   auto t = MakeBpe(kHelloMerges);
   ASSERT_NE(t, nullptr);

@@ -161,11 +161,20 @@ absl::Status CpuBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group
 absl::Status CpuBackend::Rope(std::span<const int32_t> positions, int64_t head_dim, float theta,
                               RopeStyle style, Buffer* x) {
   RETURN_IF_ERROR(CheckRope("cpu", positions.size(), head_dim, *x));
-  const int64_t half = head_dim / 2, n_heads = x->cols() / head_dim;
   // As transformers' default RoPE: inv_freq_j = 1 / theta^(2j/d) and the angle pos·inv_freq in fp32.
-  std::vector<float> inv_freq(half);
-  for (int64_t j = 0; j < half; ++j) {
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int64_t j = 0; j < head_dim / 2; ++j) {
     inv_freq[j] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+  }
+  return RopeWithFrequencies(positions, head_dim, inv_freq, style, x);
+}
+
+absl::Status CpuBackend::RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                             std::span<const float> inv_freq, RopeStyle style, Buffer* x) {
+  RETURN_IF_ERROR(CheckRope("cpu", positions.size(), head_dim, *x));
+  const int64_t half = head_dim / 2, n_heads = x->cols() / head_dim;
+  if (static_cast<int64_t>(inv_freq.size()) != half) {
+    return InvalidArgument("cpu Rope: ", inv_freq.size(), " inverse frequencies for head_dim ", head_dim);
   }
   std::vector<float> cos_t(half), sin_t(half);
   for (int64_t i = 0; i < x->rows(); ++i) {

@@ -32,6 +32,9 @@ class CpuBackend : public Backend {
   absl::Status RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) override;
   absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta, RopeStyle style,
                     Buffer* x) override;
+  absl::Status RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                   std::span<const float> inv_freq, RopeStyle style, Buffer* x) override;
+  bool SupportsRopeFrequencies() const override { return true; }
   absl::Status Zero(Buffer* y) override;
   absl::Status Add(const Buffer& x, Buffer* y) override;
   absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;

@@ -457,6 +457,11 @@ absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* d
 
 absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                         int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
+  // The RoPE kernels derive every frequency from theta: a scaled RoPE must not reach them (Transformer
+  // refuses such a model on this backend first; SupportsRopeFrequencies() is false here).
+  if (!p.inv_freq.empty()) {
+    return absl::UnimplementedError("cuda NormRopeStore: RoPE with scaled frequencies is not supported");
+  }
   const bool normed = p.q_norm != nullptr && p.k_norm != nullptr;
   const bool one_kernel = fused_ops_ && (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
                           p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&

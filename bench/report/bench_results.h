@@ -1,0 +1,31 @@
+// specgen_bench's results read back from Google Benchmark's JSON (--benchmark_format=json or
+// --benchmark_out): one BenchRow per benchmark, its name split into pairing, draft length and budget
+// (BenchmarkName in bench/runner/pairing_run.h). With --benchmark_repetitions the "mean" aggregate
+// is used where Google Benchmark wrote one, else the repetitions are averaged.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace specgen::report {
+
+struct BenchRow {
+  std::string pairing;
+  std::string length;  // "0", "4", "adaptive8"
+  std::string budget;  // empty: the default
+  int k = 0;           // the fixed k, or the adaptive bound
+  bool adaptive = false;
+  std::string error;   // the benchmark's error, if it failed (counters then 0)
+  double tokens_per_second = 0, speedup = 0, acceptance_rate = 0, mean_accepted_length = 0,
+         mean_draft_length = 0, time_to_first_token = 0;
+
+  // "greedy" or "greedy @ 8GiB": one line of the chart, one column of the table.
+  std::string Series() const { return budget.empty() ? pairing : pairing + " @ " + budget; }
+};
+
+// Rows in the order of the file. `name` is used in errors (usually the path).
+absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_text, const std::string& name);
+
+}  // namespace specgen::report

@@ -1,0 +1,101 @@
+#include "bench/report/report_table.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_format.h"
+
+namespace specgen::report {
+namespace {
+
+// A Markdown table padded so that its pipes line up.
+std::string Table(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width;
+  for (const auto& row : cells) {
+    width.resize(std::max(width.size(), row.size()), 3);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < row.size() ? row[c] : "";
+      out += "| " + cell + std::string(width[c] - cell.size(), ' ') + " ";
+    }
+    out += "|\n";
+  };
+  line(cells[0]);
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  line(rule);
+  for (size_t r = 1; r < cells.size(); ++r) line(cells[r]);
+  return out;
+}
+
+std::string Cell(const BenchRow& r) {
+  if (!r.error.empty()) return "error";
+  std::string cell = absl::StrFormat("%.1f %.2fx", r.tokens_per_second, r.speedup);
+  if (r.k > 0) cell += absl::StrFormat(" %.1f%%", 100 * r.acceptance_rate);
+  return cell;
+}
+
+}  // namespace
+
+bool LengthBefore(const BenchRow& a, const BenchRow& b) {
+  return std::make_pair(a.adaptive, a.k) < std::make_pair(b.adaptive, b.k);
+}
+
+std::vector<std::string> SeriesOrder(const std::vector<BenchRow>& rows) {
+  std::vector<std::string> order;
+  for (const BenchRow& r : rows) {
+    if (std::find(order.begin(), order.end(), r.Series()) == order.end()) order.push_back(r.Series());
+  }
+  return order;
+}
+
+std::string FormatReport(const std::vector<BenchRow>& rows) {
+  const std::vector<std::string> series = SeriesOrder(rows);
+  // Side by side: one row per draft length, one column per series.
+  std::vector<const BenchRow*> lengths;
+  for (const BenchRow& r : rows) {
+    auto same = [&](const BenchRow* o) { return o->length == r.length; };
+    if (std::find_if(lengths.begin(), lengths.end(), same) == lengths.end()) lengths.push_back(&r);
+  }
+  std::stable_sort(lengths.begin(), lengths.end(),
+                   [](const BenchRow* a, const BenchRow* b) { return LengthBefore(*a, *b); });
+  std::vector<std::vector<std::string>> side{{"k"}};
+  for (const std::string& s : series) side[0].push_back(s);
+  for (const BenchRow* length : lengths) {
+    std::vector<std::string> line{length->length};
+    for (const std::string& s : series) {
+      std::string cell;
+      for (const BenchRow& r : rows) {
+        if (r.Series() == s && r.length == length->length) cell = Cell(r);
+      }
+      line.push_back(cell);
+    }
+    side.push_back(std::move(line));
+  }
+
+  std::vector<std::vector<std::string>> detail{{"pairing", "budget", "k", "tokens/s", "speedup",
+                                                "acceptance", "tokens/pass", "mean k", "TTFT ms"}};
+  std::vector<std::string> errors;
+  for (const BenchRow& r : rows) {
+    if (!r.error.empty()) {
+      detail.push_back({r.pairing, r.budget, r.length, "error"});
+      errors.push_back(r.Series() + " k:" + r.length + ": " + r.error);
+      continue;
+    }
+    detail.push_back({r.pairing, r.budget, r.length, absl::StrFormat("%.1f", r.tokens_per_second),
+                      absl::StrFormat("%.2fx", r.speedup),
+                      r.k > 0 ? absl::StrFormat("%.3f", r.acceptance_rate) : "-",
+                      absl::StrFormat("%.2f", r.mean_accepted_length),
+                      absl::StrFormat("%.2f", r.mean_draft_length),
+                      absl::StrFormat("%.1f", 1000 * r.time_to_first_token)});
+  }
+  std::string out = "tokens/s, speedup over the target alone, acceptance rate:\n\n" + Table(side) + "\n" +
+                    Table(detail);
+  for (const std::string& e : errors) out += "error: " + e + "\n";
+  return out;
+}
+
+}  // namespace specgen::report

@@ -1,0 +1,123 @@
+#include "bench/runner/pairing_run.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/speculative/make_loop.h"
+
+namespace specgen::bench {
+
+void RunTotals::Add(const RunTotals& o) {
+  prompts += o.prompts;
+  tokens += o.tokens;
+  passes += o.passes;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  seconds += o.seconds;
+  ttft_seconds += o.ttft_seconds;
+}
+
+std::string BenchmarkName(const RunSpec& spec) {
+  std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
+  if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
+  return name;
+}
+
+RunSpec WithoutDraft(const RunSpec& spec) {
+  RunSpec plain = spec;
+  plain.length = DraftLength{0, false};
+  return plain;
+}
+
+std::string BaselineKey(const RunSpec& spec) {
+  const Pairing& p = *spec.pairing;
+  const SamplingParams& s = p.sampling;
+  return Cat(p.target, "|", spec.backend.device, "|", spec.backend.budget, "|",
+                      spec.backend.threads, "|", p.context, "|", p.max_new_tokens, "|", p.ignore_eos,
+                      "|", AcceptModeName(p.accept), "|", s.temperature, "|", s.top_k, "|", s.top_p,
+                      "|", s.min_p, "|", s.seed, "|", p.prompt_set);
+}
+
+namespace {
+
+absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const CachedLm& target,
+                                               const std::string& set) {
+  if (!prompt.ids.empty()) {
+    for (int32_t id : prompt.ids) {
+      if (id >= target.lm->vocab_size()) {
+        return InvalidArgument("prompt set '", set, "': token id ", id, " is outside the target's vocabulary of ",
+                               target.lm->vocab_size());
+      }
+    }
+    return prompt.ids;
+  }
+  if (target.tokenizer == nullptr) {
+    return InvalidArgument("prompt set '", set, "' has text, and the target has no tokenizer: give ids");
+  }
+  return target.tokenizer->Encode(prompt.text);
+}
+
+}  // namespace
+
+absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
+  const Pairing& p = *spec.pairing;
+  ASSIGN_OR_RETURN(CachedLm * target, cache.Get(spec.backend, p.target, p.context));
+  CachedLm* draft = nullptr;
+  if (spec.length.k > 0) {
+    ASSIGN_OR_RETURN(draft, cache.Get(spec.backend, p.draft, p.context));
+  }
+  SpeculativeOptions options;
+  options.max_new_tokens = p.max_new_tokens;
+  options.draft_max = spec.length.k;
+  options.adaptive = spec.length.adaptive;
+  options.accept = p.accept;
+  options.sampling = p.sampling;
+  if (!p.ignore_eos) {
+    if (target->tokenizer != nullptr) {
+      options.end_ids = target->tokenizer->eog_ids();
+      if (target->tokenizer->eos_id() >= 0) options.end_ids.push_back(target->tokenizer->eos_id());
+    } else if (target->lm->spec().eos_token_id >= 0) {
+      options.end_ids.push_back(static_cast<int32_t>(target->lm->spec().eos_token_id));
+    }
+  }
+
+  // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
+  // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
+  // captures them before the measured ones.
+  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
+                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr, options));
+  const std::vector<Prompt>& prompts = spec.prompts->prompts;
+  std::vector<std::vector<int32_t>> ids(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
+  }
+  if (cache.cuda() != nullptr) {
+    auto warm = loop->Generate(ids[0]);
+    if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
+  }
+  RunTotals totals;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    double ttft = -1;
+    auto sink = [&](std::span<const int32_t> tokens) {
+      if (ttft < 0 && !tokens.empty()) ttft = std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    auto out = loop->Generate(ids[i], sink);
+    if (!out.ok()) {
+      return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", out.status().message());
+    }
+    const SpeculativeStats& s = loop->stats();
+    totals.prompts += 1;
+    totals.tokens += s.tokens;
+    totals.passes += s.passes;
+    totals.drafted += s.drafted;
+    totals.accepted += s.accepted;
+    totals.seconds += s.total_seconds;
+    totals.ttft_seconds += std::max(ttft, 0.0);
+  }
+  return totals;
+}
+
+}  // namespace specgen::bench

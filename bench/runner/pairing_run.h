@@ -1,0 +1,47 @@
+// One benchmark's work: a pairing at one draft length on one backend, generating from every prompt
+// of its set through one loop (each prompt with the pairing's seed), with the counters specgen_bench
+// reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/runner/model_cache.h"
+#include "bench/runner/pairing_config.h"
+
+namespace specgen::bench {
+
+// Sums over the prompts of one run.
+struct RunTotals {
+  int64_t prompts = 0, tokens = 0, passes = 0, drafted = 0, accepted = 0;
+  double seconds = 0;       // generation time, prefill excluded (as SpeculativeStats)
+  double ttft_seconds = 0;  // summed: from the start of Generate to the first token out
+
+  void Add(const RunTotals& other);
+  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  // Tokens per target pass, the target's own token included.
+  double mean_accepted_length() const { return passes ? 1.0 + double(accepted) / passes : 0.0; }
+  double mean_draft_length() const { return passes ? double(drafted) / passes : 0.0; }
+  double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
+  double time_to_first_token() const { return prompts ? ttft_seconds / prompts : 0.0; }
+};
+
+struct RunSpec {
+  const Pairing* pairing = nullptr;
+  const PromptSet* prompts = nullptr;
+  DraftLength length;  // k = 0: the target alone
+  BackendKey backend;
+};
+
+// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET] (specgen report reads it back).
+std::string BenchmarkName(const RunSpec& spec);
+
+// The same run without a draft: what the speedup counter divides by.
+RunSpec WithoutDraft(const RunSpec& spec);
+// Runs that share this key measure the same target-alone generation.
+std::string BaselineKey(const RunSpec& spec);
+
+absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec);
+
+}  // namespace specgen::bench

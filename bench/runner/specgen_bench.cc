@@ -1,0 +1,170 @@
+// specgen_bench --config FILE [Google Benchmark flags]: one benchmark per pairing x draft length x
+// VRAM budget of a pairing config (configs/*.toml), registered at start so that every Google
+// Benchmark flag applies (--benchmark_filter, --benchmark_repetitions, --benchmark_format=json,
+// --benchmark_out, --benchmark_min_time). The config and the models' metadata are checked before any
+// weights load; each model then loads once per process (ModelCache).
+//
+// Counters: acceptance_rate (accepted / drafted), mean_accepted_length (tokens per target pass),
+// mean_draft_length, tokens_per_second (generated tokens over generation time, prefill excluded),
+// time_to_first_token (seconds, prefill included), speedup (tokens_per_second over the same
+// pairing's target alone, same sampling and backend, measured once in this process) and
+// baseline_tokens_per_second, draft_length (k; the bound for adaptive) and adaptive (0 or 1).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/runner/model_cache.h"
+#include "bench/runner/pairing_check.h"
+#include "bench/runner/pairing_config.h"
+#include "bench/runner/pairing_run.h"
+#include "benchmark/benchmark.h"
+
+namespace specgen::bench {
+namespace {
+
+struct Process {
+  PairingConfig config;
+  ModelCache cache;
+  std::map<std::string, double> baseline_tps;  // BaselineKey -> target-alone tokens/s
+  bool any_error = false;
+};
+
+Process& TheProcess() {
+  static auto* p = new Process();
+  return *p;
+}
+
+// Where the offload counters (h2d_bytes_per_token, expert_cache_hit_rate) join these, from the
+// loop's stats, once the engine offloads experts.
+void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& t, double baseline_tps) {
+  state.counters["acceptance_rate"] = t.acceptance_rate();
+  state.counters["mean_accepted_length"] = t.mean_accepted_length();
+  state.counters["mean_draft_length"] = t.mean_draft_length();
+  state.counters["tokens_per_second"] = t.tokens_per_second();
+  state.counters["time_to_first_token"] = t.time_to_first_token();
+  state.counters["baseline_tokens_per_second"] = baseline_tps;
+  state.counters["speedup"] = baseline_tps > 0 ? t.tokens_per_second() / baseline_tps : 0.0;
+  state.counters["draft_length"] = spec.length.k;
+  state.counters["adaptive"] = spec.length.adaptive ? 1 : 0;
+}
+
+void RunBenchmark(benchmark::State& state, RunSpec spec) {
+  Process& process = TheProcess();
+  auto fail = [&](const absl::Status& status) {
+    process.any_error = true;
+    state.SkipWithError(std::string(status.message()).c_str());
+  };
+  // The target-alone run the speedup divides by, outside the timed loop.
+  const std::string key = BaselineKey(spec);
+  auto it = process.baseline_tps.find(key);
+  if (it == process.baseline_tps.end()) {
+    auto baseline = RunPairing(process.cache, WithoutDraft(spec));
+    if (!baseline.ok()) return fail(baseline.status());
+    it = process.baseline_tps.emplace(key, baseline->tokens_per_second()).first;
+  }
+  RunTotals totals;
+  for (auto _ : state) {
+    auto run = RunPairing(process.cache, spec);
+    if (!run.ok()) {
+      fail(run.status());
+      break;
+    }
+    totals.Add(*run);
+  }
+  if (totals.prompts > 0) SetCounters(state, spec, totals, it->second);
+}
+
+// Every benchmark of the config, grouped by backend so that each backend (and its models) is made once.
+std::vector<RunSpec> Specs(const PairingConfig& config) {
+  std::vector<RunSpec> specs;
+  for (const Pairing& p : config.pairings) {
+    for (const std::string& budget : p.vram_budgets) {
+      for (const DraftLength& length : p.draft_lengths) {
+        RunSpec spec;
+        spec.pairing = &p;
+        spec.prompts = &config.prompt_sets[p.prompt_set];
+        spec.length = length;
+        spec.backend = BackendKey{ResolveDevice(p.device), budget, p.threads};
+        if (spec.backend.device == "cpu") spec.backend.budget.clear();
+        specs.push_back(spec);
+      }
+    }
+  }
+  // Backends in the order the config first uses them; the config's order within each.
+  std::vector<BackendKey> order;
+  for (const RunSpec& s : specs) {
+    if (std::find(order.begin(), order.end(), s.backend) == order.end()) order.push_back(s.backend);
+  }
+  auto rank = [&](const RunSpec& s) { return std::find(order.begin(), order.end(), s.backend) - order.begin(); };
+  std::stable_sort(specs.begin(), specs.end(),
+                   [&](const RunSpec& a, const RunSpec& b) { return rank(a) < rank(b); });
+  return specs;
+}
+
+// Takes --config FILE / --config=FILE out of argv (Google Benchmark rejects flags it does not know).
+std::string TakeConfigFlag(int* argc, char** argv) {
+  std::string config;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < *argc) {
+      config = argv[++i];
+    } else if (std::strncmp(argv[i], "--config=", 9) == 0) {
+      config = argv[i] + 9;
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  return config;
+}
+
+int Main(int argc, char** argv) {
+  const std::string config_path = TakeConfigFlag(&argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (config_path.empty()) {
+    std::fprintf(stderr,
+                 "usage: specgen_bench --config FILE [--benchmark_* flags]\n"
+                 "  FILE: a pairing config, e.g. configs/bundled.toml\n");
+    return 1;
+  }
+  Process& process = TheProcess();
+  auto config = LoadPairingConfig(config_path);
+  absl::Status status = config.status();
+  if (status.ok()) {
+    process.config = *std::move(config);
+    status = CheckPairingModels(process.config);
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "specgen_bench: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  const std::vector<RunSpec> specs = Specs(process.config);
+  for (const RunSpec& spec : specs) {
+    if (spec.backend.device == "cuda" && ResolveDevice("auto") != "cuda") {
+      std::fprintf(stderr,
+                   "specgen_bench: error: %s: pairing '%s' runs on device \"cuda\", and this machine or "
+                   "build has no CUDA device (set device = \"cpu\" or \"auto\", or build with "
+                   "-DSPECGEN_CUDA=ON)\n",
+                   process.config.path.c_str(), spec.pairing->name.c_str());
+      return 1;
+    }
+  }
+  benchmark::AddCustomContext("pairing_config", config_path);
+  for (const RunSpec& spec : specs) {
+    benchmark::RegisterBenchmark(BenchmarkName(spec).c_str(), RunBenchmark, spec)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return process.any_error ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace specgen::bench
+
+int main(int argc, char** argv) { return specgen::bench::Main(argc, argv); }

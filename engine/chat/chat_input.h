@@ -1,0 +1,50 @@
+// The chat's input: turns and /commands read from a file descriptor (a terminal or a pipe).
+//  - A line ending in a backslash continues on the next line (the backslash becomes a newline).
+//  - A line that is exactly """ opens a block that runs to the next such line: several lines, one
+//    turn.
+//  - On a terminal, lines that arrive together (a paste) are one turn: after a line, input already
+//    waiting is read into the same turn. From a pipe, each line is a turn.
+//  - A line starting with one '/' is a command (/help, /reset, /stats, /quit, /exit); "//" starts a
+//    turn with a literal '/'. Unknown commands come back as such, for the caller to refuse.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace specgen::chat {
+
+struct ChatCommand {
+  std::string_view name, help;
+};
+// The commands specgen handles itself, in /help's order.
+const std::vector<ChatCommand>& ChatCommands();
+
+struct InputEvent {
+  enum class Kind { kTurn, kCommand, kUnknownCommand, kInterrupted, kEnd };
+  Kind kind = Kind::kEnd;
+  std::string text;  // kTurn: the user's text; kCommand / kUnknownCommand: the name, without '/'
+  std::string arg;   // what followed the command's name, trimmed
+};
+
+class ChatInput {
+ public:
+  // `fd` is read, not owned. `interactive`: a terminal (paste detection and prompts on stderr).
+  ChatInput(int fd, bool interactive);
+
+  // The next turn or command; kInterrupted when Ctrl-C (InterruptRequested) arrived while reading
+  // (the partial input is dropped; the caller clears the flag); kEnd at end of input.
+  InputEvent Next();
+
+ private:
+  enum class LineResult { kLine, kEof, kInterrupted };
+  LineResult ReadLine(std::string* line);
+  bool InputWaiting();  // buffered, or readable within a few milliseconds
+
+  int fd_;
+  bool interactive_;
+  std::string buffer_;
+  bool eof_ = false;
+};
+
+}  // namespace specgen::chat

@@ -1,0 +1,17 @@
+// llama.cpp flags that specgen does not have. Users arrive with llama.cpp habits (-ngl 99, -cnv, -fa);
+// left to the flag parser, `-ngl` reads as `-n gl` and `-fa` as `-f a`, and the error speaks of a
+// flag the user never typed. These are recognised before parsing and answered with the specgen way.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+
+namespace specgen::cli {
+
+// The message for the first llama.cpp-only flag among `args` (argv without the program name), or
+// nullopt. Values of the flags that take free text (-p, -f, --system, ...) are not flags and are
+// skipped; so is everything after `--`.
+std::optional<std::string> ForeignFlagMessage(std::span<char* const> args);
+
+}  // namespace specgen::cli

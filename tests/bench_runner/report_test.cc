@@ -1,0 +1,163 @@
+// specgen report: a fixed specgen_bench JSON gives a fixed table, and an SVG that is well-formed
+// XML with one polyline per pairing in each panel where it has points.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/report/bench_results.h"
+#include "bench/report/report_table.h"
+#include "bench/report/svg_chart.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace specgen::report {
+namespace {
+
+const std::string kData = std::string(SPECGEN_SOURCE_DIR) + "/tests/bench_runner/data/";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<BenchRow> FixedRows() {
+  auto rows = ParseBenchResults(ReadFile(kData + "results.json"), "results.json");
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  return rows.ok() ? *rows : std::vector<BenchRow>();
+}
+
+TEST(BenchResultsTest, NamesSplitAndRepetitionsMerge) {
+  const std::vector<BenchRow> rows = FixedRows();
+  ASSERT_EQ(rows.size(), 7u);
+  EXPECT_EQ(rows[2].pairing, "greedy");
+  EXPECT_TRUE(rows[2].adaptive);
+  EXPECT_EQ(rows[2].k, 8);
+  // sampled k:1 has two repetitions and no aggregate: their mean.
+  EXPECT_EQ(rows[3].Series(), "sampled");
+  EXPECT_DOUBLE_EQ(rows[3].tokens_per_second, 210.0);
+  EXPECT_DOUBLE_EQ(rows[3].acceptance_rate, 0.7);
+  // sampled k:2 has a mean aggregate: it wins over its repetitions; the stddev is ignored.
+  EXPECT_DOUBLE_EQ(rows[4].tokens_per_second, 230.5);
+  EXPECT_EQ(rows[5].Series(), "big<&> @ 8GiB");
+  EXPECT_EQ(rows[5].error, "out of VRAM");
+  EXPECT_EQ(rows[6].k, 0);
+}
+
+TEST(BenchResultsTest, RejectsWhatIsNotSpecgenBenchJson) {
+  EXPECT_THAT(std::string(ParseBenchResults("{", "x.json").status().message()), ::testing::HasSubstr("x.json: not valid JSON"));
+  EXPECT_THAT(std::string(ParseBenchResults("{\"a\": 1}", "x.json").status().message()),
+              ::testing::HasSubstr("no \"benchmarks\" array"));
+  EXPECT_THAT(std::string(ParseBenchResults("{\"benchmarks\": [{\"name\": \"BM_Foo/4\"}]}", "x.json")
+                              .status()
+                              .message()),
+              ::testing::HasSubstr("'BM_Foo/4' is not specgen_bench's"));
+  EXPECT_FALSE(ParseBenchResults("{\"benchmarks\": []}", "x.json").ok());
+}
+
+TEST(ReportTableTest, FixedResultsGiveTheFixedTable) {
+  EXPECT_EQ(FormatReport(FixedRows()), ReadFile(kData + "report_table.txt"));
+}
+
+// A minimal XML well-formedness check: every element closed in order, attributes quoted, no bare '&'
+// or '<' in text. Returns the element names in document order (empty on a malformed document).
+std::vector<std::string> Elements(const std::string& xml, std::string* error) {
+  std::vector<std::string> stack, names;
+  size_t i = 0;
+  if (xml.rfind("<?xml", 0) == 0) i = xml.find("?>") + 2;
+  while (i < xml.size()) {
+    if (xml[i] == '&') {
+      const size_t semi = xml.find(';', i);
+      const std::string ent = semi == std::string::npos ? "" : xml.substr(i, semi - i + 1);
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;") {
+        *error = "bad entity at " + std::to_string(i);
+        return {};
+      }
+      i = semi + 1;
+      continue;
+    }
+    if (xml[i] != '<') {
+      ++i;
+      continue;
+    }
+    const size_t end = xml.find('>', i);
+    if (end == std::string::npos) {
+      *error = "unclosed tag at " + std::to_string(i);
+      return {};
+    }
+    std::string tag = xml.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.find('<') != std::string::npos) {
+      *error = "'<' inside a tag: " + tag;
+      return {};
+    }
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1)) {
+        *error = "</" + tag.substr(1) + "> closes " + (stack.empty() ? "nothing" : stack.back());
+        return {};
+      }
+      stack.pop_back();
+      continue;
+    }
+    const bool self_closing = tag.back() == '/';
+    if (self_closing) tag.pop_back();
+    const std::string name = tag.substr(0, tag.find_first_of(" \n"));
+    size_t quotes = 0;
+    for (char c : tag) quotes += c == '"';
+    if (quotes % 2 != 0) {
+      *error = "unbalanced quotes in <" + name + ">";
+      return {};
+    }
+    names.push_back(name);
+    if (!self_closing) stack.push_back(name);
+  }
+  if (!stack.empty()) {
+    *error = "<" + stack.back() + "> never closed";
+    return {};
+  }
+  return names;
+}
+
+TEST(SvgChartTest, WellFormedWithOnePolylinePerPairingInEachPanel) {
+  const std::string svg = RenderSvgChart(FixedRows(), "bundled <pair>");
+  std::string error;
+  const std::vector<std::string> names = Elements(svg, &error);
+  ASSERT_FALSE(names.empty()) << error;
+  EXPECT_EQ(names[0], "svg");
+  const size_t tps = svg.find("<g id=\"tokens_per_second\">"), acc = svg.find("<g id=\"acceptance_rate\">"),
+               legend = svg.find("<g id=\"legend\">");
+  ASSERT_TRUE(tps < acc && acc < legend && legend != std::string::npos);
+  auto series_in = [&](size_t from, size_t to) {
+    std::vector<std::string> found;
+    const std::string mark = "<polyline class=\"series\" data-series=\"";
+    for (size_t at = svg.find(mark, from); at < to; at = svg.find(mark, at + 1)) {
+      const size_t start = at + mark.size();
+      found.push_back(svg.substr(start, svg.find('"', start) - start));
+    }
+    return found;
+  };
+  // The failed series has no point; plain decoding has no acceptance.
+  EXPECT_EQ(series_in(tps, acc), (std::vector<std::string>{"greedy", "sampled", "plain"}));
+  EXPECT_EQ(series_in(acc, legend), (std::vector<std::string>{"greedy", "sampled"}));
+  EXPECT_NE(svg.find("big&lt;&amp;&gt; @ 8GiB"), std::string::npos);  // in the legend, escaped
+  EXPECT_NE(svg.find("bundled &lt;pair&gt;"), std::string::npos);
+  // One open marker per adaptive run, in each panel.
+  size_t adaptive = 0;
+  for (size_t at = svg.find("adaptive (up to 8)"); at != std::string::npos; at = svg.find("adaptive (up to 8)", at + 1)) {
+    ++adaptive;
+  }
+  EXPECT_EQ(adaptive, 2u);
+}
+
+TEST(SvgChartTest, TheCheckerCatchesMalformedXml) {
+  std::string error;
+  EXPECT_TRUE(Elements("<svg><g></svg></g>", &error).empty());
+  EXPECT_TRUE(Elements("<svg><text>a & b</text></svg>", &error).empty());
+  EXPECT_TRUE(Elements("<svg><g>", &error).empty());
+  EXPECT_FALSE(Elements("<svg><g a=\"1\"/><text>&amp;</text></svg>", &error).empty());
+}
+
+}  // namespace
+}  // namespace specgen::report

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""specgen_bench end to end on the bundled pair: a tiny config (2 prompts, 16 tokens) run with Google
+Benchmark's own flags gives one benchmark per pairing x draft length, each with every counter, in
+plausible ranges; a bad config exits 1 naming the file and line, and writes no results.
+
+Then `specgen report` on those results: a table with every pairing, and an SVG that parses as XML
+with one polyline per pairing in the tokens/s panel and per drafting pairing in the acceptance panel.
+
+usage: specgen_bench_check.py SPECGEN_BENCH SOURCE_DIR [SPECGEN]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+COUNTERS = ["acceptance_rate", "mean_accepted_length", "mean_draft_length", "tokens_per_second",
+            "time_to_first_token", "speedup", "baseline_tokens_per_second", "draft_length", "adaptive"]
+
+
+def config_text(source):
+    models = os.path.join(source, "models")
+    return f"""
+[defaults]
+target = "{models}/tiny-target"
+draft = "{models}/tiny-draft"
+draft_lengths = [2, "adaptive"]
+adaptive_max = 4
+temperature = 0.0
+device = "cpu"
+context = 128
+max_new_tokens = 16
+prompts = "held_out"
+
+[prompts.held_out]
+file = "{models}/pair_prompts.json"
+limit = 2
+
+[[pairing]]
+name = "greedy"
+
+[[pairing]]
+name = "sampled"
+temperature = 0.8
+accept = "coupled"
+draft_lengths = [3]
+
+[[pairing]]
+name = "plain"
+draft = "none"
+"""
+
+
+def check_report(specgen, results, tmp, check):
+    svg = os.path.join(tmp, "chart.svg")
+    run = subprocess.run([specgen, "report", results, "--svg", svg], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 0, f"report: exit {run.returncode}: {run.stderr}")
+    header = run.stdout.splitlines()[2] if len(run.stdout.splitlines()) > 2 else ""
+    check([c.strip() for c in header.strip("|").split("|")] == ["k", "greedy", "sampled", "plain"],
+          f"report: side-by-side header {header!r}")
+    try:
+        root = ET.parse(svg).getroot()
+    except (ET.ParseError, OSError) as e:
+        check(False, f"report: the SVG does not parse: {e}")
+        return
+    ns = "{http://www.w3.org/2000/svg}"
+    panels = {g.get("id"): g for g in root.iter(ns + "g")}
+
+    def series(panel):
+        return [p.get("data-series") for p in panels[panel].iter(ns + "polyline")] if panel in panels else None
+    check(series("tokens_per_second") == ["greedy", "sampled", "plain"], f"report: {series('tokens_per_second')}")
+    check(series("acceptance_rate") == ["greedy", "sampled"], f"report: {series('acceptance_rate')}")
+    missing_svg = os.path.join(tmp, "none.svg")
+    run = subprocess.run([specgen, "report", os.path.join(tmp, "missing.json"), "--svg", missing_svg],
+                         capture_output=True, text=True, timeout=60)
+    check(run.returncode == 1 and "missing.json: cannot open" in run.stderr, f"report of a missing file: {run.stderr}")
+    check(not os.path.exists(missing_svg), "report of a missing file wrote an SVG")
+
+
+def main():
+    bench, source = sys.argv[1], os.path.abspath(sys.argv[2])
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "tiny.toml")
+        with open(config, "w") as f:
+            f.write(config_text(source))
+        out = os.path.join(tmp, "results.json")
+        run = subprocess.run([bench, "--config", config, "--benchmark_min_time=0.05",
+                              f"--benchmark_out={out}"],
+                             capture_output=True, text=True, timeout=600)
+        check(run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}")
+        results = json.load(open(out)) if os.path.exists(out) else {"benchmarks": []}
+        by_name = {b["name"]: b for b in results["benchmarks"]}
+        expected = {"greedy/k:2/real_time": 2, "greedy/k:adaptive4/real_time": 4,
+                    "sampled/k:3/real_time": 3, "plain/k:0/real_time": 0}
+        check(sorted(by_name) == sorted(expected), f"benchmarks {sorted(by_name)}")
+        check(results.get("context", {}).get("pairing_config") == config, "context lacks pairing_config")
+        for name, k in expected.items():
+            b = by_name.get(name)
+            if b is None:
+                continue
+            missing = [c for c in COUNTERS if c not in b]
+            check(not missing, f"{name}: missing counters {missing}")
+            if missing:
+                continue
+            check(b["draft_length"] == k, f"{name}: draft_length {b['draft_length']}")
+            check(b["tokens_per_second"] > 0 and b["baseline_tokens_per_second"] > 0,
+                  f"{name}: tokens/s {b['tokens_per_second']}, baseline {b['baseline_tokens_per_second']}")
+            check(abs(b["speedup"] - b["tokens_per_second"] / b["baseline_tokens_per_second"]) < 1e-6 * b["speedup"] + 1e-9,
+                  f"{name}: speedup {b['speedup']} is not tokens/s over the baseline's")
+            check(0 < b["time_to_first_token"] < 60, f"{name}: time_to_first_token {b['time_to_first_token']}")
+            if k == 0:
+                check(b["acceptance_rate"] == 0 and b["mean_accepted_length"] == 1 and b["mean_draft_length"] == 0,
+                      f"{name}: plain decoding drafted: {b}")
+            else:
+                check(0 < b["acceptance_rate"] <= 1, f"{name}: acceptance {b['acceptance_rate']}")
+                # tau = 1 + accepted per pass, at most 1 + the drafted length per pass.
+                check(1 < b["mean_accepted_length"] <= 1 + b["mean_draft_length"] + 1e-9,
+                      f"{name}: tau {b['mean_accepted_length']} against mean k {b['mean_draft_length']}")
+                check(0 < b["mean_draft_length"] <= k, f"{name}: mean k {b['mean_draft_length']} > {k}")
+            check(b["adaptive"] == (1 if "adaptive" in name else 0), f"{name}: adaptive {b['adaptive']}")
+
+        if len(sys.argv) > 3 and os.path.exists(out):
+            check_report(sys.argv[3], out, tmp, check)
+
+        # A bad config: an error naming file, line and key; nothing run, no results file.
+        bad = os.path.join(tmp, "bad.toml")
+        with open(bad, "w") as f:
+            f.write(config_text(source).replace('name = "plain"', 'name = "plain"\ndraft_max = 4'))
+        bad_out = os.path.join(tmp, "bad.json")
+        run = subprocess.run([bench, "--config", bad, f"--benchmark_out={bad_out}"],
+                             capture_output=True, text=True, timeout=120)
+        check(run.returncode == 1, f"bad config: exit {run.returncode}")
+        check(f"{bad}:28: draft_max: unknown key" in run.stderr, f"bad config: stderr {run.stderr!r}")
+        check(not os.path.exists(bad_out), "bad config: a results file was written")
+        # configs/qwen3-moe.toml runs on "cuda": without a CUDA device it is refused before anything
+        # loads; with one, its benchmarks are listed (one per pairing x draft length x budget).
+        run = subprocess.run([bench, "--config", os.path.join(source, "configs", "qwen3-moe.toml"),
+                              "--benchmark_list_tests=true"], capture_output=True, text=True, timeout=120)
+        if run.returncode == 1:
+            check("has no CUDA device" in run.stderr, f"cuda pairing without CUDA: {run.stderr[-300:]!r}")
+        else:
+            listed = run.stdout.split()
+            check(run.returncode == 0 and len(listed) == 6 and "synth_qwen3-30b-a3b_plain/k:0/budget:120GiB/real_time" in listed,
+                  f"qwen3-moe.toml listing: exit {run.returncode}, {listed}")
+        run = subprocess.run([bench], capture_output=True, text=True, timeout=60)
+        check(run.returncode == 1 and "usage" in run.stderr, "no --config: no usage line")
+
+    for f in failures:
+        print("FAIL:", f)
+    print("specgen_bench_check:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""`specgen chat` as a user drives it, on the bundled pair on the CPU: piped turns (multi-line turns,
+/stats, /reset, /help, unknown commands, /quit, EOF), the KV cache kept across turns, a context that
+fills, and on a pseudo-terminal the colours and Ctrl-C.
+
+With --gpu instead: chat on the GPU (--device cuda) gives the CPU's greedy text, turn for turn.
+
+usage: chat_check.py SPECGEN SOURCE_DIR [--gpu]
+"""
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def chat(specgen, args, stdin, timeout=300):
+    run = subprocess.run([specgen, "chat"] + args, input=stdin, capture_output=True, text=True, timeout=timeout)
+    return run.returncode, run.stdout, run.stderr
+
+
+SUMMARY = re.compile(r"^\[(\d+) tokens, [\d.]+ tokens/s.*, (\d+) prompt tokens prefilled\]$", re.M)
+
+
+def piped(specgen, pair):
+    greedy = pair + ["-n", "16", "--temp", "0"]
+    # Five turns (one continued with a backslash, one a """ block), commands in between; /quit ends it.
+    stdin = ('def add(a, b):\\\n    """Add."""\n/stats\n/foo bar\nimport os\n"""\nclass A:\n\n    pass\n"""\n'
+             '/help\n/reset\nclass B:\n/quit\nnever answered\n')
+    rc, out, err = chat(specgen, greedy + ["--stats", "json"], stdin)
+    check(rc == 0, f"piped: exit {rc}: {err[-500:]}")
+    replies = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    check(len(replies) == 4, f"piped: {len(replies)} JSON replies for 4 turns (a continued line and a block "
+                             f"are one turn each, /quit ends the session): {out[-500:]!r}")
+    check("conversation: 1 replies" in err, f"piped: /stats after one reply: {err[-800:]!r}")
+    check("conversation:" not in out and "commands:" not in out, "piped: /stats or /help text on stdout")
+    check("unknown command /foo" in err, "piped: /foo not refused")
+    check("/reset" in err and "conversation reset" in err, "piped: /help or /reset not on stderr")
+
+    # The default --stats text: a one-line summary per reply on stderr, none on stdout; the second turn
+    # prefills only what the kept cache lacks, fewer tokens than the first turn's long system prompt.
+    system = "You write Python for the standard library: short functions, docstrings, type hints, no prints."
+    rc, out, err = chat(specgen, greedy + ["--system", system], "def f(x):\nimport re\n")
+    check(rc == 0, f"summary: exit {rc}: {err[-500:]}")
+    fed = [int(m.group(2)) for m in SUMMARY.finditer(err)]
+    check(len(fed) == 2, f"summary: {len(fed)} summary lines on stderr for 2 turns: {err[-500:]!r}")
+    check(not SUMMARY.search(out), "summary: a summary line on stdout")
+    if len(fed) == 2:
+        check(fed[1] < fed[0], f"summary: turn 2 prefilled {fed[1]} tokens, turn 1 {fed[0]}: the cache was not kept")
+    # Piped replies are separated by a blank line, and greedy chat repeats itself exactly.
+    rc2, out2, _ = chat(specgen, greedy + ["--system", system], "def f(x):\nimport re\n")
+    check(out2 == out and out.endswith("\n\n"), f"summary: reruns differ or replies not separated: {out!r} {out2!r}")
+
+    # A context that fills: the oldest exchanges go (said on stderr), the chat goes on; a message that
+    # cannot fit even alone is refused with a message, and the chat still exits 0.
+    turns = "".join(f"def f{i}(x):\n" for i in range(8))
+    rc, out, err = chat(specgen, pair + ["-c", "96", "-n", "24", "--temp", "0", "--ignore-eos", "--stats", "json",
+                                         "--system", "Python."], turns + ("x = 1 " * 200) + "\nlast\n")
+    check(rc == 0, f"full context: exit {rc}: {err[-500:]}")
+    check("context full: dropped the oldest" in err and "system prompt stays" in err,
+          f"full context: no drop notice: {err[-500:]!r}")
+    check("fills the context" in err, f"full context: the oversized message was not refused: {err[-500:]!r}")
+    check(len([l for l in out.splitlines() if l.startswith("{")]) == 9, "full context: not every fitting turn answered")
+
+    rc, out, err = chat(specgen, pair + ["--chat-template", "vicuna"], "")
+    check(rc == 1 and "--chat-template must be one of" in err, f"--chat-template vicuna: exit {rc}: {err!r}")
+    rc, out, err = chat(specgen, pair + ["--color", "sometimes"], "")
+    check(rc == 1 and "--color must be auto, always or never" in err, f"--color sometimes: exit {rc}: {err!r}")
+    rc, out, err = chat(specgen, pair + ["-n", "8", "--temp", "0", "--chat-template", "llama3"], "hello\n")
+    check(rc == 0 and out.strip() != "", f"--chat-template llama3: exit {rc}: {err[-300:]!r}")
+
+
+class PtyChat:
+    """specgen chat with stdin and stdout on a pseudo-terminal (stderr a pipe)."""
+
+    def __init__(self, specgen, args):
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([specgen, "chat"] + args, stdin=slave, stdout=slave,
+                                     stderr=subprocess.PIPE, close_fds=True)
+        os.close(slave)
+        self.out, self.err = b"", b""
+
+    def send(self, text):
+        os.write(self.master, text.encode())
+
+    def read_until(self, pattern, timeout=120):
+        """Reads stdout and stderr until `pattern` (bytes regex) appears in stderr."""
+        end = time.time() + timeout
+        while time.time() < end and not (pattern and re.search(pattern, self.err)):
+            ready, _, _ = select.select([self.master, self.proc.stderr], [], [], 0.1)
+            for fd in ready:
+                try:
+                    data = os.read(fd if fd == self.master else fd.fileno(), 65536)
+                except OSError:
+                    data = b""
+                if fd == self.master:
+                    self.out += data
+                else:
+                    self.err += data
+        return pattern is not None and re.search(pattern, self.err) is not None
+
+    def close(self):
+        self.send("\x04")  # Ctrl-D: EOF on the terminal
+        try:
+            rc = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = None
+        self.err += self.proc.stderr.read()
+        os.close(self.master)
+        return rc
+
+
+def terminal(specgen, pair):
+    greedy = pair + ["-n", "48", "--temp", "0", "--draft-max", "3", "--draft-fixed"]
+    for color, want in (("auto", True), ("never", False)):
+        c = PtyChat(specgen, greedy + ["--color", color])
+        c.send("def add(a, b):\n")
+        answered = c.read_until(rb"tokens/pass")
+        rc = c.close()
+        check(answered and rc == 0, f"pty --color {color}: answered {answered}, exit {rc}: {c.err[-300:]!r}")
+        colored = b"\x1b[32m" in c.out and b"\x1b[36m" in c.out  # draft green and target cyan
+        check(colored == want, f"pty --color {color}: colours {'missing' if want else 'present'}: {c.out[-300:]!r}")
+    rc, out, err = chat(specgen, greedy + ["--color", "auto"], "def add(a, b):\n")
+    check(rc == 0 and "\x1b[" not in out, "piped --color auto: escape codes in the output")
+    rc, out, err = chat(specgen, greedy + ["--color", "always"], "def add(a, b):\n")
+    check("\x1b[32m" in out, "piped --color always: no colours")
+
+    # Ctrl-C (SIGINT) during a long answer stops it; the session goes on and answers the next turn.
+    c = PtyChat(specgen, pair + ["-n", "100000", "-c", "4096", "--temp", "0", "--ignore-eos", "--color", "never"])
+    c.send("def long(x):\n")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(c.out) < 200:
+        c.read_until(None, timeout=0.2)
+    c.proc.send_signal(signal.SIGINT)
+    stopped = c.read_until(rb"\(stopped\)")
+    c.send("import os\n")
+    answered = c.read_until(rb"(?s)\(stopped\).*tokens/s.*tokens/s")
+    rc = c.close()
+    check(stopped, f"Ctrl-C: the answer was not stopped: {c.err[-500:]!r}")
+    first = SUMMARY.search(c.err.decode(errors="replace"))
+    check(first is not None and int(first.group(1)) < 3000,
+          f"Ctrl-C: the answer ran on to {first.group(1) if first else '?'} tokens before stopping")
+    check(answered, f"Ctrl-C: the next turn was not answered: {c.err[-500:]!r}")
+    check(rc == 0, f"Ctrl-C: exit {rc}")
+
+
+def gpu_matches_cpu(specgen, models):
+    pair = ["-m", os.path.join(models, "tiny-target"), "-md", os.path.join(models, "tiny-draft")]
+    args = ["-n", "48", "--temp", "0", "--stats", "none", "--system", "You write Python."]
+    stdin = "def add(a, b):\nimport os\n/reset\nclass A:\n"
+    outs = {}
+    for device in ("cpu", "cuda"):
+        rc, out, err = chat(specgen, pair + ["--device", device] + args, stdin)
+        check(rc == 0, f"--device {device}: exit {rc}: {err[-500:]}")
+        outs[device] = out
+    check(outs["cpu"] == outs["cuda"] and outs["cpu"].strip(),
+          f"greedy chat on the GPU differs from the CPU's:\ncpu:  {outs['cpu']!r}\ncuda: {outs['cuda']!r}")
+
+
+def main():
+    specgen, source = sys.argv[1], os.path.abspath(sys.argv[2])
+    models = os.path.join(source, "models")
+    if "--gpu" in sys.argv[3:]:
+        gpu_matches_cpu(specgen, models)
+    else:
+        pair = ["-m", os.path.join(models, "tiny-target"), "-md", os.path.join(models, "tiny-draft"), "--device", "cpu"]
+        piped(specgen, pair)
+        terminal(specgen, pair)
+    for f in failures:
+        print("FAIL:", f)
+    print("chat_check:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
