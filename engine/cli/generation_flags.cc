@@ -1,6 +1,7 @@
 #include "engine/cli/generation_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -59,11 +60,25 @@ constexpr char kAcceptHelp[] =
 
 }  // namespace
 
+std::string BundledModelPath(std::string_view name) {
+  // SPECGEN_MODELS_DIR overrides where the bundled pair lives (an installed copy); the default is the
+  // source tree this binary was built from.
+  const char* dir = std::getenv("SPECGEN_MODELS_DIR");
+  return Cat(dir != nullptr && *dir != '\0' ? std::string(dir) : std::string(SPECGEN_SOURCE_DIR) + "/models", "/", name);
+}
+
 void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
-  app.add_option("-m,--model", f->model, "target MODEL: GGUF file, HF directory or synth:PRESET")
-      ->required();
+  app.add_option("-m,--model", f->model,
+                 "target MODEL: GGUF file, HF directory or synth:PRESET (default: the bundled pair, "
+                 "models/tiny-target with models/tiny-draft)");
   app.add_option("--model-draft", f->draft,
                  "draft MODEL (also -md): proposes tokens the target verifies; same vocabulary");
+  // No -m: the bundled pair, so that `specgen generate` and `specgen chat` work out of the box.
+  app.parse_complete_callback([f]() {
+    if (!f->model.empty()) return;
+    f->model = BundledModelPath("tiny-target");
+    if (f->draft.empty()) f->draft = BundledModelPath("tiny-draft");
+  });
   app.add_option("-n,--n-predict", f->n_predict,
                  "tokens to generate (stops earlier at an end token); -1: until an end token or a full "
                  "context")

@@ -47,6 +47,10 @@ struct GenerationFlags {
   bool random_seed = false;  // --seed -1: sampling.seed was drawn at random (and is printed)
 };
 
+// Where the bundled pair's model NAME (tiny-target, tiny-draft) lives: $SPECGEN_MODELS_DIR/NAME, else
+// the source tree's models/NAME. generate and chat run it when no -m is given.
+std::string BundledModelPath(std::string_view name);
+
 // Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
 // --draft-fixed, --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget,
 // --gemv-order, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.

@@ -92,8 +92,15 @@ def main():
             check(abs(tau - stats["tokens"] / stats["passes"]) < 1e-9 if stats.get("passes") else False,
                   f"generate {name}: tau {tau} != tokens/passes")
         outputs[name] = text
+    # No -m: the bundled pair (target and draft) runs, as the README's first steps do.
+    rc, out, err = run(specgen, [a for a in base if a not in ("-m", target)])
+    check(rc == 0, f"generate without -m: exit {rc}, stderr: {err.strip()}")
+    text, stats = split_stats(out)
+    check(stats is not None and stats.get("draft_max", 0) > 0,
+          f"generate without -m: the bundled draft did not run: {out[-200:]!r}")
+    outputs["no -m"] = text
     if "plain" in outputs:
-        for name in ("k4", "adaptive", "default", "k4 fma", "k4 auto"):
+        for name in ("k4", "adaptive", "default", "k4 fma", "k4 auto", "no -m"):
             check(outputs.get(name) == outputs["plain"],
                   f"generate {name} text differs from plain:\n{outputs.get(name)!r}\n{outputs['plain']!r}")
 
