@@ -22,7 +22,9 @@ constexpr size_t kPrefillChunk = 256;
 constexpr double kRunAheadRateWeight = 0.25;
 constexpr int kRunAheadProbe = 16;
 
-kernels::SamplingConfig ToConfig(const SamplingParams& p) {
+}  // namespace
+
+kernels::SamplingConfig ToSamplingConfig(const SamplingParams& p) {
   kernels::SamplingConfig c;
   c.temperature = p.temperature;
   c.top_k = p.top_k;
@@ -30,8 +32,6 @@ kernels::SamplingConfig ToConfig(const SamplingParams& p) {
   c.min_p = p.min_p;
   return c;
 }
-
-}  // namespace
 
 DeviceProposer::DeviceProposer(CudaBackend* backend, Transformer* draft, const SamplingParams& sampling,
                                AcceptMode accept, int32_t* tokens, int max_draft, const DeviceDraftHooks& hooks)
@@ -186,7 +186,7 @@ absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k
   const int64_t len = static_cast<int64_t>(sequence.size());
   const int v = static_cast<int>(draft_->vocab_size());
   const cudaStream_t stream = backend_->stream();
-  const kernels::SamplingConfig config = ToConfig(sampling_);
+  const kernels::SamplingConfig config = ToSamplingConfig(sampling_);
   const bool greedy = sampling_.greedy();
   // Draws as SampleDraft: own noise in rejection mode, the target's in coupled mode.
   const uint32_t purpose = static_cast<uint32_t>(accept_ == AcceptMode::kCoupled ? RandomPurpose::kTargetSample

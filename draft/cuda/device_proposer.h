@@ -23,8 +23,12 @@
 #include "engine/model/transformer.h"
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/sampling_params.h"
+#include "kernels/sampling.cuh"
 
 namespace specgen {
+
+// The sampling kernels' view of the logits processing SamplingParams asks for.
+kernels::SamplingConfig ToSamplingConfig(const SamplingParams& p);
 
 // DeviceDraftHooks::run_ahead.
 enum class RunAhead {

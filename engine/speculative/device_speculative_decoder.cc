@@ -15,15 +15,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-kernels::SamplingConfig ToConfig(const SamplingParams& p) {
-  kernels::SamplingConfig c;
-  c.temperature = p.temperature;
-  c.top_k = p.top_k;
-  c.top_p = p.top_p;
-  c.min_p = p.min_p;
-  return c;
-}
-
 }  // namespace
 
 DeviceSpeculativeDecoder::DeviceSpeculativeDecoder(CudaBackend* backend, Transformer* target, Transformer* draft,
@@ -158,7 +149,7 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> DeviceSpeculativeDecoder::Step(cons
   const float* p = CudaBackend::Data(*logits);
   if (mode != kernels::AcceptKernelMode::kGreedy) {
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogitsSplit(p, k + 1, static_cast<int>(vocab),
-                                                                  ToConfig(options_.sampling), p_, sample_ws_,
+                                                                  ToSamplingConfig(options_.sampling), p_, sample_ws_,
                                                                   sample_ws_bytes_, stream));
     p = p_;
   }
