@@ -4,13 +4,10 @@
 #include <limits>
 
 #include "engine/core/status_macros.h"
+#include "engine/model/cached_prefix.h"
 #include "engine/sampling/distribution.h"
 
 namespace specgen {
-namespace {
-// Prompt prefill in chunks bounds the [n, V] logits scratch (V can be 150k).
-constexpr size_t kPrefillChunk = 256;
-}  // namespace
 
 ModelProposer::ModelProposer(CausalLm* draft, int64_t target_vocab, const SamplingParams& params,
                              AcceptMode mode)

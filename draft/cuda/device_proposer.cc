@@ -14,8 +14,6 @@ namespace {
 
 // Feeds of up to this many tokens catch the draft up through its decode graph (see Feed).
 constexpr size_t kGraphedFeedMax = 4;
-// Prompts are fed in chunks of at most this many tokens (bounds a long prompt's activations).
-constexpr size_t kPrefillChunk = 256;
 
 // kAuto run-ahead: the weight of the latest guess in the running rates of hits and late misses, and
 // the drafted steps after which a guess is tried again while late misses outweigh hits.

@@ -52,10 +52,6 @@ using TokenSink = std::function<void(std::span<const int32_t>)>;
 absl::Status ValidateGeneration(std::span<const int32_t> prompt, const CausalLm& target,
                                 const SpeculativeOptions& options);
 
-// Prompts are fed in chunks of at most this many tokens: it bounds the logits and activations of a
-// long prompt's pass.
-inline constexpr size_t kPrefillChunk = 256;
-
 class SpeculativeLoop {
  public:
   virtual ~SpeculativeLoop() = default;
