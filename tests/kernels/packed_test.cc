@@ -1,5 +1,5 @@
 // The packed block types on the device (kernels/packed.cuh) against engine/core's CPU dequantizers, on
-// fresh random blocks every run (random f16 scales, random quant and scale bytes): dequantization bit
+// fresh random blocks every run (tests/common/random_blocks.h): dequantization bit
 // for bit (fp32, and bf16 as the host rounds it), the embedding gather, the small-batch product against
 // the CPU's dequantize-then-multiply within a bound from its reduction, batch invariance bit for bit,
 // and the fused epilogues equal to the separate kernels bit for bit.
@@ -15,6 +15,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/packed.cuh"
 #include "tests/common/compare.h"
+#include "tests/common/random_blocks.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace specgen::kernels {
@@ -37,36 +38,8 @@ DType ToDType(ElemType t) {
   }
 }
 
-// Offsets of a block's f16 fields (docs/formats.md §2): random bytes there would make NaN/Inf scales.
-std::vector<int> HalfOffsets(ElemType t) {
-  switch (t) {
-    case ElemType::kQ8_0:
-    case ElemType::kQ4_0: return {0};
-    case ElemType::kQ4_K:
-    case ElemType::kQ5_K: return {0, 2};
-    case ElemType::kQ6_K: return {208};
-    default: return {};
-  }
-}
-
-// `rows` rows of `in` elements of random blocks: every byte random but the f16 scales, which are
-// finite normals of random sign spanning a few binades (subnormal f16 included now and then).
 std::vector<uint8_t> RandomBlocks(std::mt19937_64& rng, ElemType t, int64_t rows, int in) {
-  const int64_t bytes = rows * PackedRowBytes(t, in);
-  std::vector<uint8_t> b(static_cast<size_t>(bytes));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& v : b) v = static_cast<uint8_t>(byte(rng));
-  std::uniform_real_distribution<float> exponent(-18.f, -4.f);
-  std::bernoulli_distribution negative(0.3);
-  const int64_t blocks = bytes / BlockBytes(t);
-  for (int64_t i = 0; i < blocks; ++i) {
-    for (int off : HalfOffsets(t)) {
-      const float v = std::exp2(exponent(rng)) * (negative(rng) ? -1.f : 1.f);
-      const uint16_t h = F32ToF16(v);
-      std::memcpy(&b[static_cast<size_t>(i * BlockBytes(t) + off)], &h, 2);
-    }
-  }
-  return b;
+  return ::specgen::testing::RandomBlocks(rng, ToDType(t), rows, in);
 }
 
 std::vector<float> CpuDequant(ElemType t, const std::vector<uint8_t>& blocks, int64_t rows, int in) {
