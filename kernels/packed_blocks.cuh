@@ -46,7 +46,8 @@ __device__ __forceinline__ uint32_t LoadNc16(const void* p) {
 }
 
 // kWords little-endian 32-bit words of the bytes at p (p 2-byte aligned): aligned words read from
-// p & ~3, shifted into place when p is 2 mod 4. The word past the end is read only when needed.
+// p & ~3, shifted into place when p is 2 mod 4, in which case the 2 bytes past the aligned words are
+// read as such (never a byte past p + 4 kWords).
 template <int kWords>
 __device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWords]) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -55,7 +56,7 @@ __device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWord
   uint32_t raw[kWords + 1];
 #pragma unroll
   for (int i = 0; i < kWords; ++i) raw[i] = LoadNc32(base + 4 * i);
-  raw[kWords] = odd ? LoadNc32(base + 4 * kWords) : 0u;
+  raw[kWords] = odd ? LoadNc16(base + 4 * kWords) : 0u;
 #pragma unroll
   for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], odd ? 16 : 0);
 }
