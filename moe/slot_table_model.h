@@ -36,6 +36,9 @@ class SlotTableModel {
   // (InvalidArgument otherwise, the tables unchanged).
   absl::StatusOr<Access> Touch(int64_t layer, std::span<const int32_t> ids);
 
+  // Sets the clock before the first access (tests start it near a byte boundary of the stamps).
+  void StartClockAt(uint32_t clock) { clock_ = clock; }
+
   int32_t slot_of(int64_t layer, int64_t expert) const { return slot_of_[layer * experts_ + expert]; }
   int32_t owner(int64_t slot) const { return owner_[slot]; }  // layer * experts + expert, or -1
   uint32_t stamp(int64_t slot) const { return stamp_[slot]; }

@@ -135,6 +135,8 @@ class StreamedExperts {
   virtual absl::StatusOr<ExpertRefs> Stage(size_t i, int expert) = 0;
   // The counters so far (a host wait: read them with the stats, not per step).
   virtual absl::StatusOr<ExpertStreamStats> Stats() = 0;
+  // Empties the cache in stream order (every slot free; the counters go on): a cold start for benchmarks.
+  virtual absl::Status EmptyCache() = 0;
 };
 
 // Geometry of one attention call. The batch's n queries sit at KV rows n_prefix .. n_prefix+n-1 (their

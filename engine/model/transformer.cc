@@ -167,6 +167,7 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   so.cache_slots = options.expert_cache_slots;
   so.progress = options.expert_copy_progress;
   ASSIGN_OR_RETURN(streamed_, backend_->PrepareStreamedExperts(streamed_views, so));
+  expert_cache_slots_ = options.expert_cache_slots;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
     if (lw.streamed < 0) continue;
@@ -183,6 +184,17 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
 absl::StatusOr<ExpertStreamStats> Transformer::expert_stream_stats() const {
   if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
   return streamed_->Stats();
+}
+
+bool Transformer::StreamsOnHost(int64_t n) const {
+  // The rule of the CUDA backend's streamed sets (DeviceExpertFetch::Takes): the union must fit.
+  const ModelSpec& spec = model_->spec;
+  return streamed_ != nullptr && n * spec.n_experts_used > expert_cache_slots_ && spec.n_experts > expert_cache_slots_;
+}
+
+absl::Status Transformer::EmptyExpertCache() {
+  if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
+  return streamed_->EmptyCache();
 }
 
 Transformer::LayerRefs Transformer::layer_refs(int64_t layer) const {

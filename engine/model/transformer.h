@@ -80,6 +80,11 @@ class Transformer : public CausalLm {
   // counters (a host wait; FailedPrecondition when they do not stream).
   bool streams_experts() const { return streamed_ != nullptr; }
   absl::StatusOr<ExpertStreamStats> expert_stream_stats() const;
+  // Empties the expert cache (a cold start, for benchmarks; FailedPrecondition when nothing streams).
+  absl::Status EmptyExpertCache();
+  // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
+  // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
+  bool StreamsOnHost(int64_t n) const;
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
   // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
@@ -117,6 +122,7 @@ class Transformer : public CausalLm {
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
   std::vector<LayerWeights> layers_;
   std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
+  int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
 };

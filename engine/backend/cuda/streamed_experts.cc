@@ -205,6 +205,14 @@ absl::StatusOr<ExpertRefs> CudaStreamedExperts::Stage(size_t i, int expert) {
   return ExpertRefs{l.staged_gate.get(), l.staged_up.get(), l.staged_down.get()};
 }
 
+absl::Status CudaStreamedExperts::EmptyCache() {
+  const size_t keys = layers_.size() * static_cast<size_t>(cache_.experts_per_layer);
+  cudaStream_t stream = backend_->stream();
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cache_.slot_of, 0xFF, keys * sizeof(int32_t), stream));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cache_.owner, 0xFF, cache_.n_slots * sizeof(int32_t), stream));
+  return SPECGEN_CUDA_STATUS(cudaMemsetAsync(cache_.stamp, 0, cache_.n_slots * sizeof(uint32_t), stream));
+}
+
 absl::StatusOr<ExpertStreamStats> CudaStreamedExperts::Stats() {
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));
   kernels::ExpertCacheState st;

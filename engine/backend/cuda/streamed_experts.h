@@ -38,6 +38,7 @@ class CudaStreamedExperts : public StreamedExperts {
   const ExpertSet& layer(size_t i) const override { return *layers_[i].set; }
   absl::StatusOr<ExpertRefs> Stage(size_t i, int expert) override;
   absl::StatusOr<ExpertStreamStats> Stats() override;
+  absl::Status EmptyCache() override;
 
   const ExpertLayout& layout() const { return layout_; }
   // The device tables (for tests that compare them with moe/slot_table_model.h).
