@@ -11,6 +11,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench/e2e_gpu/bench_models.h"
+#include "engine/core/status_macros.h"
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
 #include "engine/speculative/graphed_target_pass.h"
