@@ -3,7 +3,7 @@
 # the CPU reference, and the GPU benchmarks (kernels and end to end). Logs go under $OUT; a short
 # table is printed last. Build here with `cmake --preset h200 && cmake --build build-h200`, pack with
 # tools/pack_gpu_check.sh, then run there (repository root as cwd, carry [".device"]):
-#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all]
+#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all|stream]
 set -u
 what=${1:-all}
 export SPECGEN_SOURCE_DIR=$PWD
@@ -14,7 +14,15 @@ OUT=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
 trap 'tar czf "$OUT_FINAL/gpu-check-logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 rc="$OUT/rc.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
-gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test
+if [ "$what" = stream ]; then
+  # Only the streamed verification pass (synth:qwen3-30b-a3b, every expert in host memory).
+  timeout 580 streamed_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_streamed.json" \
+    --benchmark_out_format=json 2>&1 | tee "$OUT/bench_streamed.log"
+  echo "bench_streamed ${PIPESTATUS[0]}" >> "$rc"
+  cp "$OUT/bench_streamed.json" "$OUT/bench_streamed.log" "$OUT_FINAL/" 2>/dev/null
+  exit 0
+fi
+gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test streamed_experts_test
            speculative_gpu_test graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test"
 
 if [ "$what" != bench ]; then

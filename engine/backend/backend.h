@@ -4,9 +4,12 @@
 // Buffers, weights in Weights; only Write/Read and the small host-side arguments cross to the host.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -88,6 +91,52 @@ struct ExpertWeights {
 class ExpertSet {
  public:
   virtual ~ExpertSet() = default;
+};
+
+// --- experts kept in host memory and streamed into a VRAM cache (docs/design.md §12) ---
+// One MoE layer's experts as loaded (host views), by expert id.
+struct ExpertViews {
+  std::vector<TensorView> gate, up, down;
+  std::string name;  // names the layer in messages
+};
+struct ExpertStreamingOptions {
+  // VRAM slots shared by every streamed layer, each the size of one expert (of the largest layer).
+  int64_t cache_slots = 0;
+  // The copy of the experts into host memory: (bytes done, bytes in all), now and then and at the end.
+  std::function<void(size_t done, size_t total)> progress;
+};
+struct ExpertStreamStats {
+  int64_t slots = 0;
+  size_t slot_bytes = 0;
+  size_t host_bytes = 0;  // the pinned host copy of every streamed expert
+  // The cache, decided on the device (passes the device routes: at most 16 positions, a union that fits).
+  int64_t hits = 0, misses = 0, evictions = 0;
+  int64_t fetched_bytes = 0;
+  // The host-routed path (larger batches; unions that may exceed the slots): each routed expert copied
+  // through a staging buffer, once per pass.
+  int64_t staged = 0;
+  int64_t staged_bytes = 0;
+};
+// One expert's three matrices where the backend's ops can read them.
+struct ExpertRefs {
+  const Weight* gate = nullptr;
+  const Weight* up = nullptr;
+  const Weight* down = nullptr;
+};
+// Every streamed layer's experts: the host copy, the VRAM cache, and per layer an ExpertSet for
+// RouteAndRunExperts, which fetches the layer's misses on its own.
+class StreamedExperts {
+ public:
+  virtual ~StreamedExperts() = default;
+  // Layer i (its index among the layers given to PrepareStreamedExperts).
+  virtual const ExpertSet& layer(size_t i) const = 0;
+  // For the host-routed path: expert `expert` of layer i copied into VRAM in stream order (no host
+  // wait); the refs are valid for the ops queued before the next Stage.
+  virtual absl::StatusOr<ExpertRefs> Stage(size_t i, int expert) = 0;
+  // The counters so far (a host wait: read them with the stats, not per step).
+  virtual absl::StatusOr<ExpertStreamStats> Stats() = 0;
+  // Empties the cache in stream order (every slot free; the counters go on): a cold start for benchmarks.
+  virtual absl::Status EmptyCache() = 0;
 };
 
 // Geometry of one attention call. The batch's n queries sit at KV rows n_prefix .. n_prefix+n-1 (their
@@ -198,10 +247,19 @@ class Backend {
     (void)experts;
     return std::unique_ptr<ExpertSet>();
   }
+  // Every layer of `layers` kept in host memory (copied there once, in the backend's form of each
+  // weight) and streamed on demand into `options.cache_slots` VRAM slots. nullptr where the backend has
+  // no such path (the CPU: its weights are host memory already); the caller then uploads them.
+  virtual absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
+      std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) {
+    (void)layers, (void)options;
+    return std::unique_ptr<StreamedExperts>();
+  }
   // out [n, hidden] = the routed experts' weighted sum for each token of x [n, hidden], routed from
   // router_logits [n, E] as Route would, equal bit for bit to routing on the host (RunRoutedExperts);
   // with `accumulate`, out += that sum instead (the residual add, Add's bits).
-  // Returns false, having done nothing, when this batch is not one the path takes (more than 16 tokens).
+  // Returns false, having done nothing, when this batch is not one the path takes (more than 16 tokens;
+  // for a streamed set, also a batch whose union of experts might not fit the cache's slots).
   virtual absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
                                                   RouterNorm norm, const ExpertSet& experts, Buffer* out,
                                                   bool accumulate) {

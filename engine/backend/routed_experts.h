@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
@@ -25,5 +26,12 @@ struct HostRoutingScratch {
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               RouterNorm norm, const ExpertWeights& experts, const HostRoutingScratch& scratch,
                               Buffer* out);
+
+// The same with each routed expert's weights asked for just before its ops are queued (a streamed
+// layer stages them into VRAM: StreamedExperts::Stage), once per expert, in ascending id.
+using ExpertSource = std::function<absl::StatusOr<ExpertRefs>(int expert)>;
+absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
+                              RouterNorm norm, int64_t n_experts, const ExpertSource& experts,
+                              const HostRoutingScratch& scratch, Buffer* out);
 
 }  // namespace specgen

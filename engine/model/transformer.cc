@@ -20,6 +20,9 @@ struct Transformer::LayerWeights {
   std::vector<Expert> experts;
   ExpertWeights expert_refs;              // the same, by id, for the routing functions
   std::unique_ptr<ExpertSet> expert_set;  // the backend's device routing, where it has one
+  // Streamed: the layer's index among the streamed ones (its experts are not uploaded), else -1.
+  int64_t streamed = -1;
+  const ExpertSet* device_experts = nullptr;  // expert_set, or the streamed layer's set
 };
 
 // Activations of one pass, allocated for the largest batch seen and reused (set_rows) after that.
@@ -79,11 +82,34 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (spec.rope_scaling.active()) {
     t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);
   }
-  RETURN_IF_ERROR(t->UploadWeights());
+  RETURN_IF_ERROR(t->UploadWeights(options));
   return t;
 }
 
-absl::Status Transformer::UploadWeights() {
+absl::Status Transformer::UploadExperts(int64_t l) {
+  const WeightSet& ws = model_->weights;
+  LayerWeights& lw = layers_[l];
+  lw.experts.resize(model_->spec.n_experts);
+  for (int e = 0; e < model_->spec.n_experts; ++e) {
+    for (auto [role, dst] : {std::pair{Role::kExpertGate, &lw.experts[e].gate},
+                             std::pair{Role::kExpertUp, &lw.experts[e].up},
+                             std::pair{Role::kExpertDown, &lw.experts[e].down}}) {
+      const WeightKey key{role, static_cast<int>(l), e};
+      ASSIGN_OR_RETURN(TensorView view, ws.Get(key));
+      std::string name = std::string(ws.SourceName(key));
+      if (name.empty()) name = KeyString(key);
+      ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
+    }
+    lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
+    lw.expert_refs.up.push_back(lw.experts[e].up.get());
+    lw.expert_refs.down.push_back(lw.experts[e].down.get());
+  }
+  ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
+  lw.device_experts = lw.expert_set.get();
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   const ModelSpec& spec = model_->spec;
   const WeightSet& ws = model_->weights;
   auto up = [&](Role role, int layer, int expert,
@@ -99,6 +125,7 @@ absl::Status Transformer::UploadWeights() {
   RETURN_IF_ERROR(up(Role::kOutputNorm, -1, -1, &output_norm_));
   if (!spec.tied_embeddings) RETURN_IF_ERROR(up(Role::kOutput, -1, -1, &output_));
   layers_.resize(spec.n_layers);
+  std::vector<ExpertViews> streamed_views;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
     RETURN_IF_ERROR(up(Role::kAttnNorm, l, -1, &lw.attn_norm));
@@ -113,23 +140,61 @@ absl::Status Transformer::UploadWeights() {
     RETURN_IF_ERROR(up(Role::kFfnNorm, l, -1, &lw.ffn_norm));
     if (spec.layer_is_moe[l]) {
       RETURN_IF_ERROR(up(Role::kRouter, l, -1, &lw.router));
-      lw.experts.resize(spec.n_experts);
-      for (int e = 0; e < spec.n_experts; ++e) {
-        RETURN_IF_ERROR(up(Role::kExpertGate, l, e, &lw.experts[e].gate));
-        RETURN_IF_ERROR(up(Role::kExpertUp, l, e, &lw.experts[e].up));
-        RETURN_IF_ERROR(up(Role::kExpertDown, l, e, &lw.experts[e].down));
-        lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
-        lw.expert_refs.up.push_back(lw.experts[e].up.get());
-        lw.expert_refs.down.push_back(lw.experts[e].down.get());
+      if (options.expert_cache_slots < 0) {
+        RETURN_IF_ERROR(UploadExperts(l));
+      } else {  // gathered below, for the backend to keep in host memory
+        ExpertViews v;
+        v.name = Cat(model_->source, ": blk.", l, " experts");
+        for (int e = 0; e < spec.n_experts; ++e) {
+          ASSIGN_OR_RETURN(TensorView g, ws.Get({Role::kExpertGate, l, e}));
+          ASSIGN_OR_RETURN(TensorView u, ws.Get({Role::kExpertUp, l, e}));
+          ASSIGN_OR_RETURN(TensorView d, ws.Get({Role::kExpertDown, l, e}));
+          v.gate.push_back(g);
+          v.up.push_back(u);
+          v.down.push_back(d);
+        }
+        lw.streamed = static_cast<int64_t>(streamed_views.size());
+        streamed_views.push_back(std::move(v));
       }
-      ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
     } else {
       RETURN_IF_ERROR(up(Role::kFfnGate, l, -1, &lw.gate));
       RETURN_IF_ERROR(up(Role::kFfnUp, l, -1, &lw.up));
       RETURN_IF_ERROR(up(Role::kFfnDown, l, -1, &lw.down));
     }
   }
+  if (streamed_views.empty()) return absl::OkStatus();
+  ExpertStreamingOptions so;
+  so.cache_slots = options.expert_cache_slots;
+  so.progress = options.expert_copy_progress;
+  ASSIGN_OR_RETURN(streamed_, backend_->PrepareStreamedExperts(streamed_views, so));
+  expert_cache_slots_ = options.expert_cache_slots;
+  for (int l = 0; l < spec.n_layers; ++l) {
+    LayerWeights& lw = layers_[l];
+    if (lw.streamed < 0) continue;
+    if (streamed_ == nullptr) {  // this backend keeps every expert resident
+      lw.streamed = -1;
+      RETURN_IF_ERROR(UploadExperts(l));
+    } else {
+      lw.device_experts = &streamed_->layer(static_cast<size_t>(lw.streamed));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ExpertStreamStats> Transformer::expert_stream_stats() const {
+  if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
+  return streamed_->Stats();
+}
+
+bool Transformer::StreamsOnHost(int64_t n) const {
+  // The rule of the CUDA backend's streamed sets (DeviceExpertFetch::Takes): the union must fit.
+  const ModelSpec& spec = model_->spec;
+  return streamed_ != nullptr && n * spec.n_experts_used > expert_cache_slots_ && spec.n_experts > expert_cache_slots_;
+}
+
+absl::Status Transformer::EmptyExpertCache() {
+  if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
+  return streamed_->EmptyCache();
 }
 
 Transformer::LayerRefs Transformer::layer_refs(int64_t layer) const {
@@ -305,14 +370,22 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
-  if (lw.expert_set != nullptr) {  // on the device, the experts' sum added to the residual there
+  if (lw.device_experts != nullptr) {  // on the device, the experts' sum added to the residual there
     ASSIGN_OR_RETURN(const bool on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,
-                                                                 spec.router_norm, *lw.expert_set, s.h.get(), true));
+                                                                 spec.router_norm, *lw.device_experts, s.h.get(), true));
     if (on_device) return absl::OkStatus();
   }
-  RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
-                                   lw.expert_refs, {s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()},
-                                   s.out.get()));
+  const HostRoutingScratch scratch{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
+  if (lw.streamed >= 0) {  // routed on the host, each routed expert staged into VRAM once
+    StreamedExperts* streamed = streamed_.get();
+    const size_t index = static_cast<size_t>(lw.streamed);
+    RETURN_IF_ERROR(RunRoutedExperts(
+        be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm, spec.n_experts,
+        [streamed, index](int e) { return streamed->Stage(index, e); }, scratch, s.out.get()));
+  } else {
+    RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
+                                     lw.expert_refs, scratch, s.out.get()));
+  }
   return be.Add(*s.out, s.h.get());
 }
 

@@ -4,7 +4,9 @@
 // tied_embeddings), never a copy of the loop. Prefill and decode are the same call.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,6 +24,12 @@ namespace specgen {
 struct TransformerOptions {
   // Largest number of positions (prompt + generated); 0: min(spec.context_length, 4096).
   int64_t max_context = 0;
+  // -1: every expert uploaded (resident). Otherwise the MoE layers' experts stay in pinned host memory
+  // and stream into at most this many VRAM cache slots (Backend::PrepareStreamedExperts; a backend
+  // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
+  int64_t expert_cache_slots = -1;
+  // The copy of the streamed experts into host memory: (bytes done, bytes in all).
+  std::function<void(size_t done, size_t total)> expert_copy_progress;
 };
 
 class Transformer : public CausalLm {
@@ -68,6 +76,15 @@ class Transformer : public CausalLm {
   absl::Status CheckRoom(int64_t n) const;
 
   Backend& backend() const { return *backend_; }
+  // Whether the experts stream from host memory (TransformerOptions::expert_cache_slots), and their
+  // counters (a host wait; FailedPrecondition when they do not stream).
+  bool streams_experts() const { return streamed_ != nullptr; }
+  absl::StatusOr<ExpertStreamStats> expert_stream_stats() const;
+  // Empties the expert cache (a cold start, for benchmarks; FailedPrecondition when nothing streams).
+  absl::Status EmptyExpertCache();
+  // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
+  // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
+  bool StreamsOnHost(int64_t n) const;
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
   // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
@@ -86,7 +103,8 @@ class Transformer : public CausalLm {
   struct Scratch;
 
   Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache);
-  absl::Status UploadWeights();
+  absl::Status UploadWeights(const TransformerOptions& options);
+  absl::Status UploadExperts(int64_t layer);
   absl::Status EnsureScratch(int64_t n);
   // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
   absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
@@ -103,6 +121,8 @@ class Transformer : public CausalLm {
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
+  int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
 };

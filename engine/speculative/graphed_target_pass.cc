@@ -70,8 +70,11 @@ bool GraphedTargetPass::Current(const Graph& g) const {
 absl::StatusOr<bool> GraphedTargetPass::Warm() {
   if (warmed_ == Now()) return true;
   const int64_t len = lm_->n_past();
-  if (len + graph_max_tokens_ > lm_->max_context()) return false;
-  dummy_.assign(graph_max_tokens_, 0);
+  // The largest pass a graph is captured for (not one the host must route: it runs eagerly).
+  int n = graph_max_tokens_;
+  while (n > 1 && lm_->StreamsOnHost(n)) --n;
+  if (len + n > lm_->max_context()) return false;
+  dummy_.assign(n, 0);
   RETURN_IF_ERROR(lm_->ForwardResident(dummy_).status());
   RETURN_IF_ERROR(lm_->Truncate(len));  // its rows past the length are never read
   warmed_ = Now();
@@ -127,7 +130,9 @@ absl::StatusOr<const Buffer*> GraphedTargetPass::Forward(int n) {
   RETURN_IF_ERROR(lm_->CheckRoom(n));
   const int64_t len = lm_->n_past();
   // Past the decode attention's 16 queries a pass takes the general attention, which has no device length.
-  if (!use_graphs_ || n > graph_max_tokens_) return Eager(n);
+  // A pass whose streamed experts the host must route (their union might not fit the cache) runs
+  // eagerly too, without giving up the graphs of the sizes that fit.
+  if (!use_graphs_ || n > graph_max_tokens_ || lm_->StreamsOnHost(n)) return Eager(n);
   const int64_t max_keys =
       std::min(lm_->max_context(), std::max(kMinKeyBound, static_cast<int64_t>(std::bit_ceil(
                                                                static_cast<uint64_t>(len + n)))));

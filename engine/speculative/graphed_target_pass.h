@@ -14,7 +14,9 @@
 // recaptured when either was reallocated since (scratch generations), after one eager pass of the
 // largest captured size has grown every workspace to what the graphs will need. A pass that needs the host
 // midway (a layer routed on the host, a kernel without a device length) cannot be captured: the
-// capture fails, the reason is kept, and every pass runs eagerly from then on.
+// capture fails, the reason is kept, and every pass runs eagerly from then on. Passes whose streamed
+// experts are routed on the host (Transformer::StreamsOnHost: too many positions for the expert
+// cache's slots) run eagerly, and the other sizes keep their graphs.
 //
 // An instantiated graph holds device memory the driver allocates outside the budgeted arena (some
 // hundreds of KiB for a 28-layer target; BM_TargetGraphMemory), and sizes x key bounds grow with the
@@ -86,7 +88,8 @@ class GraphedTargetPass {
   // The capture of the pass over n tokens at the current length with the attention sized for max_keys.
   absl::Status Capture(int n, int64_t max_keys, Graph* g);
   // One eager pass of graph_max_tokens_ positions (then rolled back) so that every workspace has the size the
-  // graphs need before any capture; false when the context has no room for it.
+  // graphs need before any capture (fewer where the host would route that many streamed experts); false
+  // when the context has no room for it.
   absl::StatusOr<bool> Warm();
   absl::StatusOr<const Buffer*> Eager(int n);
   bool Current(const Graph& g) const;

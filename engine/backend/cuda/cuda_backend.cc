@@ -1,5 +1,6 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_graph.h"
+#include "engine/backend/cuda/cuda_expert_set.h"
 
 #include <cublas_v2.h>
 
@@ -49,8 +50,10 @@ absl::Status CublasStatus(cublasStatus_t s, const char* call, const char* file, 
 // A block of the arena, given back when the owner dies.
 class ArenaBlock {
  public:
-  ArenaBlock(DeviceArena* arena, void* p) : arena_(arena), p_(p) {}
-  ~ArenaBlock() { arena_->Free(p_); }
+  ArenaBlock(DeviceArena* arena, void* p) : arena_(arena), p_(p) {}  // arena null: not owned (a view)
+  ~ArenaBlock() {
+    if (arena_ != nullptr) arena_->Free(p_);
+  }
   ArenaBlock(const ArenaBlock&) = delete;
   ArenaBlock& operator=(const ArenaBlock&) = delete;
   void* get() const { return p_; }
@@ -117,6 +120,10 @@ float* CudaBackend::Data(Buffer& b) { return B(b).data(); }
 const float* CudaBackend::Data(const Buffer& b) { return B(b).data(); }
 const void* CudaBackend::Data(const Weight& w) { return W(w).data(); }
 ElemType CudaBackend::Type(const Weight& w) { return W(w).type(); }
+std::unique_ptr<Weight> CudaBackend::WeightView(int64_t rows, int64_t cols, DType source, ElemType type,
+                                                const void* data) {
+  return std::make_unique<CudaWeight>(rows, cols, source, type, nullptr, const_cast<void*>(data));
+}
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
   if (!DeviceAvailable()) return absl::FailedPreconditionError("--device cuda: no CUDA device found");
@@ -668,19 +675,6 @@ absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm
   return absl::OkStatus();
 }
 
-namespace {
-class CudaExpertSet : public ExpertSet {
- public:
-  CudaExpertSet(const kernels::ExpertTables& tables, DeviceArena* arena, void* block)
-      : tables_(tables), block_(arena, block) {}
-  const kernels::ExpertTables& tables() const { return tables_; }
-
- private:
-  kernels::ExpertTables tables_;
-  ArenaBlock block_;  // the three address tables
-};
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const ExpertWeights& experts) {
   const size_t e = experts.gate.size();
   if (e == 0 || e > static_cast<size_t>(kernels::kRouterMaxExperts) || experts.up.size() != e ||
@@ -728,9 +722,11 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
 absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
                                                      RouterNorm norm, const ExpertSet& experts, Buffer* out,
                                                      bool accumulate) {
-  const kernels::ExpertTables& t = static_cast<const CudaExpertSet&>(experts).tables();
+  const CudaExpertSet& set = static_cast<const CudaExpertSet&>(experts);
+  const kernels::ExpertTables& t = set.tables();
   const int64_t n = x.rows();
   if (n < 1 || n > kernels::kRoutedExpertsMaxTokens) return false;
+  if (set.fetch() != nullptr && !set.fetch()->Takes(n * k)) return false;  // the host streams this one
   if (x.cols() != t.hidden || out->cols() != t.hidden || out->rows() != n || router_logits.rows() != n ||
       router_logits.cols() != t.experts) {
     return InvalidArgument("cuda RouteAndRunExperts: x [", n, ", ", x.cols(), "], router logits [",
@@ -738,6 +734,8 @@ absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buff
                            out->cols(), "] for ", t.experts, " experts of hidden ", t.hidden);
   }
   ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, norm));
+  // A streamed layer: its routed experts into cache slots, the tables pointed at them (on the device).
+  if (set.fetch() != nullptr) RETURN_IF_ERROR(set.fetch()->Fetch(r.ids, static_cast<int>(n * k), stream_));
   const size_t ws = kernels::RoutedExpertsWorkspaceBytes(static_cast<int>(n), static_cast<int>(k), t.hidden, t.ffn);
   RETURN_IF_ERROR(EnsureScratch(&experts_ws_, &experts_ws_bytes_, ws, "the routed experts' workspace"));
   CUDA_RETURN_IF_ERROR(kernels::LaunchRoutedExperts(t, B(x).data(), static_cast<int>(n), r.ids, r.weights,

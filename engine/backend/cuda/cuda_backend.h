@@ -95,6 +95,10 @@ class CudaBackend : public Backend {
   absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
                                           RouterNorm norm, const ExpertSet& experts, Buffer* out,
                                           bool accumulate) override;
+  // Experts in one pinned HostArena, streamed into a VRAM expert cache that the GPU drives
+  // (engine/backend/cuda/streamed_experts.h).
+  absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
+      std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) override;
 
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
@@ -136,6 +140,9 @@ class CudaBackend : public Backend {
   static const float* Data(const Buffer& b);
   static const void* Data(const Weight& w);
   static kernels::ElemType Type(const Weight& w);
+  // A Weight reading `data` (device memory it does not own, which must outlive it) as `type` [rows, cols].
+  static std::unique_ptr<Weight> WeightView(int64_t rows, int64_t cols, DType source, kernels::ElemType type,
+                                            const void* data);
 
  private:
   CudaBackend() = default;

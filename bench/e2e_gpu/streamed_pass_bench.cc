@@ -1,0 +1,201 @@
+// A verification pass with every expert streamed (docs/design.md §3.1, §12): synth:qwen3-30b-a3b in
+// bf16, its experts in one pinned host arena, a VRAM expert cache of as many slots as fit the budget
+// once the resident part (attention, norms, routers, embeddings, head, KV cache, workspaces) is placed.
+// BM_StreamedVerifyPass: a pass of n positions replayed from a CUDA graph (the loop's way), the cache
+// decided and filled by the GPU. cold 1: the cache emptied before each pass; cold 0: the steady state
+// after passes of other tokens (the synthetic router's own locality). Counters: ms_per_pass,
+// mb_streamed (bytes fetched per pass), distinct_experts (per MoE layer per pass), hit_rate, gb_per_s
+// (streamed bytes over the pass's time) and floor_ratio = floor(n) / time, floor(n) = streamed bytes /
+// kPcieBytesPerSecond. Needs about 125 GB of host memory (the generated weights and the pinned copy of
+// the experts); skips, saying so, where there is less.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/e2e_gpu/bench_models.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/synth.h"
+#include "engine/io/weight_set.h"
+#include "engine/speculative/graphed_target_pass.h"
+
+namespace specgen::e2e {
+namespace {
+
+constexpr double kPcieBytesPerSecond = 55e9;  // pinned host-to-device copies (docs/design.md §2)
+constexpr int64_t kContext = 512;
+constexpr int64_t kPrompt = 32;
+// Room for the activations, workspaces, cuBLAS and the staging buffers beside the weights and caches.
+constexpr size_t kWorkspaceMargin = size_t{768} << 20;
+
+size_t HostMemAvailable() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+// The synthetic weights, generated once per process (tens of GB) and kept for every run.
+std::shared_ptr<const LoadedModel>& Weights() {
+  static std::shared_ptr<const LoadedModel> w;
+  return w;
+}
+
+// One backend and streamed model at a time (two would not fit host memory), kept while the budget is.
+struct Streamed {
+  size_t budget = 0;
+  int64_t slots = 0;
+  int64_t moe_layers = 0;
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<Transformer> lm;
+  int32_t* d_tokens = nullptr;  // arena
+  std::unique_ptr<GraphedTargetPass> graphed;
+};
+std::unique_ptr<Streamed>& Current() {
+  static std::unique_ptr<Streamed> s;
+  return s;
+}
+
+// The resident bytes of everything but the experts, as the CUDA backend keeps them (f32 norms and
+// routers, bf16 matrices), plus the fp32 KV cache of kContext positions.
+size_t ResidentBytes(const ModelSpec& spec) {
+  size_t b = 0;
+  for (const ExpectedTensor& t : ExpectedTensors(spec)) {
+    if (t.key.role == Role::kExpertGate || t.key.role == Role::kExpertUp || t.key.role == Role::kExpertDown) continue;
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    const bool f32 = IsNormRole(t.key.role) || t.key.role == Role::kRouter;
+    b += n * (f32 ? 4 : 2);
+  }
+  return b + 2 * static_cast<size_t>(spec.n_layers) * kContext * spec.kv_dim() * sizeof(float);
+}
+
+absl::StatusOr<Streamed*> MakeStreamed(size_t budget, int n) {
+  std::unique_ptr<Streamed>& cur = Current();
+  if (cur && cur->budget == budget) return cur.get();
+  cur.reset();  // the previous pinned copy goes first
+  if (!Weights()) {
+    ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec("qwen3-30b-a3b"));
+    ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, DType::kBF16));
+    const size_t expert_bytes = static_cast<size_t>(spec.n_experts) * spec.n_layers * 3 * spec.hidden *
+                                spec.expert_ffn_dim * 2;
+    const size_t need = bytes + expert_bytes + (size_t{4} << 30);
+    if (HostMemAvailable() < need) {
+      return absl::ResourceExhaustedError(Cat("needs ", need >> 30, " GiB of host memory, ", HostMemAvailable() >> 30,
+                                              " GiB available"));
+    }
+    ASSIGN_OR_RETURN(auto w, SynthWeights(spec, DType::kBF16, 0));
+    Weights() = std::move(w);
+  }
+  const ModelSpec& spec = Weights()->spec;
+  auto s = std::make_unique<Streamed>();
+  s->budget = budget;
+  s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
+  const size_t slot_bytes = static_cast<size_t>(3) * spec.hidden * spec.expert_ffn_dim * 2;
+  const size_t resident = ResidentBytes(spec) + kWorkspaceMargin + 2 * slot_bytes;
+  if (budget <= resident + 128 * slot_bytes) {
+    return absl::ResourceExhaustedError(Cat("a ", budget >> 20, " MiB budget leaves too few slots"));
+  }
+  s->slots = static_cast<int64_t>((budget - resident) / slot_bytes);
+  CudaBackendOptions o;
+  o.arena_bytes = budget;
+  ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
+  TransformerOptions t;
+  t.max_context = kContext;
+  t.expert_cache_slots = s->slots;
+  ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
+  ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
+  s->d_tokens = static_cast<int32_t*>(d);
+  ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
+  (void)n;
+  cur = std::move(s);
+  return cur.get();
+}
+
+void BM_StreamedVerifyPass(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const size_t budget = static_cast<size_t>(state.range(0)) << 30;
+  const int n = static_cast<int>(state.range(1));
+  const bool cold = state.range(2) != 0;
+  auto made = MakeStreamed(budget, n);
+  if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
+  Streamed& s = **made;
+  Transformer& lm = *s.lm;
+  const int64_t vocab = lm.vocab_size();
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+  // A 32-token prompt (host-routed, experts staged), once.
+  if (lm.n_past() < kPrompt) {
+    if (!lm.Truncate(0).ok()) return fail(absl::InternalError("truncate"));
+    std::vector<int32_t> prompt(kPrompt);
+    for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
+    if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
+  }
+  int64_t step = 0;
+  // One pass of n new tokens at kPrompt.., rolled back afterwards; tokens differ from pass to pass.
+  auto pass = [&]() -> absl::StatusOr<double> {
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
+    ++step;
+    if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return absl::InternalError("token copy failed");
+    }
+    if (cold) RETURN_IF_ERROR(lm.EmptyExpertCache());
+    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(s.graphed->Forward(n).status());
+    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    RETURN_IF_ERROR(lm.Truncate(kPrompt));
+    return sec;
+  };
+  // Untimed: the graph's capture (and its warm-up pass) and, warm, a steady state of the cache.
+  for (int i = 0; i < (cold ? 1 : 6); ++i) {
+    if (auto r = pass(); !r.ok()) return fail(r.status());
+  }
+  if (!s.graphed->fallback_reason().empty()) return state.SkipWithError(s.graphed->fallback_reason().c_str());
+  auto before = lm.expert_stream_stats();
+  if (!before.ok()) return fail(before.status());
+  double seconds = 0;
+  int64_t passes = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < 4; ++r) {
+      auto sec = pass();
+      if (!sec.ok()) return fail(sec.status());
+      seconds += *sec;
+      ++passes;
+    }
+  }
+  auto after = lm.expert_stream_stats();
+  if (!after.ok()) return fail(after.status());
+  const double bytes = double(after->fetched_bytes - before->fetched_bytes + after->staged_bytes - before->staged_bytes) /
+                       passes;
+  const double hits = double(after->hits - before->hits), misses = double(after->misses - before->misses);
+  const double sec = seconds / passes;
+  state.counters["slots"] = static_cast<double>(s.slots);
+  state.counters["ms_per_pass"] = sec * 1e3;
+  state.counters["mb_streamed"] = bytes / 1e6;
+  state.counters["distinct_experts"] = (hits + misses) / passes / static_cast<double>(s.moe_layers);
+  state.counters["hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : 0.0;
+  state.counters["gb_per_s"] = bytes / sec / 1e9;
+  state.counters["floor_ms"] = bytes / kPcieBytesPerSecond * 1e3;
+  state.counters["floor_ratio"] = bytes / kPcieBytesPerSecond / sec;
+  state.counters["staged"] = static_cast<double>(after->staged - before->staged) / passes;
+}
+BENCHMARK(BM_StreamedVerifyPass)
+    ->ArgNames({"budget_gib", "n", "cold"})
+    ->ArgsProduct({{8, 16}, {1, 2, 4, 8, 16}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+
+}  // namespace
+}  // namespace specgen::e2e
