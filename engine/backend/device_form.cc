@@ -11,12 +11,29 @@
 
 namespace specgen {
 
+std::optional<kernels::ElemType> PackedDeviceType(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return kernels::ElemType::kQ8_0;
+    case DType::kQ4_0: return kernels::ElemType::kQ4_0;
+    case DType::kQ4_K: return kernels::ElemType::kQ4_K;
+    case DType::kQ5_K: return kernels::ElemType::kQ5_K;
+    case DType::kQ6_K: return kernels::ElemType::kQ6_K;
+    default: return std::nullopt;
+  }
+}
+
 absl::StatusOr<DeviceForm> DeviceFormOf(const TensorView& t, std::string_view name) {
   if (t.location == Location::kDevice) return InvalidArgument("tensor ", name, ": a device-resident view");
   ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
   DeviceForm f;
   f.rows = shape.rows;
   f.cols = shape.cols;
+  const std::optional<kernels::ElemType> packed = t.ndim == 2 ? PackedDeviceType(t.dtype) : std::nullopt;
+  if (packed) {
+    f.type = *packed;
+    f.bytes = shape.bytes;
+    return f;
+  }
   f.type = t.dtype == DType::kF32   ? kernels::ElemType::kF32
            : t.dtype == DType::kF16 ? kernels::ElemType::kF16
                                     : kernels::ElemType::kBF16;
@@ -27,7 +44,7 @@ absl::StatusOr<DeviceForm> DeviceFormOf(const TensorView& t, std::string_view na
 absl::Status WriteDeviceForm(const TensorView& t, std::string_view name, void* dst) {
   ASSIGN_OR_RETURN(const DeviceForm f, DeviceFormOf(t, name));
   const DTypeInfo& info = Info(t.dtype);
-  if (!info.quantized && info.to_f32 != nullptr) {  // f32 / f16 / bf16: the bytes as stored
+  if (kernels::IsPacked(f.type) || (!info.quantized && info.to_f32 != nullptr)) {  // the bytes as stored
     std::memcpy(dst, t.data, f.bytes);
     return absl::OkStatus();
   }

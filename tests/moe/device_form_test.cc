@@ -1,6 +1,7 @@
-// engine/backend/device_form.h: the bytes a streamed weight is copied in. f32/f16/bf16 are the stored
-// bytes; a quantized tensor becomes bf16 of its dequantized values (what CudaBackend::Upload keeps),
-// element for element; a malformed view is an error naming the tensor.
+// engine/backend/device_form.h: the bytes a streamed weight is copied in. f32/f16/bf16 and matrices of
+// the packed block types are the stored bytes; any other quantized tensor becomes bf16 of its
+// dequantized values (what CudaBackend::Upload keeps), element for element; a malformed view is an
+// error naming the tensor.
 #include "engine/backend/device_form.h"
 
 #include <cstring>
@@ -47,13 +48,12 @@ TEST(DeviceForm, PlainTypesAreTheStoredBytes) {
   EXPECT_EQ(std::memcmp(out.data(), f32.data(), f32.size() * 4), 0);
 }
 
-TEST(DeviceForm, QuantizedBecomesBf16OfTheDequantizedValues) {
-  // Rows long enough that the writer's row chunks split the tensor (65536 / cols rows a chunk).
-  const int64_t rows = 300, cols = 256;
-  std::mt19937 rng(3);
+TEST(DeviceForm, PackedBlockTypesAreTheStoredBytes) {
+  const int64_t rows = 5, cols = 512;
+  std::mt19937 rng(5);
   std::vector<float> src(rows * cols);
   for (float& x : src) x = std::uniform_real_distribution<float>(-2, 2)(rng);
-  for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     auto bytes = TensorBytes(t, cols, rows);
     ASSERT_TRUE(bytes.ok());
     std::vector<uint8_t> q(*bytes);
@@ -63,17 +63,43 @@ TEST(DeviceForm, QuantizedBecomesBf16OfTheDequantizedValues) {
     }
     const TensorView v = View(t, rows, cols, q.data(), q.size());
     auto f = DeviceFormOf(v, "w");
-    ASSERT_TRUE(f.ok());
-    EXPECT_EQ(f->type, kernels::ElemType::kBF16);
-    EXPECT_EQ(f->bytes, static_cast<size_t>(rows * cols * 2));
-    std::vector<uint16_t> out(rows * cols);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->type, *PackedDeviceType(t)) << Name(t);
+    EXPECT_TRUE(kernels::IsPacked(f->type)) << Name(t);
+    EXPECT_EQ(f->bytes, q.size()) << Name(t);
+    std::vector<uint8_t> out(q.size(), 0xAA);
     ASSERT_TRUE(WriteDeviceForm(v, "w", out.data()).ok());
-    std::vector<float> deq(rows * cols);
-    ASSERT_TRUE(DequantizeRows(t, q.data(), rows, cols, deq.data()).ok());
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      ASSERT_EQ(out[i], F32ToBf16(deq[i])) << Name(t) << " element " << i;
-    }
+    EXPECT_EQ(out, q) << Name(t);
   }
+}
+
+TEST(DeviceForm, OtherQuantizedTypesBecomeBf16OfTheDequantizedValues) {
+  // Q4_1 blocks (f16 d, f16 m, 16 bytes of nibbles) written by hand with finite scales; enough rows
+  // that the writer's row chunks (65536 / cols rows a chunk) split the tensor.
+  const int64_t rows = 300, cols = 256;
+  auto bytes = TensorBytes(DType::kQ4_1, cols, rows);
+  ASSERT_TRUE(bytes.ok());
+  std::vector<uint8_t> q(*bytes);
+  std::mt19937 rng(3);
+  const size_t block = *bytes / static_cast<size_t>(rows * cols / 32);
+  for (size_t b = 0; b < q.size() / block; ++b) {
+    uint8_t* p = q.data() + b * block;
+    const uint16_t d = F32ToF16(std::uniform_real_distribution<float>(0.01f, 0.1f)(rng));
+    const uint16_t m = F32ToF16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
+    std::memcpy(p, &d, 2);
+    std::memcpy(p + 2, &m, 2);
+    for (size_t i = 4; i < block; ++i) p[i] = static_cast<uint8_t>(rng());
+  }
+  const TensorView v = View(DType::kQ4_1, rows, cols, q.data(), q.size());
+  auto f = DeviceFormOf(v, "w");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->type, kernels::ElemType::kBF16);
+  EXPECT_EQ(f->bytes, static_cast<size_t>(rows * cols * 2));
+  std::vector<uint16_t> out(rows * cols);
+  ASSERT_TRUE(WriteDeviceForm(v, "w", out.data()).ok());
+  std::vector<float> deq(rows * cols);
+  ASSERT_TRUE(DequantizeRows(DType::kQ4_1, q.data(), rows, cols, deq.data()).ok());
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(out[i], F32ToBf16(deq[i])) << "element " << i;
 }
 
 TEST(DeviceForm, MalformedViewsNameTheTensor) {

@@ -12,6 +12,7 @@
 
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
+#include "engine/backend/device_form.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
@@ -84,18 +85,6 @@ class CudaWeight : public Weight {
   ElemType type_;
   ArenaBlock block_;
 };
-
-// The block types whose matrices stay packed in VRAM (kernels/packed.cuh reads them).
-std::optional<ElemType> PackedElemType(DType t) {
-  switch (t) {
-    case DType::kQ8_0: return ElemType::kQ8_0;
-    case DType::kQ4_0: return ElemType::kQ4_0;
-    case DType::kQ4_K: return ElemType::kQ4_K;
-    case DType::kQ5_K: return ElemType::kQ5_K;
-    case DType::kQ6_K: return ElemType::kQ6_K;
-    default: return std::nullopt;
-  }
-}
 
 const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
 const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w); }
@@ -274,29 +263,18 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
   }
-  ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
-  const int64_t rows = shape.rows, cols = shape.cols;
-  // f32/f16/bf16 go up as stored, and so do matrices of the block types the packed kernels read
-  // (kernels/packed.cuh): their bytes as the file has them. The other quantized types, and vectors of
-  // any (norms are never quantized by the writers), are dequantized to bf16 here.
-  const DTypeInfo& info = Info(t.dtype);
-  const std::optional<ElemType> packed = t.ndim == 2 ? PackedElemType(t.dtype) : std::nullopt;
-  ElemType type = packed ? *packed
-                  : t.dtype == DType::kF32 ? ElemType::kF32
-                  : t.dtype == DType::kF16 ? ElemType::kF16
-                                           : ElemType::kBF16;
+  // The device form (engine/backend/device_form.h): what a streamed copy of this weight holds too.
+  ASSIGN_OR_RETURN(const DeviceForm form, DeviceFormOf(t, name));
+  const int64_t rows = form.rows, cols = form.cols;
+  const ElemType type = form.type;
+  const size_t bytes = form.bytes;
   const void* host = t.data;
-  std::vector<uint16_t> converted;
-  if (!packed && (info.quantized || info.to_f32 == nullptr)) {  // (an unknown type: DequantizeRows names it)
-    std::vector<float> f32(static_cast<size_t>(rows * cols));
-    absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
-    if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
-    converted.resize(f32.size());
-    for (size_t i = 0; i < f32.size(); ++i) converted[i] = F32ToBf16(f32[i]);
-    type = ElemType::kBF16;
+  std::vector<uint8_t> converted;
+  if (Info(t.dtype).quantized && !kernels::IsPacked(type)) {
+    converted.resize(bytes);
+    RETURN_IF_ERROR(WriteDeviceForm(t, name, converted.data()));
     host = converted.data();
   }
-  const size_t bytes = packed ? shape.bytes : static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
   ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("tensor ", name)));
   auto w = std::make_unique<CudaWeight>(rows, cols, t.dtype, type, arena_.get(), p);
   // Stream-ordered (the block may be one that queued work just released), then waited for: `host`
