@@ -195,13 +195,18 @@ class ChatSession {
     return absl::OkStatus();
   }
 
-  // One line after each answer: speed, acceptance, tokens per pass, and what the prompt cost.
+  // One line after each answer: speed, acceptance, tokens per pass, what streamed (when anything did),
+  // and what the prompt cost.
   void PrintSummary(const SpeculativeStats& s, int64_t fed, const chat::TokenPainter& painter) const {
     std::string line = absl::StrFormat("[%d tokens, %.1f tokens/s", s.tokens, s.tokens_per_second());
     if (s.drafted > 0) {
       line += absl::StrFormat(", %.0f%% of drafts accepted, %.2f tokens/pass (%d drafted, %d target)",
                               100 * s.acceptance_rate(), s.mean_accepted_length(), painter.draft_tokens(),
                               painter.target_tokens());
+    }
+    if (s.offload.streamed()) {
+      line += absl::StrFormat(", %.1f MiB/token streamed, %.0f%% expert cache hits",
+                              s.h2d_bytes_per_token() / 1048576.0, 100 * s.offload.hit_rate());
     }
     line += absl::StrFormat(", %d prompt tokens prefilled]", fed);
     if (color_) line = "\x1b[2m" + line + "\x1b[0m";

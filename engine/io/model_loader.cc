@@ -203,13 +203,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadHfDir(const std::string& dir) {
 
 // ------------------------------------------------------------------------------------------ synth
 
-struct SynthPath {
-  std::string preset;
-  DType dtype = DType::kF32;
-  uint64_t seed = 0;
-};
+}  // namespace
 
 absl::StatusOr<SynthPath> ParseSynthPath(std::string_view path) {
+  if (path.substr(0, kSynthPrefix.size()) != kSynthPrefix) {
+    return InvalidArgument("model path '", path, "': expected synth:PRESET[:TYPE[:SEED]]");
+  }
   std::vector<std::string> parts = absl::StrSplit(AsAbsl(path.substr(kSynthPrefix.size())), ':');
   SynthPath out;
   if (parts.empty() || parts[0].empty() || parts.size() > 3) {
@@ -226,8 +225,6 @@ absl::StatusOr<SynthPath> ParseSynthPath(std::string_view path) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string GgufTensorName(const WeightKey& k) {
   if (k.layer < 0) return Cat(RoleName(k.role), ".weight");

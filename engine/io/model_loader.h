@@ -4,10 +4,13 @@
 // the mappings, which the WeightSet keeps alive; nothing is copied.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "engine/core/dtype.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/model_spec.h"
 
@@ -19,6 +22,14 @@ enum class ModelSourceKind { kGguf, kHfDir, kSynth };
 ModelSourceKind SourceKind(const std::string& path);
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path_or_synth);
+
+// The parts of a `synth:PRESET[:TYPE[:SEED]]` path (TYPE defaults to f32, SEED to 0).
+struct SynthPath {
+  std::string preset;
+  DType dtype = DType::kF32;
+  uint64_t seed = 0;
+};
+absl::StatusOr<SynthPath> ParseSynthPath(std::string_view path);
 
 // The spec alone, reading only metadata (synth presets generate nothing).
 absl::StatusOr<ModelSpec> LoadModelSpec(const std::string& path_or_synth);

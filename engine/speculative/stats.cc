@@ -22,6 +22,27 @@ const char* StopReasonName(StopReason reason) {
   return "none";
 }
 
+OffloadCounters& OffloadCounters::operator+=(const OffloadCounters& o) {
+  h2d_bytes += o.h2d_bytes;
+  expert_hits += o.expert_hits;
+  expert_misses += o.expert_misses;
+  distinct_experts += o.distinct_experts;
+  moe_layer_passes += o.moe_layer_passes;
+  prefetch_useful_bytes += o.prefetch_useful_bytes;
+  prefetch_wasted_bytes += o.prefetch_wasted_bytes;
+  transfer_wait_seconds += o.transfer_wait_seconds;
+  return *this;
+}
+
+double OffloadCounters::hit_rate() const {
+  const int64_t lookups = expert_hits + expert_misses;
+  return lookups ? double(expert_hits) / double(lookups) : 0.0;
+}
+
+double OffloadCounters::mean_distinct_experts() const {
+  return moe_layer_passes ? double(distinct_experts) / double(moe_layer_passes) : 0.0;
+}
+
 void SpeculativeStats::RecordPass(int k, int n_accepted) {
   ++passes;
   drafted += k;
@@ -53,14 +74,18 @@ std::string SpeculativeStats::ToJson() const {
       {"per_position_acceptance", per_position},
       {"tokens_per_second", tokens_per_second()},
       {"stop_reason", StopReasonName(stop_reason)},
-      {"h2d_bytes", 0},
-      {"expert_cache_hit_rate", nullptr},
+      {"h2d_bytes", offload.h2d_bytes},
+      {"h2d_bytes_per_token", h2d_bytes_per_token()},
+      {"expert_cache_hit_rate", offload.hit_rate()},
+      {"mean_distinct_experts", offload.mean_distinct_experts()},
+      {"prefetch_useful_bytes", offload.prefetch_useful_bytes},
+      {"prefetch_wasted_bytes", offload.prefetch_wasted_bytes},
       {"time",
        {{"prefill", prefill_seconds},
         {"draft", draft_seconds},
         {"verify", verify_seconds},
         {"accept", accept_seconds},
-        {"transfer_wait", 0.0},
+        {"transfer_wait", offload.transfer_wait_seconds},
         {"total", total_seconds}}},
   };
   return j.dump();
@@ -90,7 +115,18 @@ std::string SpeculativeStats::ToText() const {
                 acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
                 per_position.c_str(), draft_seconds, verify_seconds, accept_seconds,
                 StopReasonName(stop_reason));
-  return buf;
+  std::string text = buf;
+  if (offload.streamed()) {
+    std::snprintf(buf, sizeof(buf),
+                  "offload: %.1f MiB host to device (%.2f MiB/token), expert cache hit rate %.3f, %.1f "
+                  "distinct experts per layer per pass, transfer wait %.3f s, prefetch %.1f MiB useful / "
+                  "%.1f MiB wasted\n",
+                  offload.h2d_bytes / 1048576.0, h2d_bytes_per_token() / 1048576.0, offload.hit_rate(),
+                  offload.mean_distinct_experts(), offload.transfer_wait_seconds,
+                  offload.prefetch_useful_bytes / 1048576.0, offload.prefetch_wasted_bytes / 1048576.0);
+    text += buf;
+  }
+  return text;
 }
 
 }  // namespace specgen

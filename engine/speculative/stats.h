@@ -18,6 +18,26 @@ enum class StopReason {
 };
 const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "context_full", "stopped", "none"
 
+// What the offload runtime streamed and how its expert cache did; the streaming runtime adds each
+// step's counters into SpeculativeStats::offload. All zero when nothing streams.
+struct OffloadCounters {
+  int64_t h2d_bytes = 0;            // host→device bytes of streamed weights (prefetches included)
+  int64_t expert_hits = 0;          // routed experts found in the VRAM cache
+  int64_t expert_misses = 0;        // routed experts fetched (each once per pass)
+  int64_t distinct_experts = 0;     // sum over (pass, MoE layer) of the layer's expert union
+  int64_t moe_layer_passes = 0;     // (pass, MoE layer) pairs that distinct_experts sums over
+  int64_t prefetch_useful_bytes = 0;  // prefetched bytes the next pass used
+  int64_t prefetch_wasted_bytes = 0;  // prefetched bytes it did not
+  double transfer_wait_seconds = 0;   // compute waiting on a transfer
+
+  OffloadCounters& operator+=(const OffloadCounters& o);
+  bool streamed() const { return h2d_bytes > 0 || expert_misses > 0; }
+  // Hits over lookups; 0 before any lookup.
+  double hit_rate() const;
+  // The mean expert union of one MoE layer in one pass; 0 before any.
+  double mean_distinct_experts() const;
+};
+
 struct SpeculativeStats {
   int64_t prompt_tokens = 0;
   int64_t tokens = 0;    // generated tokens (what was emitted, an end token included)
@@ -38,16 +58,18 @@ struct SpeculativeStats {
   int draft_max = 0;
   bool adaptive = false;
   StopReason stop_reason = StopReason::kNone;
+  OffloadCounters offload;
 
   double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
   // τ: tokens per verification pass, the bonus/correction token included.
   double mean_accepted_length() const { return passes ? 1.0 + double(accepted) / passes : 0.0; }
   double mean_draft_length() const { return passes ? double(drafted) / passes : 0.0; }
   double tokens_per_second() const { return total_seconds > 0 ? tokens / total_seconds : 0.0; }
+  double h2d_bytes_per_token() const { return tokens ? double(offload.h2d_bytes) / tokens : 0.0; }
   void RecordPass(int k, int n_accepted);
 
   std::string ToJson() const;  // one object; keys as docs/design.md §7
-  std::string ToText() const;  // a few human-readable lines
+  std::string ToText() const;  // a few human-readable lines (the offload line only when it streamed)
 };
 
 }  // namespace specgen

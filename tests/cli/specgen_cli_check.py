@@ -18,7 +18,11 @@ import subprocess
 import sys
 
 DESIGN_KEYS = ["tokens", "passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
-               "tokens_per_second", "h2d_bytes", "expert_cache_hit_rate", "time"]
+               "tokens_per_second", "h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate",
+               "mean_distinct_experts", "prefetch_useful_bytes", "prefetch_wasted_bytes", "time"]
+# Offload counters: 0 while nothing streams (every run here is fully resident).
+OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
+                "prefetch_useful_bytes", "prefetch_wasted_bytes"]
 TIME_KEYS = ["draft", "verify", "accept", "transfer_wait"]
 
 failures = []
@@ -78,6 +82,8 @@ def main():
             check(key in stats, f"generate {name}: stats JSON lacks '{key}'")
         for key in TIME_KEYS:
             check(key in stats.get("time", {}), f"generate {name}: stats JSON lacks 'time.{key}'")
+        for key in OFFLOAD_KEYS:
+            check(stats.get(key) == 0, f"generate {name}: {key} {stats.get(key)!r} with nothing streamed")
         check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")
         check(text.startswith(prompt), f"generate {name}: output does not start with the prompt")
         check(stats.get("draft_length") == rules[name],

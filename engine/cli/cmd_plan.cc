@@ -1,0 +1,193 @@
+// `specgen plan -m TARGET [-md DRAFT] --vram-budget SIZE [-c N] [--draft-max K] [--cache-type T]
+// [--json]`: the offload plan (engine/offload/planner.h) of a target and its draft under a VRAM budget,
+// computed from the models' headers alone (synth presets from their shapes): what is resident and what
+// streams, the expert-cache slots, and the predicted bytes and floor time of a verification pass of
+// n = 1..16 positions under uniform routing. Nothing is loaded or allocated.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "engine/cli/command.h"
+#include "engine/cli/resource_check.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status_macros.h"
+#include "engine/offload/planner.h"
+#include "nlohmann/json.hpp"
+
+namespace specgen::cli {
+namespace {
+
+using offload::Plan;
+using offload::ResidentKind;
+
+struct PlanFlags {
+  std::string model;
+  std::string draft;
+  std::string vram_budget;
+  std::string host_ram;
+  int64_t context = 0;
+  int draft_max = 4;
+  std::string cache_type = "f16";
+  bool json = false;
+};
+
+absl::StatusOr<int> KvElementBytes(const std::string& cache_type) {
+  if (cache_type == "f16" || cache_type == "bf16") return 2;
+  if (cache_type == "f32") return 4;
+  return InvalidArgument("--cache-type must be f16, bf16 or f32, got '", cache_type, "'");
+}
+
+std::string Bytes(double b) { return FormatBytes(b); }
+
+nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
+  nlohmann::json resident = nlohmann::json::object();
+  for (int k = 0; k < offload::kResidentKinds; ++k) {
+    resident[std::string(offload::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
+  }
+  nlohmann::json passes = nlohmann::json::array();
+  for (const offload::PassPrediction& x : p.passes) {
+    passes.push_back({{"n", x.n},
+                      {"distinct_experts_per_layer", x.distinct_experts},
+                      {"missed_experts_per_layer", x.missed_experts},
+                      {"streamed_bytes", x.streamed_bytes},
+                      {"hbm_bytes", x.hbm_bytes},
+                      {"pcie_seconds", x.pcie_seconds},
+                      {"hbm_seconds", x.hbm_seconds},
+                      {"floor_seconds", x.floor_seconds}});
+  }
+  return {{"target", f.model},
+          {"draft", f.draft.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.draft)},
+          {"vram_budget", p.vram_budget},
+          {"minimum_budget", p.minimum_budget},
+          {"context", p.context},
+          {"draft_max", f.draft.empty() ? 0 : f.draft_max},
+          {"cache_type", f.cache_type},
+          {"resident", resident},
+          {"resident_total", p.resident_total},
+          {"streamed", {{"experts", p.streamed_experts}, {"dense", p.streamed_dense},
+                        {"dense_layers", p.streamed_dense_layers}}},
+          {"host_bytes", p.host_bytes},
+          {"expert_cache_slots", p.expert_cache_slots},
+          {"total_experts", p.total_experts},
+          {"slot_bytes", p.slot_bytes},
+          {"slot_share", p.slot_share},
+          {"passes", passes}};
+}
+
+void PrintText(const Plan& p, const PlanFlags& f) {
+  std::printf("plan for %s%s\n", f.model.c_str(), f.draft.empty() ? "" : (" drafted by " + f.draft).c_str());
+  std::printf("  VRAM budget %s (minimum %s), context %lld, draft length bound %d, KV cache %s\n",
+              Bytes(double(p.vram_budget)).c_str(), Bytes(double(p.minimum_budget)).c_str(),
+              static_cast<long long>(p.context), f.draft.empty() ? 0 : f.draft_max, f.cache_type.c_str());
+  std::printf("resident in VRAM\n");
+  for (int k = 0; k < offload::kResidentKinds; ++k) {
+    if (p.resident_bytes[k] == 0) continue;
+    std::printf("  %-16s %12s\n", std::string(offload::ResidentKindName(static_cast<ResidentKind>(k))).c_str(),
+                Bytes(double(p.resident_bytes[k])).c_str());
+  }
+  std::printf("  %-16s %12s\n", "total", Bytes(double(p.resident_total)).c_str());
+  std::printf("streamed from pinned host RAM\n");
+  if (p.host_bytes == 0) {
+    std::printf("  nothing: every weight is resident\n");
+  } else {
+    std::printf("  %-16s %12s\n", "experts", Bytes(double(p.streamed_experts)).c_str());
+    if (p.streamed_dense > 0) {
+      std::string layers;
+      for (int l : p.streamed_dense_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+      std::printf("  %-16s %12s (layers %s)\n", "dense layers", Bytes(double(p.streamed_dense)).c_str(),
+                  layers.c_str());
+    }
+    std::printf("  %-16s %12s\n", "host RAM", Bytes(double(p.host_bytes)).c_str());
+  }
+  if (p.total_experts > 0) {
+    if (p.expert_cache_slots < 0) {
+      std::printf("expert cache: every one of the %lld experts resident (expert_cache_slots -1)\n",
+                  static_cast<long long>(p.total_experts));
+    } else {
+      std::printf("expert cache: %lld slots of %s for %lld experts (%.1f%%)\n",
+                  static_cast<long long>(p.expert_cache_slots), Bytes(double(p.slot_bytes)).c_str(),
+                  static_cast<long long>(p.total_experts), 100.0 * p.slot_share);
+    }
+  }
+  std::printf("verification pass of n positions, uniform routing (floor = streamed / %.0f GB/s + VRAM read / "
+              "%.1f TB/s)\n", offload::kPcieBytesPerSecond / 1e9, offload::kHbmBytesPerSecond / 1e12);
+  std::printf("  %3s %9s %9s %12s %12s %10s\n", "n", "distinct", "missed", "streamed", "VRAM read", "floor ms");
+  for (const offload::PassPrediction& x : p.passes) {
+    std::printf("  %3d %9.2f %9.2f %12s %12s %10.3f\n", x.n, x.distinct_experts, x.missed_experts,
+                Bytes(x.streamed_bytes).c_str(), Bytes(x.hbm_bytes).c_str(), 1e3 * x.floor_seconds);
+  }
+  if (p.total_experts > 0) std::printf("  (distinct and missed: experts per MoE layer)\n");
+}
+
+absl::Status RunPlan(const PlanFlags& f) {
+  if (f.model.empty()) return InvalidArgument("-m: a target model is required");
+  ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
+  if (budget == 0) return InvalidArgument("--vram-budget ", f.vram_budget, ": must be more than 0 bytes");
+  ASSIGN_OR_RETURN(const int kv_bytes, KvElementBytes(f.cache_type));
+  if (f.draft_max < 0 || f.draft_max > offload::kMaxPredictedPositions - 1) {
+    return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", offload::kMaxPredictedPositions - 1,
+                           "]");
+  }
+  if (f.context < 0) return InvalidArgument("-c ", f.context, ": the context must be >= 1 (0 = the default)");
+  offload::PlanOptions o;
+  o.vram_budget = budget;
+  o.context = f.context;
+  o.kv_element_bytes = kv_bytes;
+  // Without a draft every pass is one position: plain decoding.
+  o.draft_max = f.draft.empty() ? 0 : f.draft_max;
+  if (!f.host_ram.empty()) {
+    ASSIGN_OR_RETURN(const size_t host, ParseByteSize(f.host_ram));
+    o.host_available = static_cast<double>(host);
+    if (host == 0) return InvalidArgument("--host-ram ", f.host_ram, ": must be more than 0 bytes");
+  } else {
+    o.host_available = HostMemoryAvailable();
+  }
+  ASSIGN_OR_RETURN(const offload::ModelBytes target, offload::ReadModelBytes(f.model));
+  std::unique_ptr<offload::ModelBytes> draft;
+  if (!f.draft.empty()) {
+    ASSIGN_OR_RETURN(offload::ModelBytes d, offload::ReadModelBytes(f.draft));
+    if (d.spec.vocab_size != target.spec.vocab_size) {
+      return InvalidArgument("-md ", f.draft, " cannot draft for -m ", f.model, ": vocabulary sizes differ (",
+                             d.spec.vocab_size, " and ", target.spec.vocab_size, ")");
+    }
+    draft = std::make_unique<offload::ModelBytes>(std::move(d));
+  }
+  ASSIGN_OR_RETURN(const Plan plan, offload::MakePlan(target, draft.get(), o));
+  if (f.json) {
+    std::printf("%s\n", PlanJson(plan, f).dump().c_str());
+  } else {
+    PrintText(plan, f);
+  }
+  return absl::OkStatus();
+}
+
+Registrar kPlan{{"plan", "Show what a VRAM budget holds of a target and its draft, and what streams",
+                 [](CLI::App& app) {
+                   auto f = std::make_shared<PlanFlags>();
+                   app.add_option("-m,--model", f->model,
+                                  "target MODEL: GGUF file, HF directory or synth:PRESET[:TYPE] (read from "
+                                  "headers or the preset's shape; no weight is read)")
+                       ->required();
+                   app.add_option("--model-draft", f->draft,
+                                  "draft MODEL (also -md): placed whole in VRAM first, with its KV cache");
+                   app.add_option("--vram-budget", f->vram_budget,
+                                  "GPU memory the plan may use, e.g. 8GiB or 512MiB: weights, KV caches, "
+                                  "expert-cache slots and workspaces (the CUDA context and graphs come on top)")
+                       ->required();
+                   app.add_option("-c,--ctx-size", f->context,
+                                  "positions both KV caches hold (default: min(target's trained context, 4096))");
+                   app.add_option("--draft-max", f->draft_max,
+                                  "draft length bound: verification passes have up to K + 1 positions, whose "
+                                  "expert union must fit the cache at once (ignored without -md)")
+                       ->capture_default_str();
+                   app.add_option("--cache-type", f->cache_type, "KV cache element type: f16, bf16 or f32")
+                       ->capture_default_str();
+                   app.add_option("--host-ram", f->host_ram,
+                                  "host RAM to plan for instead of this machine's MemAvailable, e.g. 64GiB "
+                                  "(to plan for another machine); the streamed part must fit in it");
+                   app.add_flag("--json", f->json, "print the plan as one JSON object (bytes as integers)");
+                   return [f]() { return RunPlan(*f); };
+                 }}};
+
+}  // namespace
+}  // namespace specgen::cli

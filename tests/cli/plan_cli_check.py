@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Runs `specgen plan` as a user would.
+
+usage: plan_cli_check.py SPECGEN SOURCE_DIR
+
+Checks: a Qwen3-30B-A3B-shaped target drafted by a Qwen3-0.6B shape under an 8 GiB budget streams its
+experts through a cache that holds a share of them, within budget, with 16 predicted passes whose
+bytes and floors grow with n; a budget that holds everything streams nothing; a GGUF file plans the
+same as the synth preset it was written from; HF directories plan; a budget below the minimum, too
+little host RAM and bad flags exit 1 with a message naming the problem; --help explains every flag.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(specgen, args):
+    p = subprocess.run([specgen] + args, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def plan_json(specgen, args, what):
+    rc, out, err = run(specgen, ["plan"] + args + ["--json"])
+    check(rc == 0, f"{what}: exit {rc}, stderr: {err.strip()}")
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        check(False, f"{what}: stdout is not one JSON object: {out[:200]!r}")
+        return None
+
+
+def main():
+    specgen, source = sys.argv[1], sys.argv[2]
+    target, draft = "synth:qwen3-30b-a3b:q4_k", "synth:qwen3-0.6b:q8_0"
+    pair = ["-m", target, "-md", draft, "--host-ram", "256GiB"]
+
+    p = plan_json(specgen, pair + ["--vram-budget", "8GiB"], "plan at 8GiB")
+    if p is not None:
+        check(p["vram_budget"] == 8 << 30, f"budget {p['vram_budget']}")
+        check(sum(p["resident"].values()) == p["resident_total"], "resident kinds do not sum to the total")
+        check(p["resident_total"] <= p["vram_budget"], f"resident {p['resident_total']} over the budget")
+        check(p["total_experts"] == 48 * 128, f"total_experts {p['total_experts']}")
+        check(0 < p["expert_cache_slots"] < p["total_experts"], f"slots {p['expert_cache_slots']}")
+        check(abs(p["slot_share"] - p["expert_cache_slots"] / p["total_experts"]) < 1e-12, "slot_share")
+        check(p["resident"]["draft"] > 0 and p["resident"]["kv_draft"] > 0, "the draft is not resident")
+        check(p["streamed"]["experts"] > 0 and p["host_bytes"] >= p["streamed"]["experts"], "experts stream")
+        check(p["cache_type"] == "f16" and p["draft_max"] == 4 and p["context"] == 4096, "defaults")
+        passes = p["passes"]
+        check([x["n"] for x in passes] == list(range(1, 17)), "passes are not n = 1..16")
+        for a, b in zip(passes, passes[1:]):
+            check(b["streamed_bytes"] > a["streamed_bytes"] and b["floor_seconds"] > a["floor_seconds"],
+                  f"pass {b['n']} predicts no more than pass {a['n']}")
+        check(abs(passes[0]["distinct_experts_per_layer"] - 8) < 1e-9, "one token routes to 8 experts")
+        # A smaller budget holds fewer slots; f32 K/V take more of it.
+        q = plan_json(specgen, pair + ["--vram-budget", "6GiB"], "plan at 6GiB")
+        if q is not None:
+            check(q["expert_cache_slots"] < p["expert_cache_slots"], "6GiB holds no fewer slots than 8GiB")
+        q = plan_json(specgen, pair + ["--vram-budget", "8GiB", "--cache-type", "f32", "-c", "8192"], "f32 KV")
+        if q is not None:
+            check(q["resident"]["kv_target"] == 4 * p["resident"]["kv_target"], "f32 at 2x context: 4x KV")
+
+    rc, out, err = run(specgen, ["plan"] + pair + ["--vram-budget", "8GiB"])
+    check(rc == 0, f"text plan: exit {rc}, stderr: {err.strip()}")
+    for words in ["resident in VRAM", "streamed from pinned host RAM", "expert cache:", "floor ms"]:
+        check(words in out, f"text plan lacks '{words}':\n{out}")
+    check(len([l for l in out.splitlines() if l.split()[:1] == ["16"]]) == 1, f"text plan has no n = 16 row:\n{out}")
+
+    p = plan_json(specgen, pair + ["--vram-budget", "80GiB"], "plan at 80GiB")
+    if p is not None:
+        check(p["expert_cache_slots"] == -1 and p["host_bytes"] == 0, "80GiB does not hold everything")
+        check(all(x["streamed_bytes"] == 0 for x in p["passes"]), "a resident plan streams")
+
+    # A GGUF file plans as the preset it was written from.
+    tmp = tempfile.mkdtemp(prefix="specgen_plan_")
+    try:
+        gguf = os.path.join(tmp, "tiny-moe.gguf")
+        rc, _, err = run(specgen, ["synth", "--preset", "tiny-moe", "--type", "q8_0", "--out", gguf])
+        check(rc == 0, f"synth tiny-moe: exit {rc}: {err.strip()}")
+        a = plan_json(specgen, ["-m", gguf, "--vram-budget", "45400000", "--host-ram", "1GiB"], "GGUF plan")
+        b = plan_json(specgen, ["-m", "synth:tiny-moe:q8_0", "--vram-budget", "45400000", "--host-ram", "1GiB"],
+                      "synth plan")
+        if a is not None and b is not None:
+            for key in ["resident", "expert_cache_slots", "host_bytes", "minimum_budget", "passes"]:
+                check(a[key] == b[key], f"GGUF and synth plans differ in {key}: {a[key]} / {b[key]}")
+            check(0 < a["expert_cache_slots"] < a["total_experts"], f"the GGUF plan streams no experts: {a}")
+    finally:
+        shutil.rmtree(tmp)
+    # The bundled pair (Hugging Face directories) fits a small budget whole.
+    p = plan_json(specgen, ["-m", os.path.join(source, "models", "tiny-target"), "-md",
+                            os.path.join(source, "models", "tiny-draft"), "--vram-budget", "2GiB"], "HF pair")
+    if p is not None:
+        check(p["expert_cache_slots"] == -1 and p["resident"]["draft"] > 0, "the bundled pair does not fit 2GiB")
+
+    # Errors: each exits 1 and names the problem.
+    for args, words in [
+        (pair + ["--vram-budget", "100MiB"], "below the minimum of"),
+        (["-m", target, "--vram-budget", "8GiB", "--host-ram", "1GiB"], "host RAM"),
+        (["-m", target], "--vram-budget"),
+        (["-m", target, "--vram-budget", "lots"], "lots"),
+        (["-m", target, "--vram-budget", "8GiB", "--cache-type", "q4"], "--cache-type"),
+        (pair + ["--vram-budget", "8GiB", "--draft-max", "40"], "--draft-max"),
+        (["-m", target, "--vram-budget", "8GiB", "-c", "-1"], "-c"),
+        (["-m", "synth:no-such-preset", "--vram-budget", "8GiB"], "no-such-preset"),
+        (["-m", "/nonexistent/model.gguf", "--vram-budget", "8GiB"], "/nonexistent/model.gguf"),
+        (["-m", target, "-md", "synth:tiny-dense", "--vram-budget", "8GiB"], "vocabulary"),
+    ]:
+        rc, out, err = run(specgen, ["plan"] + args)
+        check(rc == 1, f"plan {' '.join(args)}: exit {rc}, want 1")
+        check(words in err, f"plan {' '.join(args)}: stderr does not name '{words}': {err.strip()}")
+        check(out == "", f"plan {' '.join(args)}: printed to stdout on error: {out[:200]!r}")
+
+    rc, out, _ = run(specgen, ["plan", "--help"])
+    check(rc == 0, f"plan --help: exit {rc}")
+    for flag in ["--model", "--model-draft", "--vram-budget", "--ctx-size", "--draft-max", "--cache-type",
+                 "--host-ram", "--json"]:
+        check(flag in out, f"plan --help does not explain {flag}")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("plan CLI checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

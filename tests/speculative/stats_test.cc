@@ -1,0 +1,53 @@
+#include "engine/speculative/stats.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace specgen {
+namespace {
+
+TEST(StatsTest, OffloadKeysAreAlwaysInJsonAndZeroWhenNothingStreamed) {
+  SpeculativeStats s;
+  s.tokens = 10;
+  const nlohmann::json j = nlohmann::json::parse(s.ToJson());
+  for (const char* key : {"h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
+                          "prefetch_useful_bytes", "prefetch_wasted_bytes"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_EQ(j[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_EQ(j["time"]["transfer_wait"].get<double>(), 0.0);
+  EXPECT_EQ(s.ToText().find("offload"), std::string::npos);
+}
+
+TEST(StatsTest, OffloadCountersAddUpAndShow) {
+  SpeculativeStats s;
+  s.tokens = 4;
+  OffloadCounters step;
+  step.h2d_bytes = 3 << 20;
+  step.expert_hits = 30;
+  step.expert_misses = 10;
+  step.distinct_experts = 40;
+  step.moe_layer_passes = 2;
+  step.prefetch_useful_bytes = 100;
+  step.prefetch_wasted_bytes = 50;
+  step.transfer_wait_seconds = 0.25;
+  s.offload += step;
+  s.offload += step;
+  const nlohmann::json j = nlohmann::json::parse(s.ToJson());
+  EXPECT_EQ(j["h2d_bytes"].get<int64_t>(), 6 << 20);
+  EXPECT_DOUBLE_EQ(j["h2d_bytes_per_token"].get<double>(), (6 << 20) / 4.0);
+  EXPECT_DOUBLE_EQ(j["expert_cache_hit_rate"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["mean_distinct_experts"].get<double>(), 20.0);
+  EXPECT_EQ(j["prefetch_useful_bytes"].get<int64_t>(), 200);
+  EXPECT_EQ(j["prefetch_wasted_bytes"].get<int64_t>(), 100);
+  EXPECT_DOUBLE_EQ(j["time"]["transfer_wait"].get<double>(), 0.5);
+  const std::string text = s.ToText();
+  EXPECT_NE(text.find("offload: 6.0 MiB host to device (1.50 MiB/token), expert cache hit rate 0.750"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace specgen
