@@ -116,6 +116,9 @@ struct ExpertStreamStats {
   // through a staging buffer, once per pass.
   int64_t staged = 0;
   int64_t staged_bytes = 0;
+  // (pass, streamed layer) pairs the device decided (Transformer::expert_stream_stats adds the ones
+  // routed on the host): the unions the counts above sum over.
+  int64_t layer_passes = 0;
 };
 // One expert's three matrices where the backend's ops can read them.
 struct ExpertRefs {

@@ -43,6 +43,7 @@ class CudaBackend;
 struct MadeBackend {
   std::unique_ptr<Backend> backend;
   CudaBackend* cuda = nullptr;
+  size_t vram_budget = 0;  // the CUDA backend's arena (what the offload planner may place), else 0
 };
 
 inline absl::StatusOr<MadeBackend> MakeDeviceBackend(std::string_view device, const BackendOptions& options = {}) {
@@ -57,6 +58,7 @@ inline absl::StatusOr<MadeBackend> MakeDeviceBackend(std::string_view device, co
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create(cuda));
     MadeBackend made;
     made.cuda = be.get();
+    made.vram_budget = be->arena().capacity();
     made.backend = std::move(be);
     return made;
   }

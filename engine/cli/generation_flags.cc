@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/backend/make_backend.h"
+#include "engine/cli/offload_setup.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
@@ -24,11 +25,12 @@ uint64_t RandomSeed() {
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadLm(const std::string& path, Backend* backend,
-                                                    int64_t context) {
+                                                    int64_t context, int64_t expert_cache_slots = -1) {
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   TransformerOptions options;
   options.max_context = context;
+  options.expert_cache_slots = expert_cache_slots;
   return Transformer::Create(model, backend, options);
 }
 
@@ -207,6 +209,7 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(flags.device, backend_options));
   pair->backend = std::move(made.backend);
   pair->cuda = made.cuda;
+  const size_t vram_budget = made.vram_budget;
   const bool with_draft = !flags.draft.empty() && flags.draft_max > 0;
   ASSIGN_OR_RETURN(const ModelSpec target_spec, LoadModelSpec(flags.model));
   std::optional<ModelSpec> draft_spec;
@@ -216,7 +219,19 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(const int64_t context,
                    CheckContext(flags.context, target_spec, draft_spec ? &*draft_spec : nullptr,
                                 *pair->backend));
-  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context));
+  // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
+  // everything else or stream from host RAM into a cache of slots (docs/design.md §12).
+  int64_t expert_cache_slots = -1;
+  if (pair->cuda != nullptr) {
+    OffloadRequest request;
+    request.target = flags.model;
+    if (with_draft) request.draft = flags.draft;
+    request.draft_max = flags.draft_max;
+    request.context = context;
+    request.vram_budget = vram_budget;
+    ASSIGN_OR_RETURN(expert_cache_slots, PlanExpertCacheSlots(request));
+  }
+  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context, expert_cache_slots));
   if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,

@@ -183,7 +183,9 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
 
 absl::StatusOr<ExpertStreamStats> Transformer::expert_stream_stats() const {
   if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
-  return streamed_->Stats();
+  ASSIGN_OR_RETURN(ExpertStreamStats stats, streamed_->Stats());
+  stats.layer_passes += host_routed_layer_passes_;
+  return stats;
 }
 
 bool Transformer::StreamsOnHost(int64_t n) const {
@@ -379,6 +381,7 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   if (lw.streamed >= 0) {  // routed on the host, each routed expert staged into VRAM once
     StreamedExperts* streamed = streamed_.get();
     const size_t index = static_cast<size_t>(lw.streamed);
+    ++host_routed_layer_passes_;
     RETURN_IF_ERROR(RunRoutedExperts(
         be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm, spec.n_experts,
         [streamed, index](int e) { return streamed->Stage(index, e); }, scratch, s.out.get()));

@@ -123,6 +123,7 @@ class Transformer : public CausalLm {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
+  int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
 };

@@ -109,6 +109,19 @@ int64_t DeviceSpeculativeDecoder::DraftRoom(int64_t context_len) const {
   return proposer_ != nullptr ? proposer_->MaxDraft(context_len) : 0;
 }
 
+absl::StatusOr<OffloadCounters> DeviceSpeculativeDecoder::OffloadTotals() {
+  OffloadCounters c;
+  if (!target_lm_->streams_experts()) return c;
+  ASSIGN_OR_RETURN(const ExpertStreamStats s, target_lm_->expert_stream_stats());
+  c.h2d_bytes = s.fetched_bytes + s.staged_bytes;
+  c.expert_hits = s.hits;
+  // An expert staged for a pass routed on the host is fetched whatever the cache holds: a miss.
+  c.expert_misses = s.misses + s.staged;
+  c.distinct_experts = s.hits + s.misses + s.staged;
+  c.moe_layer_passes = s.layer_passes;
+  return c;
+}
+
 absl::Status DeviceSpeculativeDecoder::EndGeneration(std::span<const int32_t> target_cached) {
   return proposer_ != nullptr ? proposer_->EndGeneration(target_cached) : absl::OkStatus();
 }

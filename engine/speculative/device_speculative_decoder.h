@@ -73,6 +73,7 @@ class DeviceSpeculativeDecoder : public SpeculativeLoop {
   int64_t DraftRoom(int64_t context_len) const override;
   absl::StatusOr<StepOutcome> Step(const std::vector<int32_t>& sequence, int k, bool another_may_follow) override;
   absl::Status EndGeneration(std::span<const int32_t> target_cached) override;
+  absl::StatusOr<OffloadCounters> OffloadTotals() override;
 
   CudaBackend* backend_;
   Transformer* target_lm_;

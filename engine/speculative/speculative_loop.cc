@@ -63,6 +63,7 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
   stats_.draft_max = options_.draft_max;
   stats_.adaptive = controller_ != nullptr;
   RETURN_IF_ERROR(BeginGeneration());
+  ASSIGN_OR_RETURN(const OffloadCounters offload_before, OffloadTotals());
 
   // Both models cache all but the last prompt token; the first step feeds that one with the drafts.
   const auto t_prefill = std::chrono::steady_clock::now();
@@ -162,6 +163,8 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
   }
   stats_.tokens = static_cast<int64_t>(generated.size());
   stats_.total_seconds = SecondsSince(t_start);
+  ASSIGN_OR_RETURN(stats_.offload, OffloadTotals());
+  stats_.offload -= offload_before;
   if (options_.keep_cache) {
     target_cached_.assign(held.begin(), held.begin() + std::min<int64_t>(target_->n_past(), held.size()));
     RETURN_IF_ERROR(EndGeneration(target_cached_));

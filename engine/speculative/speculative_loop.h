@@ -105,6 +105,10 @@ class SpeculativeLoop {
   virtual absl::Status AfterCommit(const std::vector<int32_t>& sequence, int k) { return absl::OkStatus(); }
   // With keep_cache, once Generate has finished: `target_cached` is what the target's cache holds.
   virtual absl::Status EndGeneration(std::span<const int32_t> target_cached) { return absl::OkStatus(); }
+  // Running totals of the target's weight streaming (zero where nothing streams), read before and
+  // after a generation: their difference is the run's stats().offload. A loop whose target streams
+  // may wait for the device here (twice a generation, never inside a step).
+  virtual absl::StatusOr<OffloadCounters> OffloadTotals() { return OffloadCounters(); }
 
   CausalLm* target_;
   SpeculativeOptions options_;

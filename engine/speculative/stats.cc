@@ -34,6 +34,18 @@ OffloadCounters& OffloadCounters::operator+=(const OffloadCounters& o) {
   return *this;
 }
 
+OffloadCounters& OffloadCounters::operator-=(const OffloadCounters& o) {
+  h2d_bytes -= o.h2d_bytes;
+  expert_hits -= o.expert_hits;
+  expert_misses -= o.expert_misses;
+  distinct_experts -= o.distinct_experts;
+  moe_layer_passes -= o.moe_layer_passes;
+  prefetch_useful_bytes -= o.prefetch_useful_bytes;
+  prefetch_wasted_bytes -= o.prefetch_wasted_bytes;
+  transfer_wait_seconds -= o.transfer_wait_seconds;
+  return *this;
+}
+
 double OffloadCounters::hit_rate() const {
   const int64_t lookups = expert_hits + expert_misses;
   return lookups ? double(expert_hits) / double(lookups) : 0.0;

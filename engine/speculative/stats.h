@@ -31,6 +31,8 @@ struct OffloadCounters {
   double transfer_wait_seconds = 0;   // compute waiting on a transfer
 
   OffloadCounters& operator+=(const OffloadCounters& o);
+  // What happened between two readings of running totals: this (the later) less `o`.
+  OffloadCounters& operator-=(const OffloadCounters& o);
   bool streamed() const { return h2d_bytes > 0 || expert_misses > 0; }
   // Hits over lookups; 0 before any lookup.
   double hit_rate() const;

@@ -227,6 +227,7 @@ absl::StatusOr<ExpertStreamStats> CudaStreamedExperts::Stats() {
   out.fetched_bytes = static_cast<int64_t>(st.bytes);
   out.staged = staged_;
   out.staged_bytes = staged_bytes_;
+  out.layer_passes = static_cast<int64_t>(st.clock);  // one decision per (pass, layer) on the device
   return out;
 }
 
