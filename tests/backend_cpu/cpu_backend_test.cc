@@ -99,26 +99,97 @@ TEST_F(CpuOps, MatMulIsBatchAndThreadInvariant) {
   }
 }
 
-TEST_F(CpuOps, UploadDequantizesF16Bf16AndQ8_0) {
-  const int64_t rows = 2, cols = 64;
-  auto src = Random(rows * cols, 4);
-  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0}) {
-    std::vector<uint8_t> bytes(TensorBytes(t, cols, rows).value());
-    const size_t row_bytes = RowBytes(t, cols).value();
-    for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_TRUE(QuantizeRow(t, src.data() + r * cols, cols, bytes.data() + r * row_bytes).ok());
+// Random bytes that are a valid row of any DType: every block field that is an f16 (d, dmin, m) sits at
+// an even offset (block sizes are even), so clearing bit 6 of each odd byte keeps its exponent below
+// 31: finite scales, while the quant bits stay random.
+std::vector<uint8_t> RandomFinitePacked(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<uint8_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(gen() & (i % 2 ? 0xBF : 0xFF));
+  return b;
+}
+
+// A packed weight (a block type: rows dequantized as MatMul and Embed read them) gives bit for bit what
+// the same weight dequantized at load gives: the same fp32 values in the same reduction order,
+// whatever the batch, for every DType (f16/bf16 are dequantized at upload), over blocks of rows split
+// between threads.
+TEST_F(CpuOps, PackedWeightsEqualDequantizedAtLoad) {
+  const int64_t rows = 300, cols = 512;  // 128 rows a cache block at 512 columns: three blocks
+  for (DType t : AllDTypes()) {
+    if (t == DType::kF32) continue;
+    const std::vector<uint8_t> packed = RandomFinitePacked(TensorBytes(t, cols, rows).value(), 40 + int(t));
+    std::vector<float> f32(rows * cols);
+    ASSERT_TRUE(DequantizeRows(t, packed.data(), rows, cols, f32.data()).ok()) << Name(t);
+    for (float v : f32) ASSERT_TRUE(std::isfinite(v)) << Name(t);
+    TensorView v{t, 2, {rows, cols}, Location::kHost, packed.data(), packed.size()};
+    auto wp = be_.Upload(v, "packed").value();
+    auto wf = Wt(rows, cols, f32);
+    const bool block_type = Info(t).quantized;
+    EXPECT_EQ(CpuBackend::IsPacked(*wp), block_type) << Name(t);
+    EXPECT_FALSE(CpuBackend::IsPacked(*wf));
+    EXPECT_EQ(CpuBackend::HostBytes(*wp), block_type ? packed.size() : f32.size() * sizeof(float)) << Name(t);
+    EXPECT_EQ(CpuBackend::HostBytes(*wf), f32.size() * sizeof(float));
+    EXPECT_EQ(CpuBackend::Data(*wp) == nullptr, block_type) << Name(t);
+    for (int64_t n : {1, 5}) {
+      auto xb = Buf(n, cols, Random(n * cols, 50 + n));
+      auto yp = Empty(n, rows), yf = Empty(n, rows);
+      ASSERT_TRUE(be_.MatMul(*xb, *wp, yp.get()).ok());
+      ASSERT_TRUE(be_.MatMul(*xb, *wf, yf.get()).ok());
+      const std::vector<float> got = Get(*yp), want = Get(*yf);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << Name(t) << " batch " << n;
     }
-    std::vector<float> want(rows * cols);
-    ASSERT_TRUE(DequantizeRows(t, bytes.data(), rows, cols, want.data()).ok());
-    TensorView v{t, 2, {rows, cols}, Location::kHost, bytes.data(), bytes.size()};
-    auto w = be_.Upload(v, "q").value();
+    const std::vector<int32_t> tokens = {299, 0, 128, 7};
+    auto ep = Empty(tokens.size(), cols), ef = Empty(tokens.size(), cols);
+    ASSERT_TRUE(be_.Embed(*wp, tokens, ep.get()).ok());
+    ASSERT_TRUE(be_.Embed(*wf, tokens, ef.get()).ok());
+    EXPECT_EQ(Get(*ep), Get(*ef)) << Name(t);
+  }
+}
+
+TEST_F(CpuOps, UploadDequantizesVectorsAndChecksSize) {
+  const int64_t cols = 64;
+  auto src = Random(cols, 4);
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    std::vector<uint8_t> bytes(TensorBytes(t, cols, 1).value());
+    ASSERT_TRUE(QuantizeRow(t, src.data(), cols, bytes.data()).ok());
+    std::vector<float> want(cols);
+    ASSERT_TRUE(DequantizeRow(t, bytes.data(), cols, want.data()).ok());
+    TensorView v{t, 1, {cols}, Location::kHost, bytes.data(), bytes.size()};
+    auto w = be_.Upload(v, "norm").value();
+    ASSERT_FALSE(CpuBackend::IsPacked(*w)) << Name(t);
     EXPECT_EQ(0, std::memcmp(CpuBackend::Data(*w), want.data(), want.size() * sizeof(float)))
         << Name(t);
   }
-  TensorView short_view{DType::kF16, 2, {rows, cols}, Location::kHost, src.data(), 10};
+  TensorView short_view{DType::kF16, 2, {2, cols}, Location::kHost, src.data(), 10};
   auto bad = be_.Upload(short_view, "blk.0.attn_q.weight");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("blk.0.attn_q.weight"), std::string::npos);
+  TensorView partial_block{DType::kQ4_K, 2, {2, 128}, Location::kHost, src.data(), 4096};
+  bad = be_.Upload(partial_block, "blk.0.ffn_down.weight");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("not a multiple of the q4_k block size 256"),
+            std::string::npos)
+      << bad.status();
+}
+
+// RmsNorm reads a packed norm weight (a 2-D [1, n] view) as its dequantized values.
+TEST_F(CpuOps, RmsNormReadsAPackedWeight) {
+  const int64_t cols = 64;
+  auto src = Random(cols, 8);
+  std::vector<uint8_t> bytes(TensorBytes(DType::kQ8_0, cols, 1).value());
+  ASSERT_TRUE(QuantizeRow(DType::kQ8_0, src.data(), cols, bytes.data()).ok());
+  std::vector<float> deq(cols);
+  ASSERT_TRUE(DequantizeRow(DType::kQ8_0, bytes.data(), cols, deq.data()).ok());
+  TensorView v{DType::kQ8_0, 2, {1, cols}, Location::kHost, bytes.data(), bytes.size()};
+  auto wp = be_.Upload(v, "norm").value();
+  ASSERT_TRUE(CpuBackend::IsPacked(*wp));
+  auto wf = Wt(1, cols, deq);
+  auto x = Random(2 * cols, 9);
+  auto yp = Empty(2, cols), yf = Empty(2, cols);
+  ASSERT_TRUE(be_.RmsNorm(*Buf(2, cols, x), *wp, cols, 1e-6f, yp.get()).ok());
+  ASSERT_TRUE(be_.RmsNorm(*Buf(2, cols, x), *wf, cols, 1e-6f, yf.get()).ok());
+  EXPECT_EQ(Get(*yp), Get(*yf));
 }
 
 TEST_F(CpuOps, RmsNormRowAndPerHead) {

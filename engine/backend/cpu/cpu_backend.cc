@@ -27,20 +27,53 @@ class CpuBuffer : public Buffer {
   std::vector<float> data_;
 };
 
+// A weight's data stays where the caller's view has it (the file mapping): f32 rows are read as they
+// are, and the GGUF block types are kept packed and dequantized a block of rows at a time by the ops
+// that read them (MatMul, Embed), so a quantized model takes its file size in memory, not four times
+// that. f16 and bf16 matrices, and 1-D weights (norms, which RmsNorm reads whole), are dequantized
+// once at upload: a 16-bit row converts at about the cost of the dot product it feeds, which would
+// make every decode step of a 16-bit model several times slower for half its memory.
 class CpuWeight : public Weight {
  public:
-  // f32 data read in place (owned by the caller's mapping).
-  CpuWeight(int64_t rows, int64_t cols, DType src, const float* in_place)
-      : Weight(rows, cols, src), data_(in_place) {}
-  // Dequantized copy.
+  // Rows in place: row r at data + r·row_bytes; to_f32 null for f32 rows.
+  CpuWeight(int64_t rows, int64_t cols, DType src, const uint8_t* data, size_t row_bytes,
+            void (*to_f32)(const uint8_t*, int64_t, float*))
+      : Weight(rows, cols, src), data_(data), row_bytes_(row_bytes), to_f32_(to_f32) {}
+  // A dequantized copy.
   CpuWeight(int64_t rows, int64_t cols, DType src, std::vector<float> owned)
-      : Weight(rows, cols, src), owned_(std::move(owned)), data_(owned_.data()) {}
-  const float* data() const { return data_; }
-  const float* row(int64_t r) const { return data_ + r * cols(); }
+      : Weight(rows, cols, src),
+        owned_(std::move(owned)),
+        data_(reinterpret_cast<const uint8_t*>(owned_.data())),
+        row_bytes_(static_cast<size_t>(cols) * sizeof(float)) {}
+
+  bool packed() const { return to_f32_ != nullptr; }
+  size_t bytes() const { return row_bytes_ * static_cast<size_t>(rows()); }
+  // The fp32 data of an unpacked weight (nullptr when packed).
+  const float* data() const { return packed() ? nullptr : reinterpret_cast<const float*>(data_); }
+  // Rows [r0, r1) as fp32: in place when unpacked, else dequantized into `scratch` (resized). The
+  // values are those DequantizeRow gives, whichever way.
+  const float* Rows(int64_t r0, int64_t r1, std::vector<float>* scratch) const {
+    if (!packed()) return reinterpret_cast<const float*>(data_ + r0 * row_bytes_);
+    scratch->resize(static_cast<size_t>((r1 - r0) * cols()));
+    for (int64_t r = r0; r < r1; ++r) {
+      to_f32_(data_ + r * row_bytes_, cols(), scratch->data() + (r - r0) * cols());
+    }
+    return scratch->data();
+  }
+  // Row r as fp32 into dst (cols() floats).
+  void RowTo(int64_t r, float* dst) const {
+    if (packed()) {
+      to_f32_(data_ + r * row_bytes_, cols(), dst);
+    } else {
+      std::copy_n(reinterpret_cast<const float*>(data_ + r * row_bytes_), cols(), dst);
+    }
+  }
 
  private:
   std::vector<float> owned_;
-  const float* data_;
+  const uint8_t* data_;
+  size_t row_bytes_;
+  void (*to_f32_)(const uint8_t*, int64_t, float*) = nullptr;
 };
 
 const CpuBuffer& B(const Buffer& b) { return static_cast<const CpuBuffer&>(b); }
@@ -73,6 +106,8 @@ CpuBackend::~CpuBackend() = default;
 float* CpuBackend::Data(Buffer& b) { return B(b).data(); }
 const float* CpuBackend::Data(const Buffer& b) { return B(b).data(); }
 const float* CpuBackend::Data(const Weight& w) { return W(w).data(); }
+size_t CpuBackend::HostBytes(const Weight& w) { return W(w).bytes(); }
+bool CpuBackend::IsPacked(const Weight& w) { return W(w).packed(); }
 
 absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::NewBuffer(int64_t capacity_rows, int64_t cols) {
   if (capacity_rows < 0 || cols <= 0) {
@@ -87,9 +122,14 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::Upload(const TensorView& t, 
   }
   ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
   const int64_t rows = shape.rows, cols = shape.cols;
+  const auto* bytes = static_cast<const uint8_t*>(t.data);
+  ASSIGN_OR_RETURN(const size_t row_bytes, RowBytes(t.dtype, cols));  // whole blocks: CheckUpload
   if (t.dtype == DType::kF32) {
+    return std::unique_ptr<Weight>(new CpuWeight(rows, cols, t.dtype, bytes, row_bytes, nullptr));
+  }
+  if (t.ndim == 2 && Info(t.dtype).quantized) {
     return std::unique_ptr<Weight>(
-        new CpuWeight(rows, cols, t.dtype, static_cast<const float*>(t.data)));
+        new CpuWeight(rows, cols, t.dtype, bytes, row_bytes, Info(t.dtype).to_f32));
   }
   std::vector<float> f32(static_cast<size_t>(rows * cols));
   absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
@@ -112,9 +152,7 @@ absl::Status CpuBackend::Read(const Buffer& src, std::span<float> dst) {
 absl::Status CpuBackend::Embed(const Weight& table, std::span<const int32_t> tokens, Buffer* out) {
   RETURN_IF_ERROR(CheckEmbedShape("cpu", table, tokens.size(), *out));
   RETURN_IF_ERROR(CheckTokenIds(table, tokens));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    std::copy_n(W(table).row(tokens[i]), table.cols(), B(*out).row(i));
-  }
+  for (size_t i = 0; i < tokens.size(); ++i) W(table).RowTo(tokens[i], B(*out).row(i));
   return absl::OkStatus();
 }
 
@@ -125,16 +163,20 @@ absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   const CpuWeight& wb = W(w);
   CpuBuffer& yb = B(*y);
   // Each thread owns a range of output features; within it, blocks of W rows small enough to stay in
-  // cache are reused across the batch. Every element is one DotF32, so blocking never changes a value.
+  // cache are reused across the batch (a packed block is dequantized once a call, into the thread's
+  // scratch). Every element is one DotF32 of the same fp32 values, so neither blocking nor packing
+  // changes a value.
   const int64_t block = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(in, 1));
   const int64_t min_parallel = std::max<int64_t>(1, kMinParallelWork / std::max<int64_t>(n * in, 1));
   pool_.ParallelFor(out, min_parallel, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;
     for (int64_t o0 = begin; o0 < end; o0 += block) {
       const int64_t o1 = std::min(end, o0 + block);
+      const float* wrows = wb.Rows(o0, o1, &scratch);
       for (int64_t r = 0; r < n; ++r) {
         const float* xr = xb.row(r);
         float* yr = yb.row(r);
-        for (int64_t o = o0; o < o1; ++o) yr[o] = DotF32(wb.row(o), xr, in);
+        for (int64_t o = o0; o < o1; ++o) yr[o] = DotF32(wrows + (o - o0) * in, xr, in);
       }
     }
   });
@@ -143,7 +185,8 @@ absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
 
 absl::Status CpuBackend::RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) {
   RETURN_IF_ERROR(CheckRmsNorm("cpu", x, w, group, *y));
-  const float* wd = W(w).data();
+  std::vector<float> unpacked;  // stays empty unless w is packed
+  const float* wd = W(w).Rows(0, 1, &unpacked);
   const int64_t n_groups = x.rows() * (x.cols() / group);
   pool_.ParallelFor(n_groups, std::max<int64_t>(1, kMinParallelWork / group), [&](int64_t b, int64_t e) {
     for (int64_t g = b; g < e; ++g) {

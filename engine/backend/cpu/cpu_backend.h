@@ -1,6 +1,8 @@
-// CpuBackend: the reference implementation of Backend in fp32 on the host. Weights of any DType are
-// dequantized to fp32 when uploaded (f32 weights are read in place), so the only rounding is fp32
-// arithmetic. Matrix products are per-row dot products with one fixed reduction order (Eigen packets
+// CpuBackend: the reference implementation of Backend in fp32 on the host. f32 weights are read in
+// place from the caller's view, and so are the GGUF block types, kept packed: their rows are
+// dequantized to fp32 when an op reads them (the same values as dequantizing at load), so a quantized
+// model takes its file size in memory. f16/bf16 weights are dequantized at upload. The only rounding is
+// fp32 arithmetic. Matrix products are per-row dot products with one fixed reduction order (Eigen packets
 // over 16 lanes, then a fixed lane sum), not Eigen's GEMM, whose blocking and GEMV/GEMM switch change
 // the summation order with the batch size: a row's result is bit-identical for any batch and any
 // thread count (docs/design.md §6.6, batch invariance).
@@ -48,9 +50,15 @@ class CpuBackend : public Backend {
                                 std::span<const float> scales, Buffer* dst) override;
 
   // Host access to a CPU buffer's or weight's fp32 data (tests, and callers that know the backend).
+  // A packed weight (a 2-D block-quantized one) has no fp32 data: nullptr.
   static float* Data(Buffer& b);
   static const float* Data(const Buffer& b);
   static const float* Data(const Weight& w);
+  // The bytes a weight's data takes in host memory where this backend reads it: the packed bytes of
+  // a packed weight, 4 a float otherwise.
+  static size_t HostBytes(const Weight& w);
+  // Whether `w` is kept packed (rows dequantized as ops read them).
+  static bool IsPacked(const Weight& w);
 
  private:
   ThreadPool pool_;
