@@ -249,8 +249,10 @@ struct PackedChunk<ElemType::kQ6_K> {
 // header describes; every lane ends with the sums. load_x4(t, k) returns x_t[k .. k + 3] (k a multiple
 // of 4) from wherever the caller keeps x. after_first_loads() runs once every lane has issued the loads
 // of its first kU chunks and before any x is read (a kernel launched with programmatic dependent launch
-// waits for its predecessor there). kU chunks a row are loaded before the first is used; neither kU
-// nor where the loads are issued changes the arithmetic.
+// waits for its predecessor there); every lane calls it exactly once, even a lane with no chunk, so it
+// may hold a block barrier (staging x into shared memory) when every warp of the block calls this.
+// kU chunks a row are loaded before the first is used; neither kU nor where the loads are issued
+// changes the arithmetic.
 template <ElemType kT, int kRows, int kMaxT, int kU = 2, typename LoadX4, typename AfterFirstLoads>
 __device__ __forceinline__ void PackedRowDots(const uint8_t* const (&rows)[kRows], int in, int n, LoadX4 load_x4,
                                               AfterFirstLoads after_first_loads, float (&acc)[kRows][kMaxT]) {

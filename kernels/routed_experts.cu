@@ -338,7 +338,9 @@ cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys
 
 // GateUpKernel and DownKernel on packed experts (gate/up of kT, down of kD): a warp is one row, every
 // token of the expert, in PackedRowDots' order, which is MatMul's (the packed GEMV's) on the gathered rows.
-template <ElemType kT>
+// N: the most tokens an expert has in the launch (registers sized to the batch; the order never
+// depends on it).
+template <ElemType kT, int N>
 __global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
                                                                   Plan plan) {
   WaitForPrecedingGrid();  // the plan
@@ -352,8 +354,8 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables t
                                   static_cast<const uint8_t*>(tab.up[e]) + off};
   const int* slot_token = plan.slot_token + first;
   const int hidden = tab.hidden;
-  float gu[2][kMaxT];
-  detail::PackedRowDots<kT, 2, kMaxT>(
+  float gu[2][N];
+  detail::PackedRowDots<kT, 2, N>(
       rows, hidden, m,
       [&](int t, int k) {
         return __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(slot_token[t]) * hidden + k));
@@ -362,14 +364,14 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables t
   LetDependentsLaunch();  // as in GateUpKernel
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
+  for (int t = 0; t < N; ++t) {
     if (t >= m) break;
     const float g = gu[0][t];
     plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
   }
 }
 
-template <ElemType kD>
+template <ElemType kD, int N>
 __global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int u = blockIdx.y;
@@ -380,31 +382,39 @@ __global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab
   const uint8_t* const rows[1] = {static_cast<const uint8_t*>(tab.down[plan.expert[u]]) +
                                   static_cast<int64_t>(row) * PackedRowBytes(kD, tab.ffn)};
   const float* act = plan.act + static_cast<int64_t>(first) * tab.ffn;
-  float y[1][kMaxT];
-  detail::PackedRowDots<kD, 1, kMaxT>(rows, tab.ffn, m, detail::GlobalX4{act, tab.ffn}, [] {}, y);
+  float y[1][N];
+  detail::PackedRowDots<kD, 1, N>(rows, tab.ffn, m, detail::GlobalX4{act, tab.ffn}, [] {}, y);
   LetDependentsLaunch();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
+  for (int t = 0; t < N; ++t) {
     if (t >= m) break;
     plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[0][t];
   }
+}
+
+template <int N>
+cudaError_t LaunchPackedN(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
+                          bool pdl) {
+  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
+    return LaunchDecodeKernel(PackedGateUpKernel<decltype(t)::value, N>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
+                              dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
+  });
+  if (e != cudaSuccess) return e;
+  return detail::WithPackedType(tab.down_type, [&](auto t) {
+    return LaunchDecodeKernel(PackedDownKernel<decltype(t)::value, N>, dim3((tab.hidden + kWarps - 1) / kWarps, ys),
+                              dim3(kWarps * 32), 0, stream, pdl, tab, plan);
+  });
 }
 
 cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
                          bool accumulate, cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchDecodeKernel(PackedGateUpKernel<decltype(t)::value>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
-                              dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
-  });
-  if (e == cudaSuccess) {
-    e = detail::WithPackedType(tab.down_type, [&](auto t) {
-      return LaunchDecodeKernel(PackedDownKernel<decltype(t)::value>, dim3((tab.hidden + kWarps - 1) / kWarps, ys),
-                                dim3(kWarps * 32), 0, stream, pdl, tab, plan);
-    });
-  }
+  // An expert has at most n tokens: kernels for 1 (decode), up to 4 and up to 16.
+  cudaError_t e = n <= 1   ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
+                  : n <= 4 ? LaunchPackedN<4>(tab, x, ys, plan, stream, pdl)
+                           : LaunchPackedN<kMaxT>(tab, x, ys, plan, stream, pdl);
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
                            tab.hidden, out, accumulate);
