@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/backend/make_backend.h"
+#include "engine/cli/load_report.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
@@ -21,15 +22,6 @@ namespace {
 uint64_t RandomSeed() {
   std::random_device rd;
   return ((uint64_t{rd()} << 32) ^ rd()) & ~(uint64_t{1} << 63);
-}
-
-absl::StatusOr<std::unique_ptr<Transformer>> LoadLm(const std::string& path, Backend* backend,
-                                                    int64_t context) {
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
-  std::shared_ptr<const LoadedModel> model = std::move(loaded);
-  TransformerOptions options;
-  options.max_context = context;
-  return Transformer::Create(model, backend, options);
 }
 
 // The pair must speak one vocabulary: with both tokenizers, CheckCompatible decides; without them
@@ -216,9 +208,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(const int64_t context,
                    CheckContext(flags.context, target_spec, draft_spec ? &*draft_spec : nullptr,
                                 *pair->backend));
-  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context));
+  ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context));
   if (with_draft) {
-    ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
+    ASSIGN_OR_RETURN(pair->draft,
+                     LoadWithReport("draft", flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
   }

@@ -79,13 +79,15 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (spec.rope_scaling.active()) {
     t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);
   }
-  RETURN_IF_ERROR(t->UploadWeights());
+  RETURN_IF_ERROR(t->UploadWeights(options.upload_progress));
   return t;
 }
 
-absl::Status Transformer::UploadWeights() {
+absl::Status Transformer::UploadWeights(const std::function<void(size_t, size_t)>& progress) {
   const ModelSpec& spec = model_->spec;
   const WeightSet& ws = model_->weights;
+  size_t total = 0, done = 0;
+  for (const auto& [key, view] : ws.tensors()) total += view.bytes;
   auto up = [&](Role role, int layer, int expert,
                 std::unique_ptr<Weight>* dst) -> absl::Status {
     const WeightKey key{role, layer, expert};
@@ -93,6 +95,11 @@ absl::Status Transformer::UploadWeights() {
     std::string name = std::string(ws.SourceName(key));
     if (name.empty()) name = KeyString(key);
     ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
+    const DType resident = backend_->ResidentDType(view.dtype);
+    absl::StatusOr<size_t> bytes = TensorBytes(resident, view.cols(), view.rows());
+    resident_bytes_[resident] += bytes.ok() ? *bytes : view.bytes;
+    done += view.bytes;
+    if (progress) progress(std::min(done, total), total);
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(up(Role::kTokenEmbd, -1, -1, &token_embd_));

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,6 +24,8 @@ namespace specgen {
 struct TransformerOptions {
   // Largest number of positions (prompt + generated); 0: min(spec.context_length, 4096).
   int64_t max_context = 0;
+  // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
+  std::function<void(size_t done, size_t total)> upload_progress;
 };
 
 class Transformer : public CausalLm {
@@ -80,13 +84,16 @@ class Transformer : public CausalLm {
   const Weight& output_norm() const { return *output_norm_; }
   const Weight& output_head() const { return output_ ? *output_ : *token_embd_; }
   KvCache& kv_cache() { return cache_; }
+  const KvCache& kv_cache() const { return cache_; }
+  // Bytes of the uploaded weights by the dtype the backend keeps them in (Backend::ResidentDType).
+  const std::map<DType, size_t>& resident_bytes() const { return resident_bytes_; }
 
  private:
   struct LayerWeights;
   struct Scratch;
 
   Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache);
-  absl::Status UploadWeights();
+  absl::Status UploadWeights(const std::function<void(size_t, size_t)>& progress);
   absl::Status EnsureScratch(int64_t n);
   // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
   absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
@@ -103,6 +110,7 @@ class Transformer : public CausalLm {
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
   std::vector<LayerWeights> layers_;
+  std::map<DType, size_t> resident_bytes_;
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
 };
