@@ -40,7 +40,14 @@ absl::Status RunConvert(const ConvertFlags& f) {
   }
   opt.type = type;
   opt.threads = threads;
-  opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
+  ProgressBar* bar_shown = nullptr;  // notes go through the bar while one is up, so they do not garble it
+  opt.note = [&bar_shown](std::string_view line) {
+    if (bar_shown != nullptr) {
+      bar_shown->Note(Cat("note: ", line));
+    } else {
+      std::fprintf(stderr, "note: %s\n", std::string(line).c_str());
+    }
+  };
   // The tokenizer travels with the weights, so the GGUF is self-contained.
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizerIfPresent(f.in));
   if (tokenizer) {
@@ -50,13 +57,16 @@ absl::Status RunConvert(const ConvertFlags& f) {
   }
   {
     ProgressBar bar(Cat("converting to ", type.name), 0);
+    bar_shown = &bar;
     const int64_t n_layers = model->spec.n_layers;
     opt.progress = [&bar, n_layers](int64_t layer, size_t done, size_t total) {
       bar.SetTotal(total);
       bar.SetDetail(layer < 0 ? std::string("embeddings") : Cat("layer ", layer + 1, "/", n_layers));
       bar.Update(done);
     };
-    RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
+    absl::Status written = ExportGguf(model->spec, model->weights, f.out, opt);
+    bar_shown = nullptr;
+    RETURN_IF_ERROR(written);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;

@@ -118,6 +118,17 @@ void ProgressBar::SetDetail(std::string detail) {
   MaybeDraw(false);
 }
 
+void ProgressBar::Note(std::string_view line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (terminal_ && drawn_ && !finished_) {
+    Emit(Cat("\r", std::string(last_width_, ' '), "\r", line, "\n"));
+    last_width_ = 0;
+    last_draw_ = -1e300;  // the next update redraws at once
+    return;
+  }
+  Emit(Cat(line, "\n"));
+}
+
 void ProgressBar::Finish() {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;

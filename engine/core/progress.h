@@ -48,6 +48,9 @@ class ProgressBar {
   void SetTotal(uint64_t total);
   // A short note after the figures, e.g. "layer 3/28" (replaces the previous one).
   void SetDetail(std::string detail);
+  // Prints `line` (and a newline) to the bar's stream without garbling the bar: on a terminal a
+  // drawn bar is blanked first and redrawn at the next update.
+  void Note(std::string_view line);
   // Ends the report: on a terminal, the last state and a newline (if anything was drawn); elsewhere
   // the one summary line (if the work took longer than the delay and completed). Idempotent.
   void Finish();

@@ -134,6 +134,26 @@ TEST(ProgressBar, IncompleteWorkLeavesNoSummaryButEndsTheLine) {
   EXPECT_EQ(h.writes.back(), "\n");  // the shell prompt starts on a fresh line
 }
 
+TEST(ProgressBar, NotesBlankTheBarAndItIsRedrawn) {
+  Harness h;
+  ProgressBar bar("n", 100, h.Options(true, ProgressBar::Unit::kItems));
+  h.now += 1.0;
+  bar.Update(10);
+  ASSERT_EQ(h.writes.size(), 1u);
+  const size_t width = h.writes[0].size() - 1;  // without the \r
+  bar.Note("note: something");
+  EXPECT_EQ(h.writes[1], "\r" + std::string(width, ' ') + "\rnote: something\n");
+  h.now += 0.01;  // within the redraw interval, yet the bar comes back at once
+  bar.Update(11);
+  ASSERT_EQ(h.writes.size(), 3u);
+  EXPECT_THAT(h.writes[2], HasSubstr("11/100"));
+  // Before any bar, or off a terminal, a note is just its line.
+  Harness plain;
+  ProgressBar quiet("q", 100, plain.Options(false));
+  quiet.Note("note: x");
+  EXPECT_EQ(plain.All(), "note: x\n");
+}
+
 TEST(ProgressBar, CallbackSetsTotalAndDone) {
   Harness h;
   ProgressBar bar("cb", 0, h.Options(true));
