@@ -31,17 +31,19 @@ if [ "$what" != bench ]; then
   done
   wait
   # The CLI: the GPU-resident loop against the CPU reference on the bundled pair (greedy), and logits.
+  # stderr (the load lines, which name the device) goes beside the text, which is what is compared.
   prompt=$'def read_file(path):\n    """Return the contents of path."""\n'
   for dev in cuda cpu; do
     timeout 60 specgen generate -m models/tiny-target -md models/tiny-draft -p "$prompt" -n 64 --temp 0 \
-      --device "$dev" --stats json > "$OUT/generate_$dev.txt" 2>&1
+      --device "$dev" --stats json > "$OUT/generate_$dev.txt" 2> "$OUT/generate_$dev.err"
     echo "generate_$dev $?" >> "$rc"
   done
   # --gemv-order fma (the order the default, auto, does not take on the GPU): speculative (k = 4) and
   # target-only (--draft-max 0) greedy give the same text.
   for k in 4 0; do
     timeout 60 specgen generate -m models/tiny-target -md models/tiny-draft -p "$prompt" -n 64 --temp 0 \
-      --device cuda --gemv-order fma --draft-max "$k" --stats json > "$OUT/generate_fma_k$k.txt" 2>&1
+      --device cuda --gemv-order fma --draft-max "$k" --stats json > "$OUT/generate_fma_k$k.txt" \
+      2> "$OUT/generate_fma_k$k.err"
     echo "generate_fma_k$k $?" >> "$rc"
   done
   timeout 60 specgen logits -m tests/data/models/llama-gqa --prompt-ids 1,2,3,4,5,6,7,8 --device cuda \

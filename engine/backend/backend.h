@@ -163,6 +163,8 @@ class Backend {
   // Prepares a 1-D or 2-D tensor for the ops below; `name` is used in error messages. The view's data
   // must stay valid as long as the returned Weight (the CPU backend may use f32 data in place).
   virtual absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) = 0;
+  // The element type Upload keeps a weight stored as `stored` in (for reports of what went where).
+  virtual DType ResidentDType(DType stored) const { return stored; }
   // host → dst's first dst->rows() rows (src.size() == rows * cols), and back.
   virtual absl::Status Write(std::span<const float> src, Buffer* dst) = 0;
   virtual absl::Status Read(const Buffer& src, std::span<float> dst) = 0;

@@ -1,5 +1,7 @@
 // `specgen convert HF_DIR OUT.gguf --type T`: a Hugging Face checkpoint (or any model path) to a GGUF
 // file that specgen and llama.cpp load. Llama/Mixtral Q/K rows are permuted for interleaved RoPE.
+// --type picks one dtype or one of llama.cpp's mixes (engine/io/quant_mix.h); a progress line with
+// the layer and an ETA follows long conversions on stderr (engine/core/progress.h).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf_export.h"
 #include "engine/io/model_loader.h"
@@ -23,17 +26,28 @@ struct ConvertFlags {
 };
 
 absl::Status RunConvert(const ConvertFlags& f) {
-  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
+  ASSIGN_OR_RETURN(const ExportType type, ParseExportType(f.type));
   ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
   GgufExportOptions opt;
   opt.output.inputs = {f.in};
   opt.output.label = Cat("OUT ", f.out);
   RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the model is read
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadModel(f.in));
-  opt.dtype = dtype;
+  std::unique_ptr<LoadedModel> model;
+  {
+    ProgressBar bar(Cat("reading ", f.in), 0);
+    ASSIGN_OR_RETURN(model, LoadModel(f.in, bar.Callback()));
+  }
+  opt.type = type;
   opt.threads = threads;
-  opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
+  ProgressBar* bar_shown = nullptr;  // notes go through the bar while one is up, so they do not garble it
+  opt.note = [&bar_shown](std::string_view line) {
+    if (bar_shown != nullptr) {
+      bar_shown->Note(Cat("note: ", line));
+    } else {
+      std::fprintf(stderr, "note: %s\n", std::string(line).c_str());
+    }
+  };
   // The tokenizer travels with the weights, so the GGUF is self-contained.
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizerIfPresent(f.in));
   if (tokenizer) {
@@ -41,12 +55,24 @@ absl::Status RunConvert(const ConvertFlags& f) {
   } else {
     opt.note("the model has no tokenizer: none written");
   }
-  RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
+  {
+    ProgressBar bar(Cat("converting to ", type.name), 0);
+    bar_shown = &bar;
+    const int64_t n_layers = model->spec.n_layers;
+    opt.progress = [&bar, n_layers](int64_t layer, size_t done, size_t total) {
+      bar.SetTotal(total);
+      bar.SetDetail(layer < 0 ? std::string("embeddings") : Cat("layer ", layer + 1, "/", n_layers));
+      bar.Update(done);
+    };
+    absl::Status written = ExportGguf(model->spec, model->weights, f.out, opt);
+    bar_shown = nullptr;
+    RETURN_IF_ERROR(written);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;
   const auto size = std::filesystem::file_size(f.out, ec);
   std::printf("wrote %s: %s (%s) as %s, %s in %.2f s\n", f.out.c_str(), model->spec.name.c_str(),
-              std::string(ArchName(model->spec.arch)).c_str(), std::string(Name(dtype)).c_str(),
+              std::string(ArchName(model->spec.arch)).c_str(), type.name.c_str(),
               ec ? "?" : FormatBytes(static_cast<double>(size)).c_str(), s);
   return absl::OkStatus();
 }
@@ -64,8 +90,10 @@ Registrar kConvert{{"convert", "Convert a Hugging Face checkpoint to GGUF",
                                      "never left half-written")
                           ->required();
                       app.add_option("--type", f->type,
-                                     "Weight dtype: f32, f16, bf16, q8_0, q4_0 or q4_k. Norms and routers stay "
-                                     "f32; rows the block size does not divide fall back to f16 (with a note)")
+                                     Cat("Weight type: ", kExportTypes, ". q8_0, q6_k, q5_k_m and q4_k_m are "
+                                         "llama.cpp's file types, tensor for tensor (the head in q6_k; _m: "
+                                         "some attn_v and ffn_down layers in q6_k); f32..q4_0 put every "
+                                         "matrix in that type. Norms and routers stay f32"))
                           ->capture_default_str();
                       app.add_option("--threads", f->threads, "Conversion threads; 0 = every hardware thread")
                           ->capture_default_str();

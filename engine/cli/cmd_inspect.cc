@@ -14,7 +14,8 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf.h"
 #include "engine/io/model_loader.h"
-#include "engine/io/row_convert.h"
+#include "engine/io/quant_mix.h"
+#include "engine/io/synth.h"
 #include "nlohmann/json.hpp"
 
 namespace specgen::cli {
@@ -107,11 +108,17 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
   std::string dtype_note;
   if (kind == ModelSourceKind::kSynth) {
     ASSIGN_OR_RETURN(spec, LoadModelSpec(path));
-    ASSIGN_OR_RETURN(DType t, ParseDType(type_text));
-    dtype_note = Cat(" (sizes as ", Name(t), ", --type)");
+    // A dtype (every matrix in it, as synth:PRESET:TYPE loads) or a mix (q4_k_m).
+    ExportType t;
+    if (absl::StatusOr<DType> d = ParseDType(type_text); d.ok()) {
+      t = PureExportType(*d);
+    } else {
+      ASSIGN_OR_RETURN(t, ParseExportType(type_text));
+    }
+    dtype_note = Cat(" (sizes as ", t.name, ", --type)");
     for (const ExpectedTensor& e : ExpectedTensors(spec)) {
       if (IsExpert(e.key.role) && e.key.expert > 0) continue;
-      Row r{e.key, KeyString(e.key), StorageDType(e.key.role, e.shape.back(), t), e.shape};
+      Row r{e.key, KeyString(e.key), ChooseTensorType(t, spec, e.key, e.shape.back()).dtype, e.shape};
       ASSIGN_OR_RETURN(r.bytes, TensorBytes(r.dtype, e.shape.back(), e.shape.size() == 2 ? e.shape[0] : 1));
       if (IsExpert(e.key.role)) r.count = spec.n_experts;
       rows.push_back(r);
@@ -171,10 +178,14 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
   // Bytes by category, from the tensors actually present (or planned, for synth).
   size_t total = 0, global = 0, expert_bytes = 0;
   std::map<int, size_t> layer_bytes, layer_expert_bytes;
+  std::map<DType, size_t> dtype_bytes;
+  std::map<DType, int> dtype_tensors;
   int first_moe = -1;
   for (const Row& r : rows) {
     const size_t all = r.bytes * static_cast<size_t>(r.count);
     total += all;
+    dtype_bytes[r.dtype] += all;
+    dtype_tensors[r.dtype] += 1;
     if (r.key.layer < 0) {
       global += all;
       continue;
@@ -191,6 +202,16 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
   std::printf("bytes%s\n", dtype_note.c_str());
   Line("total", Bytes(total));
   Line("embeddings, head, norm", Bytes(global));
+  // The mix: a quantized file keeps some tensors in other types (the head, attn_v, ffn_down).
+  std::vector<std::pair<size_t, DType>> by_size;
+  for (const auto& [t, b] : dtype_bytes) by_size.push_back({b, t});
+  std::sort(by_size.rbegin(), by_size.rend());
+  std::string mix;
+  for (const auto& [b, t] : by_size) {
+    mix += Cat(mix.empty() ? "" : ", ", Name(t), " ", FormatBytes(static_cast<double>(b)), " (",
+               dtype_tensors[t], " tensor", dtype_tensors[t] == 1 ? "" : "s", ")");
+  }
+  Line("by dtype", mix);
   if (!layer_bytes.empty()) {
     Line(Cat("per layer (layer ", layer_bytes.begin()->first, ")"), Bytes(layer_bytes.begin()->second));
     if (first_moe >= 0) {
@@ -229,8 +250,8 @@ Registrar kInspect{{"inspect", "Show a model's architecture, hyper-parameters, p
                                    "Also list every tensor: file name, role, dtype, row-major shape, bytes "
                                    "(experts of a layer collapsed into one row)");
                       app.add_option("--type", *type,
-                                     "For synth: presets only, the dtype the byte sizes assume (f32, f16, bf16, "
-                                     "q8_0, q4_0, q4_k); files report their own dtypes")
+                                     Cat("For synth: presets only, the type the byte sizes assume: a dtype, or a "
+                                         "mix of convert --type (", kExportTypes, "); files report their own"))
                           ->capture_default_str();
                       return [=]() { return Inspect(*model, *tensors, *type); };
                     }}};

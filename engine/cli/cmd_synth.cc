@@ -7,6 +7,7 @@
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf_export.h"
 #include "engine/io/synth.h"
@@ -24,27 +25,50 @@ struct SynthFlags {
 
 absl::Status RunSynth(const SynthFlags& f) {
   ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(f.preset));
-  ASSIGN_OR_RETURN(DType dtype, ParseExportDType(f.type));
+  ASSIGN_OR_RETURN(const ExportType type, ParseExportType(f.type));
   ASSIGN_OR_RETURN(const int threads, CheckThreads(f.threads, "--threads"));
   GgufExportOptions opt;
   opt.output.label = Cat("--out ", f.out);
   RETURN_IF_ERROR(CheckOutputPath(f.out, opt.output));  // before the weights are generated
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<LoadedModel>> synth = SynthWeights(spec, dtype, f.seed, threads);
+  absl::StatusOr<std::unique_ptr<LoadedModel>> synth;
+  {
+    ProgressBar bar(Cat("generating ", spec.name, " as ", type.name), 0);
+    synth = SynthWeights(spec, type, f.seed, threads, bar.Callback());
+  }
   if (absl::IsResourceExhausted(synth.status())) {
     return absl::ResourceExhaustedError(Cat(synth.status().message(), "; pick a smaller --type or preset"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, std::move(synth));
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  opt.dtype = dtype;
+  opt.type = type;
   opt.threads = threads;
-  opt.note = [](std::string_view line) { std::fprintf(stderr, "note: %s\n", std::string(line).c_str()); };
-  RETURN_IF_ERROR(ExportGguf(model->spec, model->weights, f.out, opt));
+  ProgressBar* bar_shown = nullptr;  // notes go through the bar while one is up, so they do not garble it
+  opt.note = [&bar_shown](std::string_view line) {
+    if (bar_shown != nullptr) {
+      bar_shown->Note(Cat("note: ", line));
+    } else {
+      std::fprintf(stderr, "note: %s\n", std::string(line).c_str());
+    }
+  };
+  {
+    ProgressBar bar(Cat("writing ", f.out), 0);
+    bar_shown = &bar;
+    const int64_t n_layers = spec.n_layers;
+    opt.progress = [&bar, n_layers](int64_t layer, size_t done, size_t total) {
+      bar.SetTotal(total);
+      bar.SetDetail(layer < 0 ? std::string("embeddings") : Cat("layer ", layer + 1, "/", n_layers));
+      bar.Update(done);
+    };
+    absl::Status written = ExportGguf(model->spec, model->weights, f.out, opt);
+    bar_shown = nullptr;
+    RETURN_IF_ERROR(written);
+  }
   const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;
   const auto size = std::filesystem::file_size(f.out, ec);
   std::printf("wrote %s: %s as %s, seed %llu, %s (generated in %.2f s, %.2f s in all)\n", f.out.c_str(),
-              spec.name.c_str(), std::string(Name(dtype)).c_str(), static_cast<unsigned long long>(f.seed),
+              spec.name.c_str(), type.name.c_str(), static_cast<unsigned long long>(f.seed),
               ec ? "?" : FormatBytes(static_cast<double>(size)).c_str(), gen_s, all_s);
   return absl::OkStatus();
 }
@@ -60,8 +84,8 @@ Registrar kSynth{{"synth", "Write a GGUF of random weights in the exact shape of
                     auto f = std::make_shared<SynthFlags>();
                     app.add_option("--preset", f->preset, PresetHelp())->required();
                     app.add_option("--type", f->type,
-                                   "Weight dtype: f32, f16, bf16, q8_0, q4_0 or q4_k. Norms and routers stay "
-                                   "f32; rows the block size does not divide fall back to f16 (with a note)")
+                                   Cat("Weight type: ", kExportTypes, ", as for convert (the _m types are "
+                                       "llama.cpp's mixes). Norms and routers stay f32"))
                         ->capture_default_str();
                     app.add_option("--seed", f->seed,
                                    "Seed of the counter-based generator: the same seed gives the same bytes "

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/backend/make_backend.h"
+#include "engine/cli/load_report.h"
 #include "engine/cli/offload_setup.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
@@ -22,16 +23,6 @@ namespace {
 uint64_t RandomSeed() {
   std::random_device rd;
   return ((uint64_t{rd()} << 32) ^ rd()) & ~(uint64_t{1} << 63);
-}
-
-absl::StatusOr<std::unique_ptr<Transformer>> LoadLm(const std::string& path, Backend* backend,
-                                                    int64_t context, int64_t expert_cache_slots = -1) {
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
-  std::shared_ptr<const LoadedModel> model = std::move(loaded);
-  TransformerOptions options;
-  options.max_context = context;
-  options.expert_cache_slots = expert_cache_slots;
-  return Transformer::Create(model, backend, options);
 }
 
 // The pair must speak one vocabulary: with both tokenizers, CheckCompatible decides; without them
@@ -231,9 +222,11 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     request.vram_budget = vram_budget;
     ASSIGN_OR_RETURN(expert_cache_slots, PlanExpertCacheSlots(request));
   }
-  ASSIGN_OR_RETURN(pair->target, LoadLm(flags.model, pair->backend.get(), context, expert_cache_slots));
+  ASSIGN_OR_RETURN(pair->target,
+                   LoadWithReport("target", flags.model, pair->backend.get(), context, expert_cache_slots));
   if (with_draft) {
-    ASSIGN_OR_RETURN(pair->draft, LoadLm(flags.draft, pair->backend.get(), pair->target->max_context()));
+    ASSIGN_OR_RETURN(pair->draft,
+                     LoadWithReport("draft", flags.draft, pair->backend.get(), pair->target->max_context()));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "engine/core/quant_extra_rows.h"
+#include "engine/core/quant_k_ref.h"
 #include "engine/core/quant_rows.h"
 #include "engine/core/str_cat.h"
 
@@ -26,13 +27,13 @@ constexpr std::array<Entry, 13> kTable = {{
     {DType::kQ8_0, {"q8_0", q::kQk, q::kQ8_0Bytes, true, q::DequantizeQ8_0, q::QuantizeQ8_0}},
     {DType::kQ4_0, {"q4_0", q::kQk, q::kQ4_0Bytes, true, q::DequantizeQ4_0, q::QuantizeQ4_0}},
     {DType::kQ4_1, {"q4_1", q::kQk, q::kQ4_1Bytes, true, q::DequantizeQ4_1, nullptr}},
-    {DType::kQ5_0, {"q5_0", q::kQk, q::kQ5_0Bytes, true, q::DequantizeQ5_0, nullptr}},
-    {DType::kQ5_1, {"q5_1", q::kQk, q::kQ5_1Bytes, true, q::DequantizeQ5_1, nullptr}},
+    {DType::kQ5_0, {"q5_0", q::kQk, q::kQ5_0Bytes, true, q::DequantizeQ5_0, q::QuantizeQ5_0}},
+    {DType::kQ5_1, {"q5_1", q::kQk, q::kQ5_1Bytes, true, q::DequantizeQ5_1, q::QuantizeQ5_1}},
     {DType::kQ2_K, {"q2_k", q::kQkK, q::kQ2_KBytes, true, q::DequantizeQ2_K, nullptr}},
     {DType::kQ3_K, {"q3_k", q::kQkK, q::kQ3_KBytes, true, q::DequantizeQ3_K, nullptr}},
     {DType::kQ4_K, {"q4_k", q::kQkK, q::kQ4_KBytes, true, q::DequantizeQ4_K, q::QuantizeQ4_K}},
-    {DType::kQ5_K, {"q5_k", q::kQkK, q::kQ5_KBytes, true, q::DequantizeQ5_K, nullptr}},
-    {DType::kQ6_K, {"q6_k", q::kQkK, q::kQ6_KBytes, true, q::DequantizeQ6_K, nullptr}},
+    {DType::kQ5_K, {"q5_k", q::kQkK, q::kQ5_KBytes, true, q::DequantizeQ5_K, q::QuantizeQ5_K}},
+    {DType::kQ6_K, {"q6_k", q::kQkK, q::kQ6_KBytes, true, q::DequantizeQ6_K, q::QuantizeQ6_K}},
 }};
 
 constexpr std::array<DType, kTable.size()> AllOf() {

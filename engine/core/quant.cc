@@ -108,106 +108,47 @@ void DequantQ6_K(const uint8_t* b, float* y) {
 }
 
 // ---- Quantizers ---------------------------------------------------------------------------------
+// Q8_0 and Q4_0 as ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so
+// files match llama-quantize's; the K-quants are in quant_k_ref.cc, Q5_0/Q5_1 in quant_legacy.cc.
 
-// Bounded first so that NaN/inf inputs give a defined (if meaningless) code instead of UB.
-int RoundToInt(float x) { return static_cast<int>(std::nearbyint(std::fmin(std::fmax(x, -1e6f), 1e6f))); }
-
-// Q8_0: d = max|x| / 127, stored as f16; q = round(x / d_f16). Using the stored d (not the exact one)
-// keeps |x − q·d_f16| ≤ d_f16 / 2: |x| / d_f16 ≤ 127·(1 + 2^-11) < 127.5, so no element clamps.
+// Q8_0: d = max|x| / 127 (stored as f16), q = round(x / d) with the exact d, ties away from zero.
+// |x / d| <= 127, so q never clamps; the error against the stored d is at most d/2 plus 127 times
+// the f16 rounding of d (2^-11 relative), i.e. d·(1/2 + 127·2^-11).
 void QuantQ8_0(const float* x, uint8_t* b) {
   float amax = 0;
   for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const uint16_t dh = F32ToF16(amax / 127.0f);
-  const float d = F16ToF32(dh);
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  StoreU16(b, dh);
+  const float d = amax / 127;
+  const float id = d ? 1.0f / d : 0.0f;
+  StoreU16(b, F32ToF16(d));
   auto* qs = reinterpret_cast<int8_t*>(b + 2);
-  for (int j = 0; j < kQk; ++j) qs[j] = static_cast<int8_t>(std::clamp(RoundToInt(x[j] * id), -127, 127));
+  for (int j = 0; j < kQk; ++j) {
+    const float q = std::roundf(x[j] * id);
+    qs[j] = static_cast<int8_t>(q == q ? std::clamp(q, -128.0f, 127.0f) : 0.0f);
+  }
 }
 
-// Q4_0 (as ggml's quantize_row_q4_0_ref): d = v / −8 where v is the element of largest magnitude, so
-// v maps to q = 0 exactly; q = clamp(round(x / d) + 8, 0, 15). Elements of the other sign than v may
-// reach x/d = 8 and clamp to 7: their error is at most |d| (others |d| / 2).
+// Q4_0: d = v / −8 where v is the element of largest magnitude, so v maps to q = 0 exactly;
+// q = min(15, trunc(x / d + 8.5)) (round half up). Elements of the other sign than v may reach
+// x/d = 8 and clamp to 7: their error is at most |d| (others |d| / 2, plus the f16 rounding of d).
 void QuantQ4_0(const float* x, uint8_t* b) {
   float amax = 0, vmax = 0;
   for (int j = 0; j < kQk; ++j) {
-    if (std::fabs(x[j]) > amax) {
+    if (amax < std::fabs(x[j])) {
       amax = std::fabs(x[j]);
       vmax = x[j];
     }
   }
-  const uint16_t dh = F32ToF16(vmax / -8.0f);
-  const float d = F16ToF32(dh);
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  StoreU16(b, dh);
+  const float d = vmax / -8;
+  const float id = d ? 1.0f / d : 0.0f;
+  StoreU16(b, F32ToF16(d));
   uint8_t* qs = b + 2;
+  auto level = [](float v) {  // v >= 0.5 for finite input; NaN becomes 0
+    return static_cast<uint8_t>(std::min(15, static_cast<int>(v == v ? std::clamp(v, 0.0f, 16.0f) : 0.0f)));
+  };
   for (int j = 0; j < kQk / 2; ++j) {
-    const int q0 = std::clamp(RoundToInt(x[j] * id) + 8, 0, 15);
-    const int q1 = std::clamp(RoundToInt(x[j + kQk / 2] * id) + 8, 0, 15);
+    const uint8_t q0 = level(x[j] * id + 8.5f);
+    const uint8_t q1 = level(x[j + kQk / 2] * id + 8.5f);
     qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-  }
-}
-
-// The smallest f16 value ≥ v (v ≥ 0, finite): scales are rounded up so the grid still covers the data.
-uint16_t F16RoundUp(float v) {
-  uint16_t h = F32ToF16(v);
-  if (F16ToF32(h) < v) ++h;  // positive f16 bit patterns are ordered like their values
-  return h;
-}
-
-// Q4_K, per sub-block j of 32: y = d·sc_j·q − dmin·m_j with q ∈ [0, 15], sc_j, m_j ∈ [0, 63].
-// Simple covering search: the offset dmin·m_j is rounded up to reach below min(0, min x), then the
-// step d·sc_j is rounded up so that 15 steps reach max x from that offset. Every x is then inside the
-// grid, so |x − y| ≤ d·sc_j / 2 (half a step of its own sub-block), up to float rounding.
-void QuantQ4_K(const float* x, uint8_t* b) {
-  float lo[8], hi[8];
-  float max_neg_lo = 0;
-  for (int j = 0; j < 8; ++j) {
-    lo[j] = 0;
-    hi[j] = 0;
-    for (int l = 0; l < 32; ++l) {
-      lo[j] = std::min(lo[j], x[32 * j + l]);
-      hi[j] = std::max(hi[j], x[32 * j + l]);
-    }
-    max_neg_lo = std::max(max_neg_lo, -lo[j]);
-  }
-  const uint16_t dminh = F16RoundUp(max_neg_lo / 63.0f);
-  const float dmin = F16ToF32(dminh);
-  uint8_t m[8], sc[8];
-  float need[8];
-  float max_need = 0;
-  for (int j = 0; j < 8; ++j) {
-    m[j] = dmin > 0 ? static_cast<uint8_t>(std::clamp(static_cast<int>(std::ceil(-lo[j] / dmin)), 0, 63)) : 0;
-    need[j] = (hi[j] + dmin * m[j]) / 15.0f;
-    max_need = std::max(max_need, need[j]);
-  }
-  const uint16_t dh = F16RoundUp(max_need / 63.0f);
-  const float d = F16ToF32(dh);
-  for (int j = 0; j < 8; ++j) {
-    sc[j] = d > 0 ? static_cast<uint8_t>(std::clamp(static_cast<int>(std::ceil(need[j] / d)), 0, 63)) : 0;
-  }
-  StoreU16(b, dh);
-  StoreU16(b + 2, dminh);
-  uint8_t* scales = b + 4;
-  for (int j = 0; j < 4; ++j) {
-    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    scales[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
-    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
-  }
-  uint8_t q[256];
-  for (int j = 0; j < 8; ++j) {
-    const float step = d * sc[j];
-    const float offset = dmin * m[j];
-    const float inv = step > 0 ? 1.0f / step : 0.0f;
-    for (int l = 0; l < 32; ++l) {
-      q[32 * j + l] = static_cast<uint8_t>(std::clamp(RoundToInt((x[32 * j + l] + offset) * inv), 0, 15));
-    }
-  }
-  uint8_t* qs = b + 16;
-  for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) {
-      qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
-    }
   }
 }
 
@@ -279,7 +220,6 @@ void QuantizeBf16(const float* src, int64_t n, uint8_t* dst) {
 }
 void QuantizeQ8_0(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQk, kQ8_0Bytes, QuantQ8_0>(src, n, dst); }
 void QuantizeQ4_0(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQk, kQ4_0Bytes, QuantQ4_0>(src, n, dst); }
-void QuantizeQ4_K(const float* src, int64_t n, uint8_t* dst) { QuantBlocks<kQkK, kQ4_KBytes, QuantQ4_K>(src, n, dst); }
 
 }  // namespace quant_rows
 

@@ -22,4 +22,8 @@ void DequantizeQ5_1(const uint8_t* src, int64_t n, float* dst);
 void DequantizeQ2_K(const uint8_t* src, int64_t n, float* dst);
 void DequantizeQ3_K(const uint8_t* src, int64_t n, float* dst);
 
+// src: n floats → dst: n elements, as llama-quantize's fallbacks write them (quant_legacy.cc).
+void QuantizeQ5_0(const float* src, int64_t n, uint8_t* dst);
+void QuantizeQ5_1(const float* src, int64_t n, uint8_t* dst);
+
 }  // namespace specgen::quant_rows

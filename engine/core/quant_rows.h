@@ -24,12 +24,11 @@ void DequantizeQ4_K(const uint8_t* src, int64_t n, float* dst);
 void DequantizeQ5_K(const uint8_t* src, int64_t n, float* dst);
 void DequantizeQ6_K(const uint8_t* src, int64_t n, float* dst);
 
-// src: n floats → dst: n elements of the type (round to nearest; see quant.cc per type).
+// src: n floats → dst: n elements of the type (see quant.cc; the K-quants are in quant_k_ref.h).
 void QuantizeF32(const float* src, int64_t n, uint8_t* dst);
 void QuantizeF16(const float* src, int64_t n, uint8_t* dst);
 void QuantizeBf16(const float* src, int64_t n, uint8_t* dst);
 void QuantizeQ8_0(const float* src, int64_t n, uint8_t* dst);
 void QuantizeQ4_0(const float* src, int64_t n, uint8_t* dst);
-void QuantizeQ4_K(const float* src, int64_t n, uint8_t* dst);
 
 }  // namespace specgen::quant_rows

@@ -113,18 +113,13 @@ int64_t InterleavedSourceRow(int64_t r, int64_t head_dim) {
   return head * head_dim + (within % 2) * half + within / 2;
 }
 
-absl::StatusOr<DType> ParseExportDType(std::string_view name) {
-  absl::StatusOr<DType> dtype = ParseDType(name);
-  if (!dtype.ok() || !CanQuantize(*dtype)) {
-    return InvalidArgument("--type ", name, ": not a type specgen writes (use ", kExportDTypes, ")");
-  }
-  return *dtype;
-}
-
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,
                         const GgufExportOptions& opt) {
-  if (!CanQuantize(opt.dtype)) {
-    return InvalidArgument("--type ", Name(opt.dtype), ": cannot write this type (use ", kExportDTypes, ")");
+  ExportType type;
+  if (opt.type) {
+    type = *opt.type;
+  } else {
+    ASSIGN_OR_RETURN(type, ExportTypeOf(opt.dtype));
   }
   RETURN_IF_ERROR(Validate(spec, path));
   RETURN_IF_ERROR(weights.Validate(spec, path));
@@ -135,7 +130,8 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   GgufWriter w;
   w.SetString("general.architecture", arch);
   w.SetString("general.name", spec.name);
-  if (Info(opt.dtype).quantized) w.SetU32("general.quantization_version", 2);
+  if (Info(type.base).quantized) w.SetU32("general.quantization_version", 2);
+  if (type.llama_ftype >= 0) w.SetU32("general.file_type", static_cast<uint32_t>(type.llama_ftype));
   auto key = [&](std::string_view suffix) { return Cat(arch, ".", suffix); };
   auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
   w.SetU32(key("context_length"), u32(spec.context_length));
@@ -168,16 +164,30 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (opt.add_metadata) RETURN_IF_ERROR(opt.add_metadata(&w));
 
   std::vector<std::unique_ptr<uint8_t[]>> buffers;  // converted tensors, alive until Write returns
+  auto storage_quiet = [&](const WeightKey& k, int64_t cols) { return ChooseTensorType(type, spec, k, cols).dtype; };
   int fallbacks = 0;
   auto storage = [&](const WeightKey& k, int64_t cols, std::string_view name) {
-    bool fell_back = false;
-    const DType t = StorageDType(k.role, cols, opt.dtype, &fell_back);
-    if (fell_back && opt.note && fallbacks < 3) {  // the first few by name, then a count
-      opt.note(Cat(name, ": row of ", cols, " is not a multiple of the ", Name(opt.dtype),
-                   " block size ", Info(opt.dtype).block_elems, "; written as f16"));
+    const TensorTypeChoice c = ChooseTensorType(type, spec, k, cols);
+    if (c.fell_back && opt.note && fallbacks < 3) {  // the first few by name, then a count
+      opt.note(Cat(name, ": row of ", cols, " is not a multiple of the ", Name(c.wanted), " block size ",
+                   Info(c.wanted).block_elems, "; written as ", Name(c.dtype)));
     }
-    fallbacks += fell_back;
-    return t;
+    fallbacks += c.fell_back;
+    return c.dtype;
+  };
+
+  // Output bytes of every tensor, for the progress report.
+  size_t total_bytes = 0, done_bytes = 0;
+  if (opt.progress) {
+    for (const ExpectedTensor& e : ExpectedTensors(spec)) {
+      const int64_t cols = e.shape.back(), rows = e.shape.size() == 2 ? e.shape[0] : 1;
+      absl::StatusOr<size_t> b = TensorBytes(storage_quiet(e.key, cols), cols, rows);
+      if (b.ok()) total_bytes += *b;
+    }
+  }
+  auto advance = [&](int64_t layer, size_t bytes) {
+    done_bytes += bytes;
+    if (opt.progress) opt.progress(layer, done_bytes, total_bytes);
   };
 
   for (const ExpectedTensor& e : ExpectedTensors(spec)) {
@@ -190,6 +200,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       const bool permute = permute_qk && (k.role == Role::kAttnQ || k.role == Role::kAttnK);
       if (out == v.dtype && !permute) {
         RETURN_IF_ERROR(w.AddTensor(name, Reversed(v), out, v.data, v.bytes));
+        advance(k.layer, v.bytes);
         continue;
       }
       ASSIGN_OR_RETURN(size_t bytes, TensorBytes(out, v.cols(), v.rows()));
@@ -198,6 +209,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       if (permute) map = [&](int64_t r) { return InterleavedSourceRow(r, spec.head_dim); };
       RETURN_IF_ERROR(ConvertTensor(v, out, buffers.back().get(), opt.threads, map));
       RETURN_IF_ERROR(w.AddTensor(name, Reversed(v), out, buffers.back().get(), bytes));
+      advance(k.layer, bytes);
       continue;
     }
     // Stacked experts: ne = [cols, rows, E]. Zero-copy when the experts already lie back to back in
@@ -216,17 +228,20 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     std::vector<int64_t> ne = {v.cols(), v.rows(), E};
     if (contiguous) {
       RETURN_IF_ERROR(w.AddTensor(name, ne, out, v.data, per_expert * static_cast<size_t>(E)));
+      advance(k.layer, per_expert * static_cast<size_t>(E));
       continue;
     }
     buffers.push_back(std::make_unique<uint8_t[]>(per_expert * static_cast<size_t>(E)));
     uint8_t* dst = buffers.back().get();
     for (int x = 0; x < E; ++x) {
       RETURN_IF_ERROR(ConvertTensor(experts[x], out, dst + per_expert * x, opt.threads, nullptr));
+      advance(k.layer, per_expert);
     }
     RETURN_IF_ERROR(w.AddTensor(name, ne, out, dst, per_expert * static_cast<size_t>(E)));
   }
   if (fallbacks > 0 && opt.note) {
-    opt.note(Cat(fallbacks, " tensor(s) written as f16 instead of ", Name(opt.dtype)));
+    opt.note(Cat(fallbacks, " tensor(s) written in a smaller-block type than ", type.name,
+                 " chose, their rows not being a multiple of its block"));
   }
   // RoPE scaling as llama.cpp's converter writes it: llama3 (and factors read from a GGUF) as the
   // rope_freqs.weight divisors, linear as rope.scaling.type/factor.

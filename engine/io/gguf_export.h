@@ -1,12 +1,13 @@
 // Writes a model (ModelSpec + WeightSet, from any source) as a GGUF v3 file that our reader and
 // llama.cpp load: metadata keys of formats.md §1.4, tensor names of §1.5, experts stacked as
-// [D, F, E]-ne tensors. Weights are converted to one chosen dtype; norms and routers stay f32 and
-// rows the block size does not divide fall back to f16. Llama/Mixtral weights in rotate-half order
+// [D, F, E]-ne tensors. Weights are converted to a chosen type (quant_mix.h: one dtype, or a
+// llama.cpp mix such as q4_k_m); norms and routers stay f32. Llama/Mixtral weights in rotate-half order
 // (Hugging Face, synthetic) get their Q/K rows permuted into llama.cpp's interleaved order.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,13 +16,15 @@
 #include "absl/status/status.h"
 #include "engine/core/dtype.h"
 #include "engine/io/gguf.h"
+#include "engine/io/quant_mix.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/model_spec.h"
 
 namespace specgen {
 
 struct GgufExportOptions {
-  DType dtype = DType::kF32;  // f32, f16, bf16, q8_0, q4_0 or q4_k
+  DType dtype = DType::kF32;  // one type for every matrix (ExportTypeOf), unless `type` is set
+  std::optional<ExportType> type;  // a --type (ParseExportType), e.g. the q4_k_m mix
   // Extra metadata written after ours (e.g. tokenizer.ggml.* from the tokenizer module).
   std::vector<std::pair<std::string, GgufValue>> extra_metadata;
   // Called with the writer after the metadata above, before tensors: lets a module that io/ does not
@@ -30,15 +33,13 @@ struct GgufExportOptions {
   // Receives one line per noteworthy decision (f16 fallbacks, LlamaCppDifferences); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
+  // Called as tensors are converted, layer by layer: the layer (-1 for the global tensors, which come
+  // first), and output bytes done of the total. May be empty.
+  std::function<void(int64_t layer, size_t done, size_t total)> progress;
   // How the file is written (safe_write.h): the run's inputs, which it must not replace.
   SafeWriteOptions output;
 };
 
-// The weight types ExportGguf writes, as --type spells them.
-inline constexpr std::string_view kExportDTypes = "f32, f16, bf16, q8_0, q4_0 or q4_k";
-// --type NAME for convert and synth: one of kExportDTypes, else an error listing them (ParseDType
-// also knows types specgen reads but does not write).
-absl::StatusOr<DType> ParseExportDType(std::string_view name);
 
 // Writes through a SafeFileWriter: no partial file on error, no input or non-regular file replaced.
 absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const std::string& path,

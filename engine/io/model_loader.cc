@@ -216,9 +216,16 @@ absl::StatusOr<SynthPath> ParseSynthPath(std::string_view path) {
   }
   out.preset = parts[0];
   if (parts.size() >= 2) {
+    // A dtype (every matrix in it), else a mix named only as a --type (q4_k_m: llama.cpp's).
     absl::StatusOr<DType> t = ParseDType(parts[1]);
-    if (!t.ok()) return InvalidArgument("model path '", path, "': ", t.status().message());
-    out.dtype = *t;
+    absl::StatusOr<ExportType> mix = ParseExportType(parts[1]);
+    if (t.ok()) {
+      out.type = PureExportType(*t);
+    } else if (mix.ok()) {
+      out.type = *mix;
+    } else {
+      return InvalidArgument("model path '", path, "': ", t.status().message(), ", or a mix: q5_k_m, q4_k_m");
+    }
   }
   if (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &out.seed)) {
     return InvalidArgument("model path '", path, "': seed '", parts[2], "' is not a non-negative integer");
@@ -252,12 +259,13 @@ ModelSourceKind SourceKind(const std::string& path) {
   return ModelSourceKind::kGguf;
 }
 
-absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path,
+                                                       const std::function<void(size_t, size_t)>& progress) {
   switch (SourceKind(path)) {
     case ModelSourceKind::kSynth: {
       ASSIGN_OR_RETURN(SynthPath sp, ParseSynthPath(path));
       ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(sp.preset));
-      absl::StatusOr<std::unique_ptr<LoadedModel>> model = SynthWeights(spec, sp.dtype, sp.seed);
+      absl::StatusOr<std::unique_ptr<LoadedModel>> model = SynthWeights(spec, sp.type, sp.seed, 0, progress);
       if (absl::IsResourceExhausted(model.status())) {  // the weight type is part of the model path
         return absl::ResourceExhaustedError(
             Cat(model.status().message(),

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "engine/core/byte_size.h"
+#include "engine/core/quant.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/row_convert.h"
 
@@ -164,8 +165,8 @@ struct Planned {
   size_t bytes;
 };
 
-absl::StatusOr<std::vector<Planned>> Plan(const std::vector<ExpectedTensor>& expected, DType dtype,
-                                          size_t* total) {
+absl::StatusOr<std::vector<Planned>> Plan(const ModelSpec& spec, const std::vector<ExpectedTensor>& expected,
+                                          const ExportType& type, size_t* total) {
   // Buffer order: by layer, then role, then expert, so that one role's experts of a layer are
   // adjacent (a stacked GGUF tensor can be written from them without a copy).
   std::vector<size_t> order(expected.size());
@@ -181,7 +182,7 @@ absl::StatusOr<std::vector<Planned>> Plan(const std::vector<ExpectedTensor>& exp
     const ExpectedTensor& e = expected[i];
     const int64_t cols = e.shape.back();
     const int64_t rows = e.shape.size() == 2 ? e.shape[0] : 1;
-    const DType t = StorageDType(e.key.role, cols, dtype);
+    const DType t = ChooseTensorType(type, spec, e.key, cols).dtype;
     ASSIGN_OR_RETURN(size_t bytes, TensorBytes(t, cols, rows));
     offset = (offset + 63) & ~size_t{63};
     plan.push_back({i, t, offset, bytes});
@@ -215,24 +216,39 @@ absl::StatusOr<ModelSpec> SynthSpec(std::string_view name) {
   return NotFound("unknown synthetic preset '", name, "' (presets: ", names, ")");
 }
 
-absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype) {
+ExportType PureExportType(DType dtype) { return ExportType{std::string(Name(dtype)), dtype, QuantMix::kPure, -1}; }
+
+absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, const ExportType& type) {
   size_t total = 0;
-  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(ExpectedTensors(spec), dtype, &total));
+  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(spec, ExpectedTensors(spec), type, &total));
   (void)plan;
   return total;
 }
 
+absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype) {
+  return SynthBytes(spec, PureExportType(dtype));
+}
+
 absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec, DType dtype,
                                                           uint64_t seed, int threads) {
+  return SynthWeights(spec, PureExportType(dtype), seed, threads);
+}
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(
+    const ModelSpec& spec, const ExportType& type, uint64_t seed, int threads,
+    const std::function<void(size_t done, size_t total)>& progress) {
   RETURN_IF_ERROR(Validate(spec, Cat("synth:", spec.name)));
   const std::vector<ExpectedTensor> expected = ExpectedTensors(spec);
   size_t total = 0;
-  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(expected, dtype, &total));
+  ASSIGN_OR_RETURN(std::vector<Planned> plan, Plan(spec, expected, type, &total));
+  if (!CanQuantize(type.base)) {
+    return InvalidArgument("synth:", spec.name, ": cannot generate weights as ", type.name);
+  }
 
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0 && static_cast<double>(total) > 0.9 * pages * static_cast<double>(page)) {
     return absl::ResourceExhaustedError(
-        Cat("synth:", spec.name, " as ", Name(dtype), " needs ", FormatBytes(total),
+        Cat("synth:", spec.name, " as ", type.name, " needs ", FormatBytes(total),
             " of weights, more than this machine's memory (",
             FormatBytes(static_cast<double>(pages) * page), ")"));
   }
@@ -261,7 +277,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec,
   n_threads = std::max(1, std::min<int>(n_threads, static_cast<int>(chunks.size())));
 
   std::atomic<size_t> next{0};
-  std::mutex error_mu;
+  std::atomic<size_t> done_bytes{0};
+  std::mutex error_mu, progress_mu;
+  size_t reported = 0;  // under progress_mu
   absl::Status error;
   auto worker = [&] {
     std::vector<float> row;
@@ -283,6 +301,13 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec,
           if (error.ok()) error = s;
           return;
         }
+      }
+      const size_t chunk_bytes = static_cast<size_t>(ch.row_end - ch.row_begin) * row_bytes;
+      const size_t now_done = done_bytes.fetch_add(chunk_bytes) + chunk_bytes;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        reported = std::max(reported, now_done);  // threads may finish out of order
+        progress(reported, total);
       }
     }
   };

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/dtype.h"
+#include "engine/io/quant_mix.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/model_spec.h"
 
@@ -28,14 +30,24 @@ std::vector<SynthPresetInfo> SynthPresets();
 // The ModelSpec of a preset, or NotFound listing the presets.
 absl::StatusOr<ModelSpec> SynthSpec(std::string_view name);
 
-// Random weights for `spec`, stored as `dtype` (norms and routers stay f32, rows the block size does
-// not divide fall back to f16: StorageDType). `threads` <= 0 uses every hardware thread. Fails with
-// ResourceExhausted, before allocating, when the weights would not fit in physical memory.
+// Random weights for `spec`, each tensor stored in the dtype ChooseTensorType gives under `type`
+// (a plain type or a llama.cpp mix such as q4_k_m; norms and routers stay f32). `threads` <= 0 uses
+// every hardware thread. `progress`, if set, is called with the bytes generated so far and their
+// total (from the generating threads, one at a time). Fails with ResourceExhausted, before
+// allocating, when the weights would not fit in physical memory.
+absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(
+    const ModelSpec& spec, const ExportType& type, uint64_t seed, int threads = 0,
+    const std::function<void(size_t done, size_t total)>& progress = {});
+// The same with every matrix in `dtype` (rows its block does not divide in f16).
 absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec, DType dtype,
                                                           uint64_t seed, int threads = 0);
 
-// Bytes SynthWeights(spec, dtype, ...) would allocate for the tensors themselves.
+// Bytes SynthWeights(spec, type or dtype, ...) would allocate for the tensors themselves.
+absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, const ExportType& type);
 absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype);
+
+// The plain ExportType of `dtype` (every matrix in it), as SynthWeights(spec, dtype) uses.
+ExportType PureExportType(DType dtype);
 
 // The random value of element `index` of tensor number `tensor` (ExpectedTensors order), uniform in
 // [-1, 1): exposed for tests of determinism.

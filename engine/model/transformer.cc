@@ -86,20 +86,28 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   return t;
 }
 
-absl::Status Transformer::UploadExperts(int64_t l) {
+absl::Status Transformer::UploadTensor(const WeightKey& key, std::unique_ptr<Weight>* dst) {
   const WeightSet& ws = model_->weights;
+  ASSIGN_OR_RETURN(TensorView view, ws.Get(key));
+  std::string name = std::string(ws.SourceName(key));
+  if (name.empty()) name = KeyString(key);
+  ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
+  const DType resident = backend_->ResidentDType(view.dtype);
+  absl::StatusOr<size_t> bytes = TensorBytes(resident, view.cols(), view.rows());
+  resident_bytes_[resident] += bytes.ok() ? *bytes : view.bytes;
+  upload_done_ += view.bytes;
+  if (upload_progress_) upload_progress_(std::min(upload_done_, upload_total_), upload_total_);
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::UploadExperts(int64_t l) {
   LayerWeights& lw = layers_[l];
   lw.experts.resize(model_->spec.n_experts);
   for (int e = 0; e < model_->spec.n_experts; ++e) {
-    for (auto [role, dst] : {std::pair{Role::kExpertGate, &lw.experts[e].gate},
-                             std::pair{Role::kExpertUp, &lw.experts[e].up},
-                             std::pair{Role::kExpertDown, &lw.experts[e].down}}) {
-      const WeightKey key{role, static_cast<int>(l), e};
-      ASSIGN_OR_RETURN(TensorView view, ws.Get(key));
-      std::string name = std::string(ws.SourceName(key));
-      if (name.empty()) name = KeyString(key);
-      ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
-    }
+    const int layer = static_cast<int>(l);
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertGate, layer, e}, &lw.experts[e].gate));
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertUp, layer, e}, &lw.experts[e].up));
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertDown, layer, e}, &lw.experts[e].down));
     lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
     lw.expert_refs.up.push_back(lw.experts[e].up.get());
     lw.expert_refs.down.push_back(lw.experts[e].down.get());
@@ -112,14 +120,14 @@ absl::Status Transformer::UploadExperts(int64_t l) {
 absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   const ModelSpec& spec = model_->spec;
   const WeightSet& ws = model_->weights;
-  auto up = [&](Role role, int layer, int expert,
-                std::unique_ptr<Weight>* dst) -> absl::Status {
-    const WeightKey key{role, layer, expert};
-    ASSIGN_OR_RETURN(TensorView view, ws.Get(key));
-    std::string name = std::string(ws.SourceName(key));
-    if (name.empty()) name = KeyString(key);
-    ASSIGN_OR_RETURN(*dst, backend_->Upload(view, Cat(model_->source, ": ", name)));
-    return absl::OkStatus();
+  upload_progress_ = options.upload_progress;
+  upload_done_ = upload_total_ = 0;
+  const bool experts_stream = options.expert_cache_slots >= 0;  // copied by the backend, not uploaded
+  for (const auto& [key, view] : ws.tensors()) {
+    if (!(experts_stream && key.expert >= 0)) upload_total_ += view.bytes;
+  }
+  auto up = [&](Role role, int layer, int expert, std::unique_ptr<Weight>* dst) {
+    return UploadTensor({role, layer, expert}, dst);
   };
   RETURN_IF_ERROR(up(Role::kTokenEmbd, -1, -1, &token_embd_));
   RETURN_IF_ERROR(up(Role::kOutputNorm, -1, -1, &output_norm_));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -30,6 +31,8 @@ struct TransformerOptions {
   int64_t expert_cache_slots = -1;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> expert_copy_progress;
+  // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
+  std::function<void(size_t done, size_t total)> upload_progress;
 };
 
 class Transformer : public CausalLm {
@@ -97,6 +100,9 @@ class Transformer : public CausalLm {
   const Weight& output_norm() const { return *output_norm_; }
   const Weight& output_head() const { return output_ ? *output_ : *token_embd_; }
   KvCache& kv_cache() { return cache_; }
+  const KvCache& kv_cache() const { return cache_; }
+  // Bytes of the uploaded weights by the dtype the backend keeps them in (Backend::ResidentDType).
+  const std::map<DType, size_t>& resident_bytes() const { return resident_bytes_; }
 
  private:
   struct LayerWeights;
@@ -104,6 +110,8 @@ class Transformer : public CausalLm {
 
   Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache);
   absl::Status UploadWeights(const TransformerOptions& options);
+  // Uploads one tensor, counting its resident bytes and the upload's progress.
+  absl::Status UploadTensor(const WeightKey& key, std::unique_ptr<Weight>* dst);
   absl::Status UploadExperts(int64_t layer);
   absl::Status EnsureScratch(int64_t n);
   // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
@@ -124,6 +132,9 @@ class Transformer : public CausalLm {
   std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
+  std::map<DType, size_t> resident_bytes_;
+  std::function<void(size_t, size_t)> upload_progress_;  // TransformerOptions::upload_progress
+  size_t upload_done_ = 0, upload_total_ = 0;
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
 };

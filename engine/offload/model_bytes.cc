@@ -112,7 +112,7 @@ absl::StatusOr<ModelBytes> ReadModelBytes(const std::string& path) {
     ASSIGN_OR_RETURN(const SynthPath sp, ParseSynthPath(path));
     ASSIGN_OR_RETURN(spec, SynthSpec(sp.preset));
     for (const ExpectedTensor& e : ExpectedTensors(spec)) {
-      entries.push_back({e.key, StorageDType(e.key.role, e.shape.back(), sp.dtype), e.shape});
+      entries.push_back({e.key, ChooseTensorType(sp.type, spec, e.key, e.shape.back()).dtype, e.shape});
     }
     return SumModelBytes(spec, entries, path);
   }

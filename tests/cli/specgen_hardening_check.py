@@ -263,9 +263,9 @@ def messages(specgen, target, draft, tmp):
                  ["generate", "-m", "synth:qwen3-235b-a22b", "--prompt-ids", "1"],
                  ["synth:qwen3-235b-a22b:q4_0"], forbidden=["--type"])
     expect_error(specgen, "convert --type q3_k", ["convert", target, os.path.join(tmp, "x.gguf"), "--type", "q3_k"],
-                 ["q3_k", "f32, f16, bf16, q8_0, q4_0 or q4_k"], forbidden=["q5_k", "q6_k"])
-    expect_error(specgen, "convert --type q6_k (read, not written)",
-                 ["convert", target, os.path.join(tmp, "x.gguf"), "--type", "q6_k"], ["q6_k", "q4_k"])
+                 ["q3_k", "f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q4_k or q4_0"], forbidden=["q3_k,"])
+    expect_error(specgen, "convert --type q5_1 (read, written only as a fallback)",
+                 ["convert", target, os.path.join(tmp, "x.gguf"), "--type", "q5_1"], ["q5_1", "q4_k_m"])
 
 
 def main():

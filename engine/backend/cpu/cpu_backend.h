@@ -26,6 +26,7 @@ class CpuBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
+  DType ResidentDType(DType) const override { return DType::kF32; }  // f32 in place, others dequantized
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;
 

@@ -62,6 +62,10 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
+  // f32 and f16 go up as stored; every other type as bf16 (Upload).
+  DType ResidentDType(DType stored) const override {
+    return stored == DType::kF32 || stored == DType::kF16 ? stored : DType::kBF16;
+  }
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;
 

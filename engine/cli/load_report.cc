@@ -1,0 +1,84 @@
+#include "engine/cli/load_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "engine/core/byte_size.h"
+#include "engine/core/progress.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/model_loader.h"
+
+namespace specgen::cli {
+
+std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name) {
+  std::vector<std::pair<size_t, DType>> by_size;
+  for (const auto& [dtype, bytes] : lm.resident_bytes()) by_size.push_back({bytes, dtype});
+  std::sort(by_size.rbegin(), by_size.rend());
+  std::string weights;
+  for (const auto& [bytes, dtype] : by_size) {
+    weights += Cat(weights.empty() ? "" : " + ", FormatBytes(static_cast<double>(bytes)), " ", Name(dtype));
+  }
+  // The cache's buffers hold floats (Backend::NewBuffer).
+  size_t kv = 0;
+  const KvCache& cache = lm.kv_cache();
+  for (int64_t l = 0; l < cache.n_layers(); ++l) {
+    kv += static_cast<size_t>(cache.k(l).capacity_rows() * cache.k(l).cols() +
+                              cache.v(l).capacity_rows() * cache.v(l).cols()) *
+          sizeof(float);
+  }
+  const ModelSpec& spec = lm.spec();
+  std::string streamed;
+  if (lm.streams_experts()) {
+    absl::StatusOr<ExpertStreamStats> s = lm.expert_stream_stats();
+    if (s.ok()) {
+      streamed = Cat(", experts streamed from ", FormatBytes(static_cast<double>(s->host_bytes)),
+                     " of pinned host RAM through ", s->slots, " VRAM slots (",
+                     FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)), ")");
+    }
+  }
+  return Cat(role, " ", spec.name.empty() ? std::string("model") : spec.name, ": ", backend_name, ", ",
+             spec.n_layers, " layers, ", weights.empty() ? std::string("no weights") : weights, streamed,
+             ", KV cache ", FormatBytes(static_cast<double>(kv)), " (", cache.max_positions(), " positions)");
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
+                                                             Backend* backend, int64_t context,
+                                                             int64_t expert_cache_slots) {
+  std::unique_ptr<LoadedModel> loaded;
+  {
+    ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
+    ASSIGN_OR_RETURN(loaded, LoadModel(path, bar.Callback()));
+  }
+  std::shared_ptr<const LoadedModel> model = std::move(loaded);
+  TransformerOptions options;
+  options.max_context = context;
+  options.expert_cache_slots = expert_cache_slots;
+  std::unique_ptr<Transformer> lm;
+  {
+    const std::string name = model->spec.name.empty() ? path : model->spec.name;
+    ProgressBar bar(backend->name() == "cpu" ? Cat("loading ", role, " ", name, " (to f32)")
+                                             : Cat("uploading ", role, " ", name, " to ", backend->name()),
+                    0);
+    // One bar over both parts: the uploads, then (when experts stream) their copy into pinned host RAM.
+    size_t upload_done = 0, upload_total = 0, copy_done = 0, copy_total = 0;
+    auto show = [&bar, &upload_done, &upload_total, &copy_done, &copy_total] {
+      bar.SetTotal(upload_total + copy_total);
+      bar.Update(upload_done + copy_done);
+    };
+    options.upload_progress = [&](size_t done, size_t total) {
+      upload_done = done, upload_total = total;
+      show();
+    };
+    options.expert_copy_progress = [&](size_t done, size_t total) {
+      copy_done = done, copy_total = total;
+      show();
+    };
+    ASSIGN_OR_RETURN(lm, Transformer::Create(model, backend, options));
+  }
+  std::fprintf(stderr, "%s\n", LoadSummary(role, *lm, backend->name()).c_str());
+  return lm;
+}
+
+}  // namespace specgen::cli

@@ -1,0 +1,29 @@
+// What loading a model reports on stderr: a progress line while the weights are generated and
+// uploaded (engine/core/progress.h: only for loads over a second), then one line saying what went
+// where, e.g.
+//   target qwen3-1.7b: cuda, 28 layers, 3.20 GiB bf16 + 112 KiB f32, KV cache 112 MiB
+// Shared by generate and chat (through LoadPair); stdout carries only the generated text.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/model/transformer.h"
+
+namespace specgen::cli {
+
+// The line for a loaded model: `role` (target, draft), name, backend, layers, resident bytes by
+// dtype (largest first), KV cache bytes.
+std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
+
+// LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
+// `expert_cache_slots`: TransformerOptions::expert_cache_slots (-1: every expert resident).
+absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
+                                                             Backend* backend, int64_t context,
+                                                             int64_t expert_cache_slots = -1);
+
+}  // namespace specgen::cli
