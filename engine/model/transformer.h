@@ -29,7 +29,7 @@ struct TransformerOptions {
   // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
-  std::function<void(size_t done, size_t total)> expert_copy_progress;
+  std::function<void(size_t done, size_t total)> expert_copy_progress = {};
 };
 
 class Transformer : public CausalLm {
