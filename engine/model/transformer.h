@@ -30,9 +30,9 @@ struct TransformerOptions {
   // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
-  std::function<void(size_t done, size_t total)> expert_copy_progress;
+  std::function<void(size_t done, size_t total)> expert_copy_progress = {};
   // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
-  std::function<void(size_t done, size_t total)> upload_progress;
+  std::function<void(size_t done, size_t total)> upload_progress = {};
 };
 
 class Transformer : public CausalLm {
