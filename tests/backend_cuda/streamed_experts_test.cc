@@ -329,10 +329,38 @@ TEST(StreamedExperts, EqualResidentOnSynthTinyMoe) {
   auto w = SynthWeights(*spec, DType::kBF16, 3);
   ASSERT_TRUE(w.ok()) << w.status();
   CheckStreamedEqualsResident("synth tiny-moe bf16", std::shared_ptr<const LoadedModel>(std::move(w).value()));
-  // Quantized files are streamed in the backend's form (bf16 today): the same bits as their upload.
+  // Quantized files are streamed in the backend's device form (Q8_0 packed): the same bits as their upload.
   auto q = SynthWeights(*spec, DType::kQ8_0, 4);
   ASSERT_TRUE(q.ok()) << q.status();
   CheckStreamedEqualsResident("synth tiny-moe q8_0", std::shared_ptr<const LoadedModel>(std::move(q).value()));
+}
+
+// llama.cpp's q4_k_m keeps some layers' ffn_down_exps in Q6_K beside Q4_K gate/up: a layer whose
+// roles have different packed types streams too, with the resident bits. Rows of 256 (the K-quants'
+// block) on tiny-moe's shape otherwise.
+TEST(StreamedExperts, EqualResidentWithMixedPackedTypes) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto spec = SynthSpec("tiny-moe");
+  ASSERT_TRUE(spec.ok());
+  spec->hidden = 256;
+  spec->expert_ffn_dim = 256;
+  spec->ffn_dim = 256;
+  spec->n_heads = 4;
+  spec->n_kv_heads = 2;
+  spec->head_dim = 64;
+  auto mix = ParseExportType("q4_k_m");
+  ASSERT_TRUE(mix.ok()) << mix.status();
+  auto m = SynthWeights(*spec, *mix, 5);
+  ASSERT_TRUE(m.ok()) << m.status();
+  bool mixed = false;
+  for (int l = 0; l < spec->n_layers; ++l) {
+    auto g = (*m)->weights.Get({Role::kExpertGate, l, 0});
+    auto d = (*m)->weights.Get({Role::kExpertDown, l, 0});
+    ASSERT_TRUE(g.ok() && d.ok());
+    mixed |= g->dtype != d->dtype;
+  }
+  ASSERT_TRUE(mixed) << "q4_k_m gave every layer one expert type: the case is not exercised";
+  CheckStreamedEqualsResident("synth tiny-moe (D=F=256) q4_k_m", std::shared_ptr<const LoadedModel>(std::move(m).value()));
 }
 
 TEST(StreamedExperts, EqualResidentOnTheBundledTarget) {

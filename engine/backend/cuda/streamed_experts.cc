@@ -14,11 +14,12 @@ namespace {
 
 size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
 
-// The device form every expert of a layer shares (one type; gate/up [ffn, hidden], down [hidden, ffn]:
-// what the routed experts' kernels assume), or an error naming the first that differs.
+// The device forms every expert of a layer shares (gate/up [ffn, hidden] of one type, down [hidden,
+// ffn] of its own, as llama.cpp's _M mixes store them: what the routed experts' kernels take), or an
+// error naming the first that differs.
 struct LayerForm {
   DeviceForm gate, up, down;
-  DType source;
+  DType source, down_source;
 };
 absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
   const size_t e = v.gate.size();
@@ -31,12 +32,16 @@ absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
   }
   LayerForm f;
   f.source = v.gate[0].dtype;
+  f.down_source = v.down[0].dtype;
   ASSIGN_OR_RETURN(f.gate, DeviceFormOf(v.gate[0], Cat(v.name, " expert 0 gate")));
   ASSIGN_OR_RETURN(f.up, DeviceFormOf(v.up[0], Cat(v.name, " expert 0 up")));
   ASSIGN_OR_RETURN(f.down, DeviceFormOf(v.down[0], Cat(v.name, " expert 0 down")));
-  if (f.up.type != f.gate.type || f.down.type != f.gate.type || f.up.rows != f.gate.rows ||
-      f.up.cols != f.gate.cols || f.down.rows != f.gate.cols || f.down.cols != f.gate.rows) {
-    return absl::UnimplementedError(Cat(v.name, ": expert matrices of different types or shapes cannot be streamed"));
+  if (f.up.type != f.gate.type || !kernels::RoutedExpertTypesSupported(f.gate.type, f.down.type) ||
+      f.up.rows != f.gate.rows || f.up.cols != f.gate.cols || f.down.rows != f.gate.cols ||
+      f.down.cols != f.gate.rows) {
+    return absl::UnimplementedError(Cat(v.name, ": expert matrices of these types or shapes cannot be streamed (",
+                                        kernels::ElemTypeName(f.gate.type), " gate, ", kernels::ElemTypeName(f.up.type),
+                                        " up, ", kernels::ElemTypeName(f.down.type), " down)"));
   }
   for (size_t i = 0; i < e; ++i) {
     for (const auto& [list, want, what] :
@@ -150,6 +155,7 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     tab.hidden = static_cast<int>(f.gate.cols);
     tab.ffn = static_cast<int>(f.gate.rows);
     tab.type = f.gate.type;
+    tab.down_type = f.down.type;
     kernels::ExpertCacheLayer cl;
     cl.layer = static_cast<int>(l);
     cl.experts = e;
@@ -163,7 +169,9 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     cl.down_table = table + 2 * e;
     Layer& out = s->layers_[l];
     out.type = f.gate.type;
+    out.down_type = f.down.type;
     out.source = f.source;
+    out.down_source = f.down_source;
     out.hidden = f.gate.cols;
     out.ffn = f.gate.rows;
     out.fetch = std::make_unique<LayerFetch>(s.get(), cl);
@@ -195,7 +203,7 @@ absl::StatusOr<ExpertRefs> CudaStreamedExperts::Stage(size_t i, int expert) {
     const char* base = static_cast<const char*>(staging_);
     l.staged_gate = CudaBackend::WeightView(l.ffn, l.hidden, l.source, l.type, base + ll.gate);
     l.staged_up = CudaBackend::WeightView(l.ffn, l.hidden, l.source, l.type, base + ll.up);
-    l.staged_down = CudaBackend::WeightView(l.hidden, l.ffn, l.source, l.type, base + ll.down);
+    l.staged_down = CudaBackend::WeightView(l.hidden, l.ffn, l.down_source, l.down_type, base + ll.down);
   }
   // Stream-ordered after the ops that read the previous expert; from pinned memory, so no host wait.
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_, host_->host() + layout_.ExpertOffset(i, expert), ll.stride,

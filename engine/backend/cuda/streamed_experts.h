@@ -58,8 +58,9 @@ class CudaStreamedExperts : public StreamedExperts {
     kernels::ExpertCacheLayer layer_;
   };
   struct Layer {
-    kernels::ElemType type = kernels::ElemType::kBF16;
-    DType source = DType::kBF16;
+    kernels::ElemType type = kernels::ElemType::kBF16;       // gate and up
+    kernels::ElemType down_type = kernels::ElemType::kBF16;  // down (its own under llama.cpp's _M mixes)
+    DType source = DType::kBF16, down_source = DType::kBF16;
     int64_t hidden = 0, ffn = 0;
     std::unique_ptr<LayerFetch> fetch;
     std::unique_ptr<CudaExpertSet> set;
