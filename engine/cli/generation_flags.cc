@@ -7,11 +7,11 @@
 #include "absl/strings/numbers.h"
 #include "engine/backend/make_backend.h"
 #include "engine/cli/load_report.h"
-#include "engine/cli/offload_setup.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/offload/run_plan.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 #include "engine/speculative/make_loop.h"
@@ -214,13 +214,13 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   // everything else or stream from host RAM into a cache of slots (docs/design.md §12).
   int64_t expert_cache_slots = -1;
   if (pair->cuda != nullptr) {
-    OffloadRequest request;
+    offload::OffloadRequest request;
     request.target = flags.model;
     if (with_draft) request.draft = flags.draft;
     request.draft_max = flags.draft_max;
     request.context = context;
     request.vram_budget = vram_budget;
-    ASSIGN_OR_RETURN(expert_cache_slots, PlanExpertCacheSlots(request));
+    ASSIGN_OR_RETURN(expert_cache_slots, offload::PlanExpertCacheSlots(request));
   }
   ASSIGN_OR_RETURN(pair->target,
                    LoadWithReport("target", flags.model, pair->backend.get(), context, expert_cache_slots));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/core/byte_size.h"
+#include "engine/core/host_memory.h"
 #include "engine/core/status_macros.h"
 #if defined(SPECGEN_WITH_CUDA)
 #include "engine/backend/cuda/cuda_backend.h"
@@ -20,23 +21,6 @@ namespace {
 
 // The default context when -c is 0, as Transformer::Create picks it.
 int64_t DefaultContext(const ModelSpec& spec) { return std::min<int64_t>(spec.context_length, 4096); }
-
-// A number from a /proc or /sys file that holds "KEY value kB" lines (key given) or one number.
-double ReadNumber(const char* path, std::string_view key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ss(line);
-    if (key.empty()) {
-      double v = 0;
-      return (ss >> v) ? v : 0.0;  // "max" (no limit) reads as 0
-    }
-    std::string k;
-    double v = 0;
-    if (ss >> k >> v && k == key) return v * 1024.0;  // meminfo is in kB
-  }
-  return 0.0;
-}
 
 }  // namespace
 
@@ -60,20 +44,6 @@ double KvCacheBytes(const ModelSpec& spec, int64_t context) {
          static_cast<double>(spec.kv_dim()) * sizeof(float);
 }
 
-double HostMemoryAvailable() {
-  double avail = ReadNumber("/proc/meminfo", "MemAvailable:");
-  if (avail <= 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0) avail = static_cast<double>(pages) * static_cast<double>(page);
-  }
-  const double cgroup = ReadNumber("/sys/fs/cgroup/memory.max", "");
-  if (cgroup > 0) {
-    const double used = ReadNumber("/sys/fs/cgroup/memory.current", "");
-    const double room = std::max(0.0, cgroup - used);
-    avail = avail > 0 ? std::min(avail, room) : room;
-  }
-  return avail;
-}
 
 absl::StatusOr<int64_t> CheckContext(int64_t requested, const ModelSpec& target, const ModelSpec* draft,
                                      Backend& backend) {

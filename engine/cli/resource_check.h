@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "engine/core/host_memory.h"  // HostMemoryAvailable, for the checks here and their callers
 #include "engine/backend/backend.h"
 #include "engine/model/model_spec.h"
 
@@ -29,8 +30,5 @@ absl::StatusOr<int64_t> CheckContext(int64_t requested, const ModelSpec& target,
 // Bytes of the fp32 K and V caches of `spec` at `context` positions (a double: no overflow).
 double KvCacheBytes(const ModelSpec& spec, int64_t context);
 
-// Memory this process may still allocate on the host: MemAvailable, lowered to the cgroup's limit
-// when one is set; 0 when unknown.
-double HostMemoryAvailable();
 
 }  // namespace specgen::cli

@@ -1,5 +1,5 @@
-// The CLI's side of offload: how many expert-cache slots a target gets on the GPU under the run's
-// budget (the planner, engine/offload/planner.h).
+// How many expert-cache slots a run's target gets on the GPU under its budget: the planner
+// (planner.h) asked with the model paths, for the CLI and the benchmark runner alike.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace specgen::cli {
+namespace specgen::offload {
 
 struct OffloadRequest {
   std::string target, draft;  // model paths; draft empty: plain decoding
@@ -22,4 +22,4 @@ struct OffloadRequest {
 // little host RAM for the streamed part) state the sizes, before any weight is read.
 absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request);
 
-}  // namespace specgen::cli
+}  // namespace specgen::offload

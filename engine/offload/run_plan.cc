@@ -1,0 +1,33 @@
+#include "engine/offload/run_plan.h"
+
+#include <memory>
+
+#include "engine/core/host_memory.h"
+#include "engine/core/status_macros.h"
+#include "engine/offload/planner.h"
+
+namespace specgen::offload {
+
+absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
+  ASSIGN_OR_RETURN(const ModelBytes target, ReadModelBytes(request.target));
+  if (target.n_moe_layers() == 0) return int64_t{-1};
+  std::unique_ptr<ModelBytes> draft;
+  if (!request.draft.empty()) {
+    ASSIGN_OR_RETURN(ModelBytes d, ReadModelBytes(request.draft));
+    draft = std::make_unique<ModelBytes>(std::move(d));
+  }
+  PlanOptions options;
+  options.context = request.context;
+  options.draft_max = request.draft.empty() ? 0 : request.draft_max;
+  options.kv_element_bytes = request.kv_element_bytes;
+  options.vram_budget = request.vram_budget;
+  options.host_available = HostMemoryAvailable();
+  absl::StatusOr<Plan> plan = MakePlan(target, draft.get(), options);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        Cat("VRAM budget: ", plan.status().message(), " (`specgen plan` shows the placement)"));
+  }
+  return plan->expert_cache_slots;
+}
+
+}  // namespace specgen::offload
