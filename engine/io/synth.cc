@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <cstring>
 #include <thread>
 #include <tuple>
 
@@ -158,6 +159,47 @@ void ScaleFor(Role role, int64_t fan_in, float* scale, float* offset) {
   }
 }
 
+// Random K-quant blocks, written directly: llama.cpp's K-quant search (make_qkx2_quants) costs about
+// a microsecond an element, minutes for a 30B preset, where random weights need no search. Every
+// sub-block gets the same scale (and min) and uniform random quants, the block scale chosen so that the
+// values are centred and span [-scale, scale] as the f32 generator's do. Deterministic per (key, row).
+bool IsRandomBlockType(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+
+void RandomKQuantRow(DType t, uint64_t key, uint64_t row, int64_t cols, float scale, uint8_t* dst) {
+  const int64_t blocks = cols / 256;
+  const size_t block_bytes = static_cast<size_t>(Info(t).block_bytes);
+  uint64_t state = Mix64(key ^ Mix64(row + 1));
+  auto fill_random = [&state](uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; i += 8) {
+      state += kGolden;
+      const uint64_t r = Mix64(state);
+      std::memcpy(p + i, &r, std::min<size_t>(8, n - i));
+    }
+  };
+  auto store_half = [](uint8_t* p, float v) {
+    const uint16_t h = F32ToF16(v);
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* blk = dst + static_cast<size_t>(b) * block_bytes;
+    if (t == DType::kQ6_K) {  // ql[128] qh[64] scales[16] (int8) d: y = d·sc·(q − 32), q in 0..63
+      fill_random(blk, 192);
+      std::memset(blk + 192, 32, 16);
+      store_half(blk + 208, scale / (32.0f * 32.0f));
+      continue;
+    }
+    // Q4_K / Q5_K: d dmin scales[12] [qh[32]] qs[128]: y = d·sc·q − dmin·m; sc = m = 15 in every
+    // sub-block (6-bit fields; below 16, so their high bits are 0), dmin·15 = d·15·qmax/2 centres them.
+    const float qmax = t == DType::kQ4_K ? 15.0f : 31.0f;
+    const float d = scale / (15.0f * qmax / 2.0f);
+    store_half(blk, d);
+    store_half(blk + 2, d * qmax / 2.0f);
+    std::memset(blk + 4, 15, 8);          // sc of sub-blocks 0..3, then m of 0..3
+    std::memset(blk + 12, 15 | (15 << 4), 4);  // sc and m of sub-blocks 4..7
+    fill_random(blk + 16, block_bytes - 16);
+  }
+}
+
 struct Planned {
   size_t index;        // in ExpectedTensors order: the generator's tensor number
   DType dtype;
@@ -294,6 +336,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(
       const size_t row_bytes = p.bytes / static_cast<size_t>(e.shape.size() == 2 ? e.shape[0] : 1);
       row.resize(cols);
       for (int64_t r = ch.row_begin; r < ch.row_end; ++r) {
+        if (IsRandomBlockType(p.dtype) && cols % 256 == 0) {
+          RandomKQuantRow(p.dtype, key, static_cast<uint64_t>(r), cols, scale, base + p.offset + r * row_bytes);
+          continue;
+        }
         FillUniform(key, static_cast<uint64_t>(r) * cols, cols, scale, offset, row.data());
         absl::Status s = RowFromF32(p.dtype, row.data(), cols, base + p.offset + r * row_bytes);
         if (!s.ok()) {
