@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv_rows.cuh"
 
@@ -271,8 +272,9 @@ __global__ void DecodeInputKernel(DecodeInput in) {
 __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float* __restrict__ k,
                                        const float* __restrict__ v, float* q_out,
                                        const void* __restrict__ q_norm, const void* __restrict__ k_norm,
-                                       ElemType norm_type, float eps, float* __restrict__ k_cache,
-                                       float* __restrict__ v_cache, const DecodeState* state, int heads,
+                                       ElemType norm_type, float eps, void* __restrict__ k_cache,
+                                       void* __restrict__ v_cache, ElemType kv_type, const DecodeState* state,
+                                       int heads,
                                        int kv_heads, int d, double theta,
                                        const float2* __restrict__ rope_table, RopeStyle style) {
   __shared__ float scratch[32];
@@ -282,17 +284,20 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
   const int b = blockIdx.x;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
   const int pos = state->pos;
-  if (b >= heads + kv_heads) {  // V: stored as computed
+  if (b >= heads + kv_heads) {  // V: stored as computed (rounded to the cache's type)
     const int h = b - heads - kv_heads;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
-      v_cache[pos * kv_dim + static_cast<int64_t>(h) * d + i] = v[static_cast<int64_t>(h) * d + i];
+      detail::CacheStoreAs(v_cache, kv_type, pos * kv_dim + static_cast<int64_t>(h) * d + i,
+                           v[static_cast<int64_t>(h) * d + i]);
     }
     return;
   }
   const bool is_q = b < heads;
   const int h = is_q ? b : b - heads;
   const float* src = (is_q ? q : k) + static_cast<int64_t>(h) * d;
-  float* dst = is_q ? q_out + static_cast<int64_t>(h) * d : k_cache + pos * kv_dim + static_cast<int64_t>(h) * d;
+  // q goes to q_out in fp32; k to its cache row, rounded to the cache's type.
+  float* q_dst = q_out + static_cast<int64_t>(h) * d;
+  const int64_t k_row = pos * kv_dim + static_cast<int64_t>(h) * d;
   const void* w = is_q ? q_norm : k_norm;
   if (w != nullptr) {
     float ss = 0.f;
@@ -319,8 +324,14 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
     const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
     const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
     const float x0 = y[i0], x1 = y[i1];
-    dst[i0] = x0 * cf - x1 * sf;
-    dst[i1] = x0 * sf + x1 * cf;
+    const float a = x0 * cf - x1 * sf, c = x0 * sf + x1 * cf;
+    if (is_q) {
+      q_dst[i0] = a;
+      q_dst[i1] = c;
+    } else {
+      detail::CacheStoreAs(k_cache, kv_type, k_row + i0, a);
+      detail::CacheStoreAs(k_cache, kv_type, k_row + i1, c);
+    }
   }
 }
 
@@ -395,11 +406,12 @@ namespace {
 
 cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                              const void* q_norm, const void* k_norm, ElemType norm_type, float eps,
-                             float* k_cache, float* v_cache, const DecodeState* state, int heads,
+                             void* k_cache, void* v_cache, ElemType kv_type, const DecodeState* state, int heads,
                              int kv_heads, int head_dim, double theta, const float2* rope_table,
                              RopeStyle style, cudaStream_t stream, bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(q && k && v && q_out && k_cache && v_cache && state);
   SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
                          head_dim <= 256 && (theta > 0 || rope_table != nullptr));
   static const bool configured = [] {
@@ -411,12 +423,12 @@ cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, flo
   const unsigned blocks = static_cast<unsigned>(heads + 2 * kv_heads);
   if (!programmatic) {
     QkNormRopeAppendKernel<<<blocks, threads, 0, stream>>>(q, k, v, q_out, q_norm, k_norm, norm_type, eps,
-                                                           k_cache, v_cache, state, heads, kv_heads,
+                                                           k_cache, v_cache, kv_type, state, heads, kv_heads,
                                                            head_dim, theta, rope_table, style);
     return cudaGetLastError();
   }
   return LaunchDecodeKernel(QkNormRopeAppendKernel, dim3(blocks), dim3(threads), 0, stream, true, q, k, v,
-                            q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                            q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                             kv_heads, head_dim, theta, rope_table, style);
 }
 
@@ -424,20 +436,21 @@ cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, flo
 
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
-                                   cudaStream_t stream) {
-  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim, double theta,
+                                   RopeStyle style, cudaStream_t stream) {
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                           kv_heads, head_dim, theta, nullptr, style, stream, false);
 }
 
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
-                                   RopeStyle style, cudaStream_t stream, bool programmatic) {
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim,
+                                   const float2* rope_table, RopeStyle style, cudaStream_t stream,
+                                   bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(rope_table != nullptr);
-  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                           kv_heads, head_dim, 0.0, rope_table, style, stream, programmatic);
 }
 

@@ -75,16 +75,18 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =
-// head_dim), then q → q_out, k → k_cache row state->pos, v → v_cache row state->pos.
-//   q [heads*d], k, v [kv_heads*d] fp32, device;  q_out [heads*d] (may be q)
+// head_dim), then q → q_out, k → k_cache row state->pos, v → v_cache row state->pos (rounded to
+// kv_type to nearest even, as Backend::NormRopeStore stores them).
+//   q [heads*d], k, v [kv_heads*d] fp32, device;  q_out [heads*d] fp32 (may be q)
 //   q_norm, k_norm [d] of norm_type or both nullptr (no q/k norm)
-//   k_cache, v_cache [capacity, kv_heads*d] fp32, device; state->pos < capacity is the caller's duty
+//   k_cache, v_cache [capacity, kv_heads*d] of kv_type (kF32, kF16 or kBF16), device; state->pos <
+//   capacity is the caller's duty
 //   head_dim  even, at most 256
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
-                                   cudaStream_t stream);
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim, double theta,
+                                   RopeStyle style, cudaStream_t stream);
 
 // RoPE's cos/sin for positions 0..positions-1 (rot_dim = head_dim): table[pos * head_dim/2 + i] =
 // {cos, sin} of pos * theta^(-2i/head_dim), computed in double and rounded to float exactly as
@@ -98,8 +100,9 @@ cudaError_t LaunchRopeTable(float2* table, int positions, int head_dim, double t
 // thread, the kernel's largest cost); same results bit for bit. `programmatic`: PDL launch (sm_90+).
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
-                                   RopeStyle style, cudaStream_t stream, bool programmatic);
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim,
+                                   const float2* rope_table, RopeStyle style, cudaStream_t stream,
+                                   bool programmatic);
 
 }  // namespace specgen::kernels

@@ -126,7 +126,7 @@ absl::Status GraphedDraft::Allocate() {
   for (int64_t l = 0; l < s.n_layers; ++l) {
     for (const Buffer* b : {&cache.k(l), &cache.v(l)}) {
       problem.caches_aligned = problem.caches_aligned &&
-                               reinterpret_cast<uintptr_t>(CudaBackend::Data(const_cast<Buffer&>(*b))) % 16 == 0;
+                               reinterpret_cast<uintptr_t>(CudaBackend::CacheData(*b)) % 16 == 0;
     }
   }
   const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
@@ -225,8 +225,9 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const Transformer::LayerRefs r = lm_->layer_refs(hooks_.share_layer_weights ? 0 : l);
     const ElemType wt = type(r.q);
-    float* kc = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
-    float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
+    void* kc = CudaBackend::CacheData(cache.k(l));
+    void* vc = CudaBackend::CacheData(cache.v(l));
+    const ElemType kv = CudaBackend::CacheType(cache.k(l));
     const kernels::GemvSegment qkv[3] = {{data(r.q), q_, H * d}, {data(r.k), k_, Hkv * d},
                                          {data(r.v), v_, Hkv * d}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.attn_norm), type(r.attn_norm), qkv, 3, wt, D,
@@ -243,19 +244,19 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
       rope.eps = eps;
       rope.rope_table = rope_table;
       rope.style = style;
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, attn_, max_past, H, Hkv, d,
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, kv, attn_, max_past, H, Hkv, d,
                                                                   scale, attn_ws_, attn_ws_bytes_,
                                                                   &state->pos, stream, pdl));
     } else {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
-          q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
+          q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, kv, state, H, Hkv, d,
           rope_table, style, stream, pdl));
       if (attn_ws_ != nullptr) {
-        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, kv, nullptr, attn_, 1,
                                                               max_past, H, Hkv, d, scale, attn_ws_,
                                                               attn_ws_bytes_, stream, &state->pos, pdl));
       } else {  // not a PDL kernel: launched plainly, it waits for the previous kernel's end
-        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, kv, nullptr, attn_, 1, max_past,
                                                                     H, Hkv, d, scale, stream, &state->pos));
       }
     }

@@ -22,6 +22,9 @@ namespace specgen {
 struct TransformerOptions {
   // Largest number of positions (prompt + generated); 0: min(spec.context_length, 4096).
   int64_t max_context = 0;
+  // The KV cache's element type (f32, f16 or bf16; rows rounded to it when stored). The library's
+  // default is the fp32 reference; the CLI's --cache-type defaults to f16 (docs/design.md §6.9).
+  DType kv_type = DType::kF32;
 };
 
 class Transformer : public CausalLm {

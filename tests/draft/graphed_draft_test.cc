@@ -5,8 +5,10 @@
 // Models: qwen3-0.6b's layer shape cut to 2 layers (head_dim 128: the single-query decode attention,
 // whose 250-270 slots are 4-5 chunks of 64, so its cross-chunk merge runs and the chunk count changes
 // at 256), the bundled tiny draft
-// (head_dim 32: the decode attention with 16-slot warp batches) and synth tiny-dense. Skips without a
-// device.
+// (head_dim 32: the decode attention with 16-slot warp batches) and synth tiny-dense, with an fp32 KV
+// cache and with 16-bit ones (--cache-type: the fused prologue rounds the new rows as NormRopeStore
+// does, from the same fp32 values, so the bound against the Transformer stays the fp32 one). Skips
+// without a device.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -95,11 +97,13 @@ Run Decode(CudaBackend* be, Transformer* lm, Path path, const std::vector<int32_
   return run;
 }
 
-void CheckModel(const char* label, std::shared_ptr<const LoadedModel> model, int prompt_len) {
+void CheckModel(const char* label, std::shared_ptr<const LoadedModel> model, int prompt_len,
+                DType kv_type = DType::kF32) {
   auto be = testing::TestCudaBackend(size_t{1} << 30);
   ASSERT_NE(be, nullptr);
   TransformerOptions options;
   options.max_context = 512;
+  options.kv_type = kv_type;
   auto lm = Transformer::Create(model, be.get(), options);
   ASSERT_TRUE(lm.ok()) << lm.status();
   ASSERT_EQ(GraphedDraft::Unsupported(**lm), "");
@@ -171,6 +175,20 @@ TEST(GraphedDraft, Qwen3ShapeAcrossGemvShapes) {
   CheckModel("qwen3-0.6b x2 layers, positions 376-394", model, 376);
 }
 
+TEST(GraphedDraft, Qwen3ShapeF16Cache) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096);
+  ASSERT_NE(model, nullptr);
+  CheckModel("qwen3-0.6b x2 layers, f16 cache", model, 250, DType::kF16);
+}
+
+TEST(GraphedDraft, TinyDenseBf16Cache) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("tiny-dense", 2, 0);
+  ASSERT_NE(model, nullptr);
+  CheckModel("synth tiny-dense, bf16 cache", model, 9, DType::kBF16);
+}
+
 TEST(GraphedDraft, TinyDenseSimpleAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   auto model = testing::SynthModel("tiny-dense", 2, 0);
@@ -184,7 +202,9 @@ TEST(GraphedDraft, BundledTinyDraft) {
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
   auto loaded = LoadModel(dir.string());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  CheckModel("models/tiny-draft", std::shared_ptr<const LoadedModel>(std::move(loaded).value()), 20);
+  std::shared_ptr<const LoadedModel> model(std::move(loaded).value());
+  CheckModel("models/tiny-draft", model, 20);
+  CheckModel("models/tiny-draft, f16 cache", model, 20, DType::kF16);
 }
 
 TEST(GraphedDraft, MoeModelIsRefused) {

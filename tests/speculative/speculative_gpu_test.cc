@@ -31,6 +31,8 @@ class GpuBundledPair : public ::testing::Test {
  protected:
   // The backend's small-batch reduction order (GpuBundledPairTensorCores: the other one).
   virtual kernels::GemvOrder Order() const { return kernels::GemvOrder::kFma; }
+  // Both models' KV cache type (GpuBundledPairF16Cache: f16, the CLI's default).
+  virtual DType KvType() const { return DType::kF32; }
 
   void SetUp() override {
     SPECGEN_SKIP_WITHOUT_CUDA();
@@ -60,6 +62,7 @@ class GpuBundledPair : public ::testing::Test {
     std::shared_ptr<const LoadedModel> model = std::move(loaded).value();
     TransformerOptions options;
     options.max_context = 256;
+    options.kv_type = KvType();
     auto lm = Transformer::Create(model, backend_.get(), options);
     EXPECT_TRUE(lm.ok()) << lm.status();
     return lm.ok() ? std::move(lm).value() : nullptr;
@@ -128,8 +131,22 @@ class GpuBundledPairTensorCores : public GpuBundledPair {
   kernels::GemvOrder Order() const override { return kernels::GemvOrder::kTensorCores; }
 };
 
+// Both caches in f16 (--cache-type's default): every pass stores its rows rounded, the draft's graph
+// and the target's passes alike, and the identities hold as with fp32 caches.
+class GpuBundledPairF16Cache : public GpuBundledPair {
+ protected:
+  kernels::GemvOrder Order() const override { return kernels::GemvOrder::kTensorCores; }
+  DType KvType() const override { return DType::kF16; }
+};
+
 TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
 TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
+TEST_F(GpuBundledPairF16Cache, GreedyEqualsTargetOnlyGreedy) {
+  ASSERT_EQ(target_->kv_cache().dtype(), DType::kF16);
+  ASSERT_EQ(draft_->kv_cache().dtype(), DType::kF16);
+  CheckGreedyEqualsTargetOnly();
+}
+TEST_F(GpuBundledPairF16Cache, CoupledEqualsPlainSamplingPerSeed) { CheckCoupledEqualsPlainPerSeed(); }
 
 // The dense draft decodes its single tokens through the captured CUDA graph (the default), the same
 // kernels launched eagerly, or the Transformer, and every path gives the same greedy output. For this

@@ -1,6 +1,6 @@
 // CudaBackend: the Backend of docs/design.md §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
-// stored (quantized types are dequantized to bf16 at upload), KV caches and everything else in one
-// budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
+// stored (quantized types are dequantized to bf16 at upload), KV caches in f32, f16 or bf16
+// (NewCacheBuffer), everything in one budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
 // verify path; in the backend's one GemvOrder), cuBLAS for bf16 prefill batches, a fixed-order row
 // kernel for f32 weights. All work is queued on one stream; the host waits only through
 // Synchronize(), which counts every wait by kind (docs/design.md §6.1: one result copy per speculative step,
@@ -59,6 +59,8 @@ class CudaBackend : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                         DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;
@@ -134,6 +136,9 @@ class CudaBackend : public Backend {
   static const float* Data(const Buffer& b);
   static const void* Data(const Weight& w);
   static kernels::ElemType Type(const Weight& w);
+  // A KV cache buffer's storage and element type (Data is for fp32 buffers only).
+  static void* CacheData(const Buffer& b);
+  static kernels::ElemType CacheType(const Buffer& b);
 
  private:
   CudaBackend() = default;
