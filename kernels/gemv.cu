@@ -2,6 +2,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/gemv_rows.cuh"
 #include "kernels/mma_tile.cuh"
+#include "kernels/packed.cuh"
 #include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
@@ -294,6 +295,7 @@ cudaError_t DispatchEpi(int n, const Segs& s, const float* x, int in, GemvEpilog
 
 cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
                                int n, int in, GemvEpilogue epilogue, cudaStream_t stream, GemvOrder order) {
+  if (IsPacked(w_type)) return LaunchPackedGemvSegments(segments, n_segments, w_type, x, n, in, epilogue, stream);
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kGemvMaxTokens && in > 0 && in % kChunk == 0);
   SPECGEN_KERNEL_REQUIRE(segments != nullptr && n_segments >= 1 && n_segments <= 3 && x != nullptr);
   SPECGEN_KERNEL_REQUIRE(epilogue != GemvEpilogue::kSwiGlu || (n_segments == 2 && segments[0].rows == segments[1].rows));

@@ -29,9 +29,12 @@ enum class GemvEpilogue : uint8_t {
 };
 
 // Whether LaunchGemv takes a product of w_type weights reduced over `in` values: bf16/f16 in 16-byte
-// loads of 8. The others go to the row kernel (LaunchMatMulRows), whose reduction order differs; every
-// path that must equal MatMul bit for bit (kernels/routed_experts.cu) chooses its order by this.
-constexpr bool GemvTakes(ElemType w_type, int in) { return w_type != ElemType::kF32 && in % 8 == 0; }
+// loads of 8, and the packed block types over whole blocks (kernels/packed.cuh, their own order). The
+// others go to the row kernel (LaunchMatMulRows), whose reduction order differs; every path that must
+// equal MatMul bit for bit (kernels/routed_experts.cu) chooses its order by this.
+constexpr bool GemvTakes(ElemType w_type, int in) {
+  return IsPacked(w_type) ? in > 0 && in % BlockElems(w_type) == 0 : w_type != ElemType::kF32 && in % 8 == 0;
+}
 
 // y[t, o] = sum_k x[t, k] * W[o, k]   for t < n, o < out.
 //   w       [out, in] of type w_type (kBF16 or kF16), row-major (HF layout), device, 16-byte aligned
@@ -47,6 +50,8 @@ constexpr bool GemvTakes(ElemType w_type, int in) { return w_type != ElemType::k
 //     block order, hi + lo, then the parts in order (kernels/mma_tile.cuh).
 // Nothing in either depends on n (each token is its own mma column), so results are batch invariant
 // bit for bit; the two orders differ from each other in the last bits.
+// Packed weights (IsPacked(w_type), in a whole number of blocks) take kernels/packed.cuh's product, in its
+// one order under either GemvOrder.
 // Returns cudaErrorInvalidValue for bad shapes or types.
 cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
                        int in, cudaStream_t stream, GemvOrder order = GemvOrder::kFma);

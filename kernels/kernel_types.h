@@ -10,9 +10,52 @@ enum class ElemType : uint8_t {
   kF32 = 0,
   kF16 = 1,   // IEEE binary16
   kBF16 = 2,  // bfloat16
+  // GGUF block types kept packed in their file layout (docs/formats.md §2): rows of whole blocks,
+  // read by the packed kernels (kernels/packed_blocks.cuh) only.
+  kQ8_0 = 3,
+  kQ4_0 = 4,
+  kQ4_K = 5,
+  kQ5_K = 6,
+  kQ6_K = 7,
 };
 
-inline constexpr int ElemBytes(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
+inline constexpr bool IsPacked(ElemType t) {
+  return t == ElemType::kQ8_0 || t == ElemType::kQ4_0 || t == ElemType::kQ4_K || t == ElemType::kQ5_K ||
+         t == ElemType::kQ6_K;
+}
+// Bytes of one element of a plain type (0 for the packed types: use PackedRowBytes).
+inline constexpr int ElemBytes(ElemType t) {
+  return t == ElemType::kF32 ? 4 : (t == ElemType::kF16 || t == ElemType::kBF16) ? 2 : 0;
+}
+// A packed type's block: elements and bytes (ggml-common.h); 1 and ElemBytes for the plain types.
+inline constexpr int BlockElems(ElemType t) {
+  return t == ElemType::kQ8_0 || t == ElemType::kQ4_0 ? 32 : IsPacked(t) ? 256 : 1;
+}
+inline constexpr int BlockBytes(ElemType t) {
+  switch (t) {
+    case ElemType::kQ8_0: return 34;
+    case ElemType::kQ4_0: return 18;
+    case ElemType::kQ4_K: return 144;
+    case ElemType::kQ5_K: return 176;
+    case ElemType::kQ6_K: return 210;
+    default: return ElemBytes(t);
+  }
+}
+// Bytes of a row of `in` elements (`in` a whole number of blocks), any type.
+inline constexpr int64_t PackedRowBytes(ElemType t, int64_t in) { return in / BlockElems(t) * BlockBytes(t); }
+inline constexpr const char* ElemTypeName(ElemType t) {
+  switch (t) {
+    case ElemType::kF32: return "f32";
+    case ElemType::kF16: return "f16";
+    case ElemType::kBF16: return "bf16";
+    case ElemType::kQ8_0: return "q8_0";
+    case ElemType::kQ4_0: return "q4_0";
+    case ElemType::kQ4_K: return "q4_k";
+    case ElemType::kQ5_K: return "q5_k";
+    case ElemType::kQ6_K: return "q6_k";
+  }
+  return "?";
+}
 
 // How the small-batch products (kernels/gemv.cuh, and the routed experts that must equal them) reduce a
 // row. A backend-wide choice (CudaBackendOptions::gemv_order): the bits of an output depend on it, so

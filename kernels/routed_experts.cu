@@ -4,6 +4,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/mma_tile.cuh"
+#include "kernels/packed_blocks.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
@@ -335,6 +336,82 @@ cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys
   });
 }
 
+// GateUpKernel and DownKernel on packed experts (gate/up of kT, down of kD): a warp is one row, every
+// token of the expert, in PackedRowDots' order, which is MatMul's (the packed GEMV's) on the gathered rows.
+template <ElemType kT>
+__global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
+                                                                  Plan plan) {
+  WaitForPrecedingGrid();  // the plan
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= tab.ffn) return;
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
+  const int64_t off = static_cast<int64_t>(row) * PackedRowBytes(kT, tab.hidden);
+  const uint8_t* const rows[2] = {static_cast<const uint8_t*>(tab.gate[e]) + off,
+                                  static_cast<const uint8_t*>(tab.up[e]) + off};
+  const int* slot_token = plan.slot_token + first;
+  const int hidden = tab.hidden;
+  float gu[2][kMaxT];
+  detail::PackedRowDots<kT, 2, kMaxT>(
+      rows, hidden, m,
+      [&](int t, int k) {
+        return __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(slot_token[t]) * hidden + k));
+      },
+      [] {}, gu);
+  LetDependentsLaunch();  // as in GateUpKernel
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    if (t >= m) break;
+    const float g = gu[0][t];
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
+  }
+}
+
+template <ElemType kD>
+__global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab, Plan plan) {
+  WaitForPrecedingGrid();  // the activations
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= tab.hidden) return;
+  const int m = plan.count[u], first = plan.first[u];
+  const uint8_t* const rows[1] = {static_cast<const uint8_t*>(tab.down[plan.expert[u]]) +
+                                  static_cast<int64_t>(row) * PackedRowBytes(kD, tab.ffn)};
+  const float* act = plan.act + static_cast<int64_t>(first) * tab.ffn;
+  float y[1][kMaxT];
+  detail::PackedRowDots<kD, 1, kMaxT>(rows, tab.ffn, m, detail::GlobalX4{act, tab.ffn}, [] {}, y);
+  LetDependentsLaunch();
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < kMaxT; ++t) {
+    if (t >= m) break;
+    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[0][t];
+  }
+}
+
+cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
+                         bool accumulate, cudaStream_t stream) {
+  const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
+  const bool pdl = ProgrammaticLaunchOnCurrentDevice();
+  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
+    return LaunchDecodeKernel(PackedGateUpKernel<decltype(t)::value>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
+                              dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
+  });
+  if (e == cudaSuccess) {
+    e = detail::WithPackedType(tab.down_type, [&](auto t) {
+      return LaunchDecodeKernel(PackedDownKernel<decltype(t)::value>, dim3((tab.hidden + kWarps - 1) / kWarps, ys),
+                                dim3(kWarps * 32), 0, stream, pdl, tab, plan);
+    });
+  }
+  if (e == cudaSuccess) {
+    e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
+                           tab.hidden, out, accumulate);
+  }
+  return e;
+}
+
 // Where the device takes programmatic dependent launch (ProgrammaticLaunchOnCurrentDevice), each of
 // the plan, gate/up, down and combine kernels is launched while its predecessor runs: its blocks are
 // scheduled once the predecessor's blocks have done their reads (LetDependentsLaunch) and wait
@@ -396,6 +473,9 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   SPECGEN_KERNEL_REQUIRE(workspace_bytes >= RoutedExpertsWorkspaceBytes(n, k, tab.hidden, tab.ffn));
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  SPECGEN_KERNEL_REQUIRE(!IsPacked(tab.type) || IsPacked(tab.down_type));
+  SPECGEN_KERNEL_REQUIRE(!IsPacked(tab.type) ||
+                         (tab.hidden % BlockElems(tab.type) == 0 && tab.ffn % BlockElems(tab.down_type) == 0));
   const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
   const cudaError_t planned = LaunchDecodeKernel(PlanKernel, dim3(1), dim3(kPlanThreads), 0, stream,
                                                  ProgrammaticLaunchOnCurrentDevice(), route_ids, route_w, n, k, tab.experts,
@@ -403,11 +483,13 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   if (planned != cudaSuccess) return planned;
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
   // `order`), else the row kernel.
+  if (IsPacked(tab.type)) return LaunchPacked(tab, x, n, k, plan, out, accumulate, stream);
   switch (tab.type) {
     case ElemType::kF32:
       return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
     case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, accumulate, stream, order);
     case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, accumulate, stream, order);
+    default: break;
   }
   return cudaErrorInvalidValue;
 }

@@ -18,7 +18,9 @@ namespace specgen::kernels {
 inline constexpr int kRoutedExpertsMaxTokens = 16;
 
 // One MoE layer's experts: device tables of `experts` device addresses each (gate and up [ffn, hidden],
-// down [hidden, ffn], row-major, all of `type`; 16-byte aligned).
+// down [hidden, ffn], row-major; 16-byte aligned). Plain experts (f32/f16/bf16) are all of `type`.
+// Packed experts: gate and up all of `type`, down all of `down_type`, each a packed block type of its
+// own (a Q4_K_M file keeps some layers' ffn_down in Q6_K beside Q4_K gate and up).
 struct ExpertTables {
   const void* const* gate = nullptr;
   const void* const* up = nullptr;
@@ -27,7 +29,13 @@ struct ExpertTables {
   int hidden = 0;
   int ffn = 0;
   ElemType type = ElemType::kBF16;
+  ElemType down_type = ElemType::kBF16;  // read only when `type` is packed
 };
+// Whether LaunchRoutedExperts takes experts whose gate/up are of `gate_up` and down of `down`: one
+// plain type for all, or packed gate/up with packed down.
+constexpr bool RoutedExpertTypesSupported(ElemType gate_up, ElemType down) {
+  return IsPacked(gate_up) ? IsPacked(down) : gate_up == down;
+}
 
 size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 
@@ -39,7 +47,8 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 // the kernel, so the launch gaps overlap the previous kernel's tail). accumulate: out[t] += that sum
 // instead (the residual add, as LaunchAdd's), one kernel fewer a layer. Each expert product is reduced
 // as LaunchGemv in `order` reduces it (the row kernel's order where GemvTakes is false), so the result
-// equals the host-routed composition of MatMuls in the same order bit for bit.
+// equals the host-routed composition of MatMuls in the same order bit for bit. Packed experts take the
+// packed product's one order (kernels/packed_blocks.cuh), as MatMul on them does, whatever `order`.
 cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
                                 float* out, bool accumulate, cudaStream_t stream,

@@ -14,8 +14,8 @@ OUT=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
 trap 'tar czf "$OUT_FINAL/gpu-check-logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 rc="$OUT/rc.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
-gpu_tests="kernels_test cuda_backend_ops_test cuda_graph_test cuda_model_logits_test speculative_gpu_test
-           graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test"
+gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test
+           speculative_gpu_test graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test"
 
 if [ "$what" != bench ]; then
   for t in $gpu_tests; do  # each test takes a small arena, so they share the GPU

@@ -1,6 +1,7 @@
 // GPU kernel benchmarks (Google Benchmark, CUDA-event timing, manual time = median-friendly per-launch
-// seconds): GEMV for 1..16 tokens against the HBM floor (kHbmGBs), a resident MoE layer routed on the
-// device (the experts a pass reads), attention decode over a KV cache,
+// seconds): GEMV for 1..16 tokens against the HBM floor (kHbmGBs), bf16 and packed (Q4_K, Q5_K, Q6_K,
+// Q8_0, Q4_0), a resident MoE layer routed on the device (the experts a pass reads; bf16, and Q4_K by
+// union size), attention decode over a KV cache,
 // and logits processing + sampling + acceptance over a 151936-token vocabulary.
 // Counters: GB/s (bytes the kernel must move / time) and hbm_ratio = GB/s / 4200 (docs/design.md §2).
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians.
@@ -94,6 +95,82 @@ BENCHMARK(BM_Gemv)
     ->ArgsProduct({{1, 5, 9}, {2048}, {6144}, {0, 1}})  // qwen3-1.7b's down projection: few rows, long ones
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// Weights kept packed (kernels/packed.cuh), the shapes of a Qwen3-30B-A3B expert (768 x 2048,
+// 2048 x 768), its attention (4096 x 2048) and its head (151936 x 2048). Bytes: the packed weights plus
+// x and y. args: type (kPackedBenchTypes index), tokens, out, in.
+constexpr ElemType kPackedBenchTypes[] = {ElemType::kQ4_K, ElemType::kQ5_K, ElemType::kQ6_K, ElemType::kQ8_0,
+                                          ElemType::kQ4_0};
+void BM_PackedGemv(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const ElemType type = kPackedBenchTypes[state.range(0)];
+  const int n = state.range(1), out = state.range(2), in = state.range(3);
+  state.SetLabel(ElemTypeName(type));
+  const size_t wbytes = size_t(out) * PackedRowBytes(type, in);
+  const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
+  void* w = DeviceAlloc(wbytes * copies, 0x3c);  // every f16 scale 0x3c3c: finite
+  void* x = DeviceAlloc(size_t(n) * in * 4, 0);
+  void* y = DeviceAlloc(size_t(n) * out * 4, 0);
+  if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
+  TimeLoop(state, 10, [&](int i) {
+    LaunchGemv(static_cast<uint8_t*>(w) + wbytes * (i % copies), type, static_cast<float*>(x),
+               static_cast<float*>(y), n, out, in, nullptr);
+  }, double(wbytes) + n * (in + out) * 4.0);
+  for (void* p : {w, x, y}) cudaFree(p);
+}
+BENCHMARK(BM_PackedGemv)
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {768}, {2048}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {2048}, {768}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {4096}, {2048}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {151936}, {2048}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The routed experts of a Qwen3-30B-A3B layer (128 experts, hidden 2048, ffn 768, top-8) at Q4_K for
+// a union of exactly `union` experts: union / 8 tokens, each routed to 8 experts no other token takes
+// (rotating over 8 routings, so the reads are not all L2 hits). Bytes: union x 3 x 884,736. args: union.
+void BM_PackedRoutedExperts(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no CUDA device");
+  const int n_union = static_cast<int>(state.range(0)), experts = 128, k = 8, hidden = 2048, ffn = 768;
+  const int n = n_union / k;
+  constexpr int kRoutings = 8;
+  const size_t matrix = size_t(ffn) * PackedRowBytes(ElemType::kQ4_K, hidden);  // = down's bytes
+  void* w = DeviceAlloc(matrix * 3 * experts, 0x3c);
+  std::vector<const void*> table(3 * experts);
+  for (int m = 0; m < 3 * experts; ++m) table[m] = static_cast<const char*>(w) + matrix * m;
+  void* d_table = DeviceAlloc(table.size() * sizeof(void*), 0);
+  void* x = DeviceAlloc(size_t(n) * hidden * 4, 0);
+  void* out = DeviceAlloc(size_t(n) * hidden * 4, 0);
+  void* logits = DeviceAlloc(size_t(kRoutings) * n * experts * 4, 0);
+  void* route = DeviceAlloc(size_t(n) * k * 8, 0);
+  const size_t ws_bytes = RoutedExpertsWorkspaceBytes(n, k, hidden, ffn);
+  void* ws = DeviceAlloc(ws_bytes, 0);
+  if (!w || !d_table || !x || !out || !logits || !route || !ws) return state.SkipWithError("cudaMalloc failed");
+  cudaMemcpy(d_table, table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
+  std::vector<float> host(size_t(kRoutings) * n * experts, 0.f);
+  for (int r = 0; r < kRoutings; ++r)
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < k; ++j) host[(size_t(r) * n + t) * experts + (r * n_union + t * k + j) % experts] = 8.f - j;
+  cudaMemcpy(logits, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+  ExpertTables tab;
+  tab.gate = static_cast<const void* const*>(d_table);
+  tab.up = tab.gate + experts;
+  tab.down = tab.gate + 2 * experts;
+  tab.experts = experts;
+  tab.hidden = hidden;
+  tab.ffn = ffn;
+  tab.type = tab.down_type = ElemType::kQ4_K;
+  float* d_w = static_cast<float*>(route);
+  int32_t* d_ids = reinterpret_cast<int32_t*>(d_w + n * k);
+  TimeLoop(state, 10, [&](int i) {
+    LaunchRouterTopK(static_cast<const float*>(logits) + size_t(i % kRoutings) * n * experts, n, experts, k,
+                     RouterMode::kSoftmaxTopKRenorm, d_w, d_ids, nullptr);
+    LaunchRoutedExperts(tab, static_cast<const float*>(x), n, d_ids, d_w, k, ws, ws_bytes,
+                        static_cast<float*>(out), false, nullptr);
+  }, double(n_union) * 3 * matrix);
+  for (void* p : {w, d_table, x, out, logits, route, ws}) cudaFree(p);
+}
+BENCHMARK(BM_PackedRoutedExperts)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // args: queries, context, kv type (0 f32, 2 bf16). Qwen3-8B-like: 32 q heads, 8 kv heads, d 128.
 // One resident MoE layer of a Qwen3-30B-A3B-class target (128 experts of hidden 2048, ffn 768, bf16;

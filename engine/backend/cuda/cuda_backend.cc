@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -22,6 +23,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/matmul_rows.cuh"
 #include "kernels/norm.cuh"
+#include "kernels/packed.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
@@ -80,6 +82,18 @@ class CudaWeight : public Weight {
   ElemType type_;
   ArenaBlock block_;
 };
+
+// The block types whose matrices stay packed in VRAM (kernels/packed.cuh reads them).
+std::optional<ElemType> PackedElemType(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return ElemType::kQ8_0;
+    case DType::kQ4_0: return ElemType::kQ4_0;
+    case DType::kQ4_K: return ElemType::kQ4_K;
+    case DType::kQ5_K: return ElemType::kQ5_K;
+    case DType::kQ6_K: return ElemType::kQ6_K;
+    default: return std::nullopt;
+  }
+}
 
 const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
 
@@ -263,15 +277,18 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   }
   ASSIGN_OR_RETURN(const UploadShape shape, CheckUpload(t, name));
   const int64_t rows = shape.rows, cols = shape.cols;
-  // f32/f16/bf16 go up as stored; quantized types are dequantized to bf16 here (their kernels come
-  // with the quantization issue).
+  // f32/f16/bf16 go up as stored, and so do matrices of the block types the packed kernels read
+  // (kernels/packed.cuh): their bytes as the file has them. The other quantized types, and vectors of
+  // any (norms are never quantized by the writers), are dequantized to bf16 here.
   const DTypeInfo& info = Info(t.dtype);
-  ElemType type = t.dtype == DType::kF32   ? ElemType::kF32
+  const std::optional<ElemType> packed = t.ndim == 2 ? PackedElemType(t.dtype) : std::nullopt;
+  ElemType type = packed ? *packed
+                  : t.dtype == DType::kF32 ? ElemType::kF32
                   : t.dtype == DType::kF16 ? ElemType::kF16
                                            : ElemType::kBF16;
   const void* host = t.data;
   std::vector<uint16_t> converted;
-  if (info.quantized || info.to_f32 == nullptr) {  // (an unknown type: DequantizeRows names it)
+  if (!packed && (info.quantized || info.to_f32 == nullptr)) {  // (an unknown type: DequantizeRows names it)
     std::vector<float> f32(static_cast<size_t>(rows * cols));
     absl::Status s = DequantizeRows(t.dtype, t.data, rows, cols, f32.data());
     if (!s.ok()) return DataLoss("tensor ", name, ": ", s.message());
@@ -280,7 +297,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
     type = ElemType::kBF16;
     host = converted.data();
   }
-  const size_t bytes = static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
+  const size_t bytes = packed ? shape.bytes : static_cast<size_t>(rows * cols) * kernels::ElemBytes(type);
   ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("tensor ", name)));
   auto w = std::make_unique<CudaWeight>(rows, cols, t.dtype, type, arena_.get(), p);
   // Stream-ordered (the block may be one that queued work just released), then waited for: `host`
@@ -320,6 +337,12 @@ absl::Status CudaBackend::Embed(const Weight& table, std::span<const int32_t> to
     ASSIGN_OR_RETURN(void* d, Stage(tokens.data(), tokens.size_bytes()));
     device_ids = static_cast<const int32_t*>(d);
   }
+  if (kernels::IsPacked(W(table).type())) {
+    return SPECGEN_CUDA_STATUS(kernels::LaunchPackedEmbedding(W(table).data(), W(table).type(), table.rows(),
+                                                              static_cast<int>(table.cols()), device_ids,
+                                                              static_cast<int>(tokens.size()), B(*out).data(),
+                                                              stream_));
+  }
   return SPECGEN_CUDA_STATUS(kernels::LaunchEmbedding(W(table).data(), W(table).type(), table.rows(),
                                                       static_cast<int>(table.cols()), device_ids,
                                                       static_cast<int>(tokens.size()), B(*out).data(),
@@ -337,6 +360,7 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   if (!kernels::GemvTakes(type, in)) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchMatMulRows(W(w).data(), type, xd, yd, n, out, in, stream_));
   }
+  if (n > kernels::kGemvMaxTokens && kernels::IsPacked(type)) return PackedPrefill(x, w, y);
   if (n > kernels::kGemvMaxTokens && type == ElemType::kBF16) {
     // Prefill: cuBLAS on bf16 activations (never on the decode/verify path, which has <= 16 rows;
     // cuBLAS picks its algorithm by shape, so batch invariance is not promised here).
@@ -358,6 +382,32 @@ absl::Status CudaBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
     CUDA_RETURN_IF_ERROR(kernels::LaunchGemv(W(w).data(), type, xd + static_cast<int64_t>(t0) * in,
                                              yd + static_cast<int64_t>(t0) * out, m, out, in, stream_,
                                              gemv_order_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PackedPrefill(const Buffer& x, const Weight& w, Buffer* y) {
+  const int n = static_cast<int>(x.rows()), out = static_cast<int>(w.rows()), in = static_cast<int>(x.cols());
+  const size_t xb_bytes = static_cast<size_t>(n) * in * sizeof(uint16_t);
+  RETURN_IF_ERROR(EnsureScratch(&bf16_x_, &bf16_x_bytes_, xb_bytes, "bf16 prefill activations"));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchF32ToBf16(B(x).data(), static_cast<uint16_t*>(bf16_x_),
+                                                static_cast<int64_t>(n) * in, stream_));
+  // Row tiles of the weights dequantized to bf16 (the values Upload stored before weights stayed
+  // packed) into a scratch of at most kPackedTileBytes, each multiplied by cuBLAS as a bf16 weight is.
+  const int64_t tile_rows = std::min<int64_t>(
+      out, std::max<int64_t>(16, kPackedTileBytes / (static_cast<int64_t>(in) * sizeof(uint16_t)) / 16 * 16));
+  const size_t tile_bytes = static_cast<size_t>(tile_rows) * in * sizeof(uint16_t);
+  RETURN_IF_ERROR(EnsureScratch(&packed_tile_, &packed_tile_bytes_, tile_bytes, "the packed prefill tile"));
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int64_t r0 = 0; r0 < out; r0 += tile_rows) {
+    const int rows = static_cast<int>(std::min<int64_t>(tile_rows, out - r0));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchDequantizePacked(W(w).data(), W(w).type(), r0, rows, in, nullptr,
+                                                         static_cast<uint16_t*>(packed_tile_), stream_));
+    // Column-major view: y^T [rows of this tile, n] (leading dimension out) = tile [in, rows]^T · x^T.
+    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, rows, n,
+                                        in, &alpha, packed_tile_, CUDA_R_16BF, in, bf16_x_, CUDA_R_16BF, in, &beta,
+                                        B(*y).data() + r0, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
   }
   return absl::OkStatus();
 }
@@ -653,13 +703,16 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
     return std::unique_ptr<ExpertSet>();
   }
   const Weight& g0 = *experts.gate[0];
+  // One shape for all; gate and up of one type, down of one type (the same, or packed like gate and
+  // up: the kernels' per-role types). Anything else routes on the host.
   const ElemType type = W(g0).type();
+  const ElemType down_type = experts.down[0] != nullptr ? W(*experts.down[0]).type() : type;
+  if (!kernels::RoutedExpertTypesSupported(type, down_type)) return std::unique_ptr<ExpertSet>();
   std::vector<const void*> addresses;  // gate[0..e), up[0..e), down[0..e)
   for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
     for (const Weight* w : *list) {
       const bool down = list == &experts.down;
-      // One shape and type for all (what the kernels assume); anything else routes on the host.
-      if (w == nullptr || W(*w).type() != type || w->rows() != (down ? g0.cols() : g0.rows()) ||
+      if (w == nullptr || W(*w).type() != (down ? down_type : type) || w->rows() != (down ? g0.cols() : g0.rows()) ||
           w->cols() != (down ? g0.rows() : g0.cols())) {
         return std::unique_ptr<ExpertSet>();
       }
@@ -683,6 +736,7 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
   t.hidden = static_cast<int>(g0.cols());
   t.ffn = static_cast<int>(g0.rows());
   t.type = type;
+  t.down_type = down_type;
   return std::unique_ptr<ExpertSet>(std::make_unique<CudaExpertSet>(t, arena_.get(), block));
 }
 

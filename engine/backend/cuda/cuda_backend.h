@@ -1,8 +1,10 @@
 // CudaBackend: the Backend of docs/design.md §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
-// stored (quantized types are dequantized to bf16 at upload), KV caches in f32, f16 or bf16
-// (NewCacheBuffer), everything in one budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
-// verify path; in the backend's one GemvOrder), cuBLAS for bf16 prefill batches, a fixed-order row
-// kernel for f32 weights. All work is queued on one stream; the host waits only through
+// stored, matrices of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K kept packed in their file layout (other quantized types
+// are dequantized to bf16 at upload), KV caches in f32, f16 or bf16 (NewCacheBuffer), everything in one
+// budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
+// verify path; in the backend's one GemvOrder; packed weights in their own one order), cuBLAS for bf16
+// and packed prefill batches (packed weights dequantized to bf16 a row tile at a time), a fixed-order
+// row kernel for f32 weights. All work is queued on one stream; the host waits only through
 // Synchronize(), which counts every wait by kind (docs/design.md §6.1: one result copy per speculative step,
 // plus the per-MoE-layer expert-union reads).
 #pragma once
@@ -170,6 +172,11 @@ class CudaBackend : public Backend {
   // Whether the small-batch GEMV takes x · W^T for these weights in one launch (1..16 rows, one 16-bit
   // type, rows of a multiple of 8): the fused MatMul ops fall back to their defaults otherwise.
   bool GemvFuses(const Buffer& x, std::span<const Weight* const> ws) const;
+  // MatMul of more than 16 rows by packed weights: bf16 row tiles of the weights, cuBLAS on each.
+  absl::Status PackedPrefill(const Buffer& x, const Weight& w, Buffer* y);
+  static constexpr int64_t kPackedTileBytes = int64_t{64} << 20;
+  void* packed_tile_ = nullptr;
+  size_t packed_tile_bytes_ = 0;
   bool fused_ops_ = true;  // CudaBackendOptions::fused_ops
   kernels::GemvOrder gemv_order_ = kernels::kDefaultGemvOrder;  // CudaBackendOptions::gemv_order
   // The positions last staged (StagePositions): a layer's RoPE reuses the device copy while nothing

@@ -1,0 +1,339 @@
+// Device reads of the GGUF block types kept packed in VRAM (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K in their file
+// layout, docs/formats.md §2): a lane's chunk of 32 consecutive elements loaded from a row, dequantized
+// in registers to the same bits as engine/core/quant.cc's CPU dequantizers, and the warp's dot products
+// of one packed row (or two sharing their inputs) with up to 16 fp32 token vectors in one fixed order.
+// Internal to kernels/: included from .cu files only (packed_gemv.cu, routed_experts.cu, decode kernels).
+//
+// Exactness: every product and sum is written with __fmul_rn / __fsub_rn (nvcc would otherwise
+// contract a*b - c into one FMA, which the CPU's separately rounded expression does not do), integers
+// become floats exactly, and the f16 scales convert exactly; so a dequantized element equals the CPU's
+// bit for bit, and only the order of a dot product's sum separates the GPU's products from the CPU's.
+//
+// Reduction order of PackedRowDots (what every packed product of the CUDA backend takes, whatever the
+// number of tokens, the GemvOrder or the kernel calling it): lane l of the warp multiplies the 32
+// consecutive inputs k = 1024 s + 32 l + j, j = 0..31, of its chunks s = 0, 1, .. in that order,
+// accumulating with __fmaf_rn from 0; then the fixed butterfly across the 32 lanes (detail::WarpSum).
+// A token is its own accumulator, so a row's result does not depend on how many tokens share the call.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/device_util.cuh"
+#include "kernels/kernel_types.h"
+
+namespace specgen::kernels::detail {
+
+inline constexpr int kPackedChunk = 32;                  // elements a lane dequantizes at once
+inline constexpr int kPackedWarpK = 32 * kPackedChunk;   // inputs a warp covers per step
+inline constexpr int kPackedMaxTokens = 16;
+
+// ---- loads -------------------------------------------------------------------------------------
+
+// Weights are read once: the read-only path, kept out of L1 (as LoadWeights16).
+__device__ __forceinline__ uint32_t LoadNc32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t LoadNc16(const void* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+// kWords little-endian 32-bit words of the bytes at p (p 2-byte aligned): aligned words read from
+// p & ~3, shifted into place when p is 2 mod 4, in which case the 2 bytes past the aligned words are
+// read as such (never a byte past p + 4 kWords).
+template <int kWords>
+__device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWords]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(a & ~uintptr_t{3});
+  const bool odd = (a & 2) != 0;
+  uint32_t raw[kWords + 1];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) raw[i] = LoadNc32(base + 4 * i);
+  raw[kWords] = odd ? LoadNc16(base + 4 * kWords) : 0u;
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], odd ? 16 : 0);
+}
+
+// 2^23 + byte i of v, as a float (exact): the integer's value is then one exact subtraction away.
+__device__ __forceinline__ float BiasedByte(uint32_t v, int i) {
+  return __int_as_float(static_cast<int>(__byte_perm(v, 0x4B000000u, 0x7440u | static_cast<unsigned>(i))));
+}
+inline constexpr float kTwo23 = 8388608.0f;
+
+__device__ __forceinline__ float HalfBits(uint32_t h) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h))); }
+__device__ __forceinline__ uint32_t ByteOf(uint32_t w, int i) { return (w >> (8 * i)) & 0xFFu; }
+
+// ---- one lane's chunk: raw bytes, then 32 floats ---------------------------------------------------
+
+// What a lane loads for chunk g (elements 32 g .. 32 g + 31 of a row) of each type; Load issues the
+// loads, Dequant turns them into the elements in order.
+template <ElemType kT>
+struct PackedChunk;
+
+// Q8_0: the chunk is block g. y[j] = d · qs[j] (quant.cc DequantQ8_0).
+template <>
+struct PackedChunk<ElemType::kQ8_0> {
+  uint32_t d;
+  uint32_t qs[8];
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g) * 34;
+    d = LoadNc16(b);
+    LoadWords2<8>(b + 2, qs);
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    const float df = HalfBits(d);
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const uint32_t biased = qs[w] ^ 0x80808080u;  // int8 q + 128 as a byte
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fmul_rn(__fsub_rn(BiasedByte(biased, i), kTwo23 + 128.0f), df);
+      }
+    }
+  }
+};
+
+// Q4_0: the chunk is block g. y[j] = ((qs[j] & 0xF) − 8)·d, y[j+16] = ((qs[j] >> 4) − 8)·d.
+template <>
+struct PackedChunk<ElemType::kQ4_0> {
+  uint32_t d;
+  uint32_t qs[4];
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g) * 18;
+    d = LoadNc16(b);
+    LoadWords2<4>(b + 2, qs);
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    const float df = HalfBits(d);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t lo = qs[w] & 0x0F0F0F0Fu, hi = (qs[w] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fmul_rn(__fsub_rn(BiasedByte(lo, i), kTwo23 + 8.0f), df);
+        y[16 + 4 * w + i] = __fmul_rn(__fsub_rn(BiasedByte(hi, i), kTwo23 + 8.0f), df);
+      }
+    }
+  }
+};
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (quant.cc ScaleMinK4), from the 12 scale
+// bytes as words s0 (bytes 0..3), s1 (4..7), s2 (8..11).
+__device__ __forceinline__ void ScaleMinK4(int j, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t* sc,
+                                           uint32_t* m) {
+  const int i = j & 3;
+  if (j < 4) {
+    *sc = ByteOf(s0, i) & 63;
+    *m = ByteOf(s1, i) & 63;
+  } else {
+    *sc = (ByteOf(s2, i) & 0xF) | ((ByteOf(s0, i) >> 6) << 4);
+    *m = (ByteOf(s2, i) >> 4) | ((ByteOf(s1, i) >> 6) << 4);
+  }
+}
+
+// Q4_K: chunk g is sub-block j = g % 8 of block g / 8: elements 64c + 32h + l (c = j / 2, h = j % 2) are
+// d·sc[j]·nibble − dmin·m[j], the nibble (low for h = 0) of qs[32c + l] (quant.cc DequantQ4_K).
+template <>
+struct PackedChunk<ElemType::kQ4_K> {
+  uint4 head;  // d, dmin, scales[12]
+  uint4 q[2];  // qs[32c .. 32c + 31]
+  int j;
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g >> 3) * 144;
+    j = g & 7;
+    head = LoadWeights16(b);
+    q[0] = LoadWeights16(b + 16 + 32 * (j >> 1));
+    q[1] = LoadWeights16(b + 32 + 32 * (j >> 1));
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    uint32_t sc, m;
+    ScaleMinK4(j, head.y, head.z, head.w, &sc, &m);
+    const float d1 = __fmul_rn(HalfBits(head.x & 0xFFFFu), static_cast<float>(sc));
+    const float m1 = __fmul_rn(HalfBits(head.x >> 16), static_cast<float>(m));
+    const uint32_t words[8] = {q[0].x, q[0].y, q[0].z, q[0].w, q[1].x, q[1].y, q[1].z, q[1].w};
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const uint32_t nib = (words[w] >> shift) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fsub_rn(__fmul_rn(d1, __fsub_rn(BiasedByte(nib, i), kTwo23)), m1);
+      }
+    }
+  }
+};
+
+// Q5_K: as Q4_K plus a fifth bit, bit j of qh[l] (quant.cc DequantQ5_K: u1 = 1 << 2c, u2 = 2 << 2c).
+template <>
+struct PackedChunk<ElemType::kQ5_K> {
+  uint4 head;   // d, dmin, scales[12]
+  uint4 qh[2];  // qh[0 .. 31]
+  uint4 ql[2];  // qs[32c .. 32c + 31]
+  int j;
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g >> 3) * 176;
+    j = g & 7;
+    head = LoadWeights16(b);
+    qh[0] = LoadWeights16(b + 16);
+    qh[1] = LoadWeights16(b + 32);
+    ql[0] = LoadWeights16(b + 48 + 32 * (j >> 1));
+    ql[1] = LoadWeights16(b + 64 + 32 * (j >> 1));
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    uint32_t sc, m;
+    ScaleMinK4(j, head.y, head.z, head.w, &sc, &m);
+    const float d1 = __fmul_rn(HalfBits(head.x & 0xFFFFu), static_cast<float>(sc));
+    const float m1 = __fmul_rn(HalfBits(head.x >> 16), static_cast<float>(m));
+    const uint32_t lw[8] = {ql[0].x, ql[0].y, ql[0].z, ql[0].w, ql[1].x, ql[1].y, ql[1].z, ql[1].w};
+    const uint32_t hw[8] = {qh[0].x, qh[0].y, qh[0].z, qh[0].w, qh[1].x, qh[1].y, qh[1].z, qh[1].w};
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      // nibble + 16·bit: bytes of at most 31, no carries between them.
+      const uint32_t q = ((lw[w] >> shift) & 0x0F0F0F0Fu) | (((hw[w] >> j) & 0x01010101u) << 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fsub_rn(__fmul_rn(d1, __fsub_rn(BiasedByte(q, i), kTwo23)), m1);
+      }
+    }
+  }
+};
+
+// Q6_K: chunk g is quarter r = j % 4 of half h = j / 4 of block g / 8 (j = g % 8): elements
+// 128h + 32r + l are d·s[8h + l/16 + 2r]·(q − 32), q = nibble of ql[64h + 32(r % 2) + l] (high for
+// r >= 2) | ((qh[32h + l] >> 2r) & 3) << 4 (quant.cc DequantQ6_K, whose (d·s)·q this rounds alike).
+template <>
+struct PackedChunk<ElemType::kQ6_K> {
+  uint32_t ql[8];
+  uint32_t qh[8];
+  uint32_t sc;  // s[8h + 2r], s[8h + 2r + 1]
+  uint32_t d;
+  int j;
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g >> 3) * 210;
+    j = g & 7;
+    const int h = j >> 2, r = j & 3;
+    LoadWords2<8>(b + 64 * h + 32 * (r & 1), ql);
+    LoadWords2<8>(b + 128 + 32 * h, qh);
+    sc = LoadNc16(b + 192 + 8 * h + 2 * r);
+    d = LoadNc16(b + 208);
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    const int r = j & 3;
+    const float df = HalfBits(d);
+    const float ds0 = __fmul_rn(df, static_cast<float>(static_cast<int8_t>(sc & 0xFFu)));
+    const float ds1 = __fmul_rn(df, static_cast<float>(static_cast<int8_t>(sc >> 8)));
+    const int shift = (r >> 1) * 4;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const uint32_t q = ((ql[w] >> shift) & 0x0F0F0F0Fu) | (((qh[w] >> (2 * r)) & 0x03030303u) << 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fmul_rn(w < 4 ? ds0 : ds1, __fsub_rn(BiasedByte(q, i), kTwo23 + 32.0f));
+      }
+    }
+  }
+};
+
+// ---- a warp's dot products -------------------------------------------------------------------------
+
+// acc[r][t] = sum_k W_r[k] x_t[k] for the warp's kRows packed rows of kT (`rows[r]`: the row's first
+// byte; rows of `in` inputs, a whole number of blocks) and tokens t < n (n <= kMaxT), in the order the
+// header describes; every lane ends with the sums. load_x4(t, k) returns x_t[k .. k + 3] (k a multiple
+// of 4) from wherever the caller keeps x. after_first_loads() runs once every lane has issued the loads
+// of its first kU chunks and before any x is read (a kernel launched with programmatic dependent launch
+// waits for its predecessor there). kU chunks a row are loaded before the first is used; neither kU
+// nor where the loads are issued changes the arithmetic.
+template <ElemType kT, int kRows, int kMaxT, int kU = 2, typename LoadX4, typename AfterFirstLoads>
+__device__ __forceinline__ void PackedRowDots(const uint8_t* const (&rows)[kRows], int in, int n, LoadX4 load_x4,
+                                              AfterFirstLoads after_first_loads, float (&acc)[kRows][kMaxT]) {
+  const int lane = threadIdx.x & 31;
+  const int chunks = in / kPackedChunk;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxT; ++t) acc[r][t] = 0.f;
+  bool first = true;
+  for (int g0 = lane; g0 < chunks || first; g0 += 32 * kU) {
+    PackedChunk<kT> raw[kU][kRows];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (g0 + 32 * u < chunks) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) raw[u][r].Load(rows[r], g0 + 32 * u);
+      }
+    }
+    if (first) {
+      after_first_loads();
+      first = false;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int g = g0 + 32 * u;
+      if (g >= chunks) break;
+      float y[kRows][32];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) raw[u][r].Dequant(y[r]);
+#pragma unroll
+      for (int t = 0; t < kMaxT; ++t) {
+        if (t >= n) break;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float4 xv = load_x4(t, g * kPackedChunk + 4 * q);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            acc[r][t] = __fmaf_rn(y[r][4 * q + 0], xv.x, acc[r][t]);
+            acc[r][t] = __fmaf_rn(y[r][4 * q + 1], xv.y, acc[r][t]);
+            acc[r][t] = __fmaf_rn(y[r][4 * q + 2], xv.z, acc[r][t]);
+            acc[r][t] = __fmaf_rn(y[r][4 * q + 3], xv.w, acc[r][t]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxT; ++t) acc[r][t] = WarpSum(acc[r][t]);
+}
+
+// x_t[k .. k + 3] of row-major fp32 activations in global memory (16-byte aligned, row stride `in`),
+// read through the read-only path.
+struct GlobalX4 {
+  const float* x;
+  int in;
+  __device__ __forceinline__ float4 operator()(int t, int k) const {
+    return __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * in + k));
+  }
+};
+
+// Elements [32 g, 32 g + 32) of a packed row as fp32, the CPU's bits: the dequantization kernels and the
+// packed embedding gather use it.
+template <ElemType kT>
+__device__ __forceinline__ void DequantChunk(const uint8_t* row, int g, float (&y)[32]) {
+  PackedChunk<kT> c;
+  c.Load(row, g);
+  c.Dequant(y);
+}
+
+// f(integral_constant<ElemType, kT>{}) for a packed runtime type; cudaErrorInvalidValue for any other.
+template <typename F>
+__host__ cudaError_t WithPackedType(ElemType t, F f) {
+  switch (t) {
+    case ElemType::kQ8_0: return f(std::integral_constant<ElemType, ElemType::kQ8_0>{});
+    case ElemType::kQ4_0: return f(std::integral_constant<ElemType, ElemType::kQ4_0>{});
+    case ElemType::kQ4_K: return f(std::integral_constant<ElemType, ElemType::kQ4_K>{});
+    case ElemType::kQ5_K: return f(std::integral_constant<ElemType, ElemType::kQ5_K>{});
+    case ElemType::kQ6_K: return f(std::integral_constant<ElemType, ElemType::kQ6_K>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace specgen::kernels::detail
