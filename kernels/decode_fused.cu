@@ -6,6 +6,7 @@
 #include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv_rows.cuh"
+#include "kernels/packed_blocks.cuh"
 
 namespace specgen::kernels {
 namespace {
@@ -254,6 +255,25 @@ __global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_t
   state->pos = pos;
 }
 
+// Row `token` of a packed table, a thread a 32-element chunk dequantized to the CPU's bits (as
+// LaunchPackedEmbedding), or NaN for an invalid token.
+template <ElemType kT>
+__device__ __forceinline__ void PackedEmbeddingRow(const DecodeInput& in, int32_t token, bool valid) {
+  const uint8_t* row = static_cast<const uint8_t*>(in.table) + static_cast<int64_t>(valid ? token : 0) *
+                                                                    PackedRowBytes(kT, in.dim);
+  for (int g = threadIdx.x; g < in.dim / detail::kPackedChunk; g += blockDim.x) {
+    float y[detail::kPackedChunk];
+    if (valid) {
+      detail::DequantChunk<kT>(row, g, y);
+    } else {
+#pragma unroll
+      for (int j = 0; j < detail::kPackedChunk; ++j) y[j] = NAN;
+    }
+#pragma unroll
+    for (int j = 0; j < detail::kPackedChunk; ++j) in.out[g * detail::kPackedChunk + j] = y[j];
+  }
+}
+
 // LaunchDecodeInput: one block. No early trigger for dependents: the attention reads the position
 // before its PDL wait, so nothing may start before this kernel has ended.
 __global__ void DecodeInputKernel(DecodeInput in) {
@@ -263,6 +283,14 @@ __global__ void DecodeInputKernel(DecodeInput in) {
     in.state->pos = in.pos;
   }
   const bool valid = token >= 0 && token < in.vocab;
+  switch (in.table_type) {
+    case ElemType::kQ8_0: return PackedEmbeddingRow<ElemType::kQ8_0>(in, token, valid);
+    case ElemType::kQ4_0: return PackedEmbeddingRow<ElemType::kQ4_0>(in, token, valid);
+    case ElemType::kQ4_K: return PackedEmbeddingRow<ElemType::kQ4_K>(in, token, valid);
+    case ElemType::kQ5_K: return PackedEmbeddingRow<ElemType::kQ5_K>(in, token, valid);
+    case ElemType::kQ6_K: return PackedEmbeddingRow<ElemType::kQ6_K>(in, token, valid);
+    default: break;
+  }
   for (int i = threadIdx.x; i < in.dim; i += blockDim.x) {
     in.out[i] = valid ? detail::LoadAsF32(in.table, in.table_type, static_cast<int64_t>(token) * in.dim + i) : NAN;
   }
@@ -350,7 +378,7 @@ constexpr int kInputThreads = 256;
 
 bool DecodeInputValid(const DecodeInput& in) {
   return in.state != nullptr && in.pos >= 0 && in.table != nullptr && in.vocab > 0 && in.dim > 0 &&
-         in.out != nullptr;
+         in.out != nullptr && in.dim % BlockElems(in.table_type) == 0;
 }
 
 }  // namespace
@@ -383,6 +411,10 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic, int rows_per_warp) {
+  if (IsPacked(w_type)) {
+    return LaunchPackedFusedGemv(x, norm_w, norm_type, eps, segments, n_segments, w_type, in, epilogue, max_blocks,
+                                 stream, programmatic, rows_per_warp);
+  }
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;

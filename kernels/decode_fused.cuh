@@ -1,5 +1,6 @@
 // Fused kernels for the single-token decode of a dense model (the resident draft's CUDA graph):
-// RMSNorm folded into the GEMV's prologue, several weight matrices in one launch, SwiGLU and the
+// RMSNorm folded into the GEMV's prologue, several weight matrices (bf16, f16, or packed GGUF blocks)
+// in one launch, SwiGLU and the
 // residual add in the GEMV's epilogue, q/k-norm + RoPE + KV append in one launch. Nothing reads a
 // host value that changes per token: the position and the cache row come from device memory, so a
 // captured graph replays for every token. Each output is computed with exactly the operations, in
@@ -38,7 +39,7 @@ struct DecodeInput {
   const int32_t* device_token = nullptr;  // or null: host_token
   int32_t host_token = 0;
   int32_t pos = 0;
-  const void* table = nullptr;  // [vocab, dim] of table_type, device
+  const void* table = nullptr;  // [vocab, dim] of table_type (a 16-bit, f32 or packed type), device
   ElemType table_type = ElemType::kBF16;
   int64_t vocab = 0;
   int dim = 0;
@@ -72,6 +73,16 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic, int rows_per_warp = 0);
+
+// LaunchFusedGemv for packed weights (IsPacked(w_type); kernels/decode_fused_packed.cu), which
+// LaunchFusedGemv hands them to: the input staged and normed as above, then each row's product in the
+// one order of the packed kernels (kernels/packed_blocks.cuh, PackedRowDots) and the epilogues of
+// LaunchPackedGemvSegments, so the results equal LaunchRmsNorm + LaunchGemvSegments on packed weights
+// bit for bit. `in` a whole number of blocks.
+cudaError_t LaunchPackedFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                                  const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                                  GemvEpilogue epilogue, int max_blocks, cudaStream_t stream, bool programmatic,
+                                  int rows_per_warp);
 
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =

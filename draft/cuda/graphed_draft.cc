@@ -24,6 +24,11 @@ bool IsHalfType(const Weight* w) {
                           CudaBackend::Type(*w) == ElemType::kF16);
 }
 
+// A matrix the fused GEMVs take: 16-bit, or packed in a GGUF block type (kernels/decode_fused.cuh).
+bool IsGemvType(const Weight* w) {
+  return w != nullptr && (IsHalfType(w) || kernels::IsPacked(CudaBackend::Type(*w)));
+}
+
 
 }  // namespace
 
@@ -50,16 +55,23 @@ std::string GraphedDraft::Unsupported(const Transformer& lm) {
   if (s.head_dim % 2 != 0 || s.head_dim > 256 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) {
     return Cat("head_dim ", s.head_dim, " with ", s.n_heads, "/", s.n_kv_heads, " heads");
   }
-  if (!IsHalfType(lm.layer_refs(0).q)) return "layer 0: q is not bf16/f16";
-  const ElemType t = CudaBackend::Type(*lm.layer_refs(0).q);
-  const auto same = [&](const Weight* w) { return IsHalfType(w) && CudaBackend::Type(*w) == t; };
+  // Every matrix 16-bit or packed; the matrices of one launch (q, k, v; gate, up) of one type.
+  const auto type_name = [](const Weight* w) { return w ? kernels::ElemTypeName(CudaBackend::Type(*w)) : "none"; };
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const Transformer::LayerRefs r = lm.layer_refs(l);
     for (const Weight* w : {r.q, r.k, r.v, r.o, r.gate, r.up, r.down}) {
-      if (!same(w)) return Cat("layer ", l, ": projection weights are not all bf16 (or all f16)");
+      if (!IsGemvType(w)) return Cat("layer ", l, ": a projection of ", type_name(w), " (bf16, f16 or packed)");
+    }
+    const ElemType q = CudaBackend::Type(*r.q), gate = CudaBackend::Type(*r.gate);
+    if (CudaBackend::Type(*r.k) != q || CudaBackend::Type(*r.v) != q) {
+      return Cat("layer ", l, ": q, k and v of different types (", type_name(r.q), ", ", type_name(r.k), ", ",
+                 type_name(r.v), ")");
+    }
+    if (CudaBackend::Type(*r.up) != gate) {
+      return Cat("layer ", l, ": gate and up of different types (", type_name(r.gate), ", ", type_name(r.up), ")");
     }
   }
-  if (!IsHalfType(&lm.output_head())) return "the output head is not bf16/f16";
+  if (!IsGemvType(&lm.output_head())) return Cat("the output head is ", type_name(&lm.output_head()));
   return "";
 }
 
