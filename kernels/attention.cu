@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/warp_norm_rope.cuh"
@@ -14,15 +15,8 @@ constexpr int kG = kAttentionMaxGroup;
 
 template <ElemType kT, int kPer>
 __device__ __forceinline__ void LoadRow(const void* base, int64_t offset, float (&v)[kPer]) {
-  if constexpr (kT == ElemType::kF32) {
-    const float* p = static_cast<const float*>(base) + offset;
 #pragma unroll
-    for (int e = 0; e < kPer; ++e) v[e] = p[e];
-  } else {
-    const uint16_t* p = static_cast<const uint16_t*>(base) + offset;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) v[e] = detail::Bf16BitsToF32(p[e]);
-  }
+  for (int e = 0; e < kPer; ++e) v[e] = detail::CacheLoad<kT>(base, offset + e);
 }
 
 // K/V staging for the staged chunk kernel: each warp copies its 32-slot tile into shared memory with
@@ -88,7 +82,7 @@ __device__ __forceinline__ void StagedToF32(const char* p, float (&v)[kN]) {
       v[0] = *reinterpret_cast<const float*>(p);
     }
   } else if constexpr (kN == 1) {  // head_dim 32: one 16-bit element a lane
-    v[0] = __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p)) << 16);
+    v[0] = detail::CacheLoad<kT>(p, 0);
   } else {
     uint32_t w[kN / 2];
     if constexpr (kN == 8) {
@@ -101,11 +95,17 @@ __device__ __forceinline__ void StagedToF32(const char* p, float (&v)[kN]) {
       static_assert(kN == 2);
       w[0] = *reinterpret_cast<const uint32_t*>(p);
     }
-    // Little-endian: element 2i is the low half of word i (as LoadRow's Bf16BitsToF32(p[2i])).
+    // Little-endian: element 2i is the low half of word i (as LoadRow's CacheLoad(p, 2i)).
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      if constexpr (kT == ElemType::kF16) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      } else {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
     }
   }
 }
@@ -430,9 +430,10 @@ __host__ __device__ constexpr int DecodeChunkSlots(int len, int head_dim) {
 // order by the head's last block. One query head a block (not the G heads of a kv head): at a short
 // context the block's time is the length of its warps' dependent chains, which G heads a warp made G
 // times longer; the G blocks of a kv head read the same K/V rows, mostly from L2.
-// With rope.q_raw set (the fused prologue, kT = kF32): q is the rotated rope.q_raw, and every block of
-// the chunk holding slot n_past normalizes and rotates that slot's K row itself (the same bits); the
-// kv head's first block writes it and the V row into the caches (so the caches are not __restrict__).
+// With rope.q_raw set (the fused prologue): q is the rotated rope.q_raw, and every block of the chunk
+// holding slot n_past normalizes and rotates that slot's K row itself (the same bits); the kv head's
+// first block writes it and the V row into the caches, rounded to kT (so the caches are not
+// __restrict__), and every block attends over the rounded rows, as a later step reads them.
 // Two blocks a multiprocessor (at most 128 registers): a long context's 16 chunks x the heads run in one
 // wave.
 template <ElemType kT, int D>
@@ -513,8 +514,12 @@ __global__ void __launch_bounds__(kDecThreads, 2)
   __shared__ float k_tmp[D];
   __shared__ __align__(16) float k_new[D], v_new[D];
   if (fused) {
-    if constexpr (kT == ElemType::kF32) {
+    {
+      // The new rows as the cache holds them (rounded to kT): the attention below reads them from
+      // k_new / v_new, and must see the values every later step reads from the cache.
       const int64_t row = (static_cast<int64_t>(len - 1) * kv_heads + kvh) * D;
+      void* k_dst = const_cast<void*>(k_cache);
+      void* v_dst = const_cast<void*>(v_cache);
       float y[detail::kMaxNormRopePer];
       if (k_warp) {
 #pragma unroll
@@ -523,16 +528,17 @@ __global__ void __launch_bounds__(kDecThreads, 2)
         }
         detail::WarpNormRopeValues(y, D, k_consts, rope.k_norm != nullptr, rope.eps, rope.style, k_tmp,
                                    k_new);
-        if (writes_rows) {
-          float* dst = static_cast<float*>(const_cast<void*>(k_cache)) + row;
-          for (int i = lane; i < D; i += 32) dst[i] = k_new[i];
+        for (int i = lane; i < D; i += 32) {
+          const float k = k_new[i];
+          k_new[i] = detail::CacheRound<kT>(k);
+          if (writes_rows) detail::CacheStore<kT>(k_dst, row + i, k);
         }
+        __syncwarp();
       } else if (v_warp) {
-        float* dst = static_cast<float*>(const_cast<void*>(v_cache)) + row;
         for (int i = lane; i < D; i += 32) {
           const float v = __ldcg(rope.v_raw + kvh * D + i);
-          v_new[i] = v;
-          if (writes_rows) dst[i] = v;
+          v_new[i] = detail::CacheRound<kT>(v);
+          if (writes_rows) detail::CacheStore<kT>(v_dst, row + i, v);
         }
       } else if (warp == 0) {
 #pragma unroll
@@ -721,7 +727,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
   SPECGEN_KERNEL_REQUIRE(head_dim == 64 || head_dim == 128 || head_dim == 256);
-  SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && workspace);
   SPECGEN_KERNEL_REQUIRE(workspace_bytes >=
                          AttentionWorkspaceBytes(n, heads, n_past + n, head_dim));
@@ -736,6 +742,9 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_ATTN_CASE(ElemType::kBF16, 64)
   SPECGEN_ATTN_CASE(ElemType::kBF16, 128)
   SPECGEN_ATTN_CASE(ElemType::kBF16, 256)
+  SPECGEN_ATTN_CASE(ElemType::kF16, 64)
+  SPECGEN_ATTN_CASE(ElemType::kF16, 128)
+  SPECGEN_ATTN_CASE(ElemType::kF16, 256)
 #undef SPECGEN_ATTN_CASE
   return cudaErrorInvalidValue;
 }
@@ -760,7 +769,7 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
                          heads / kv_heads <= kAttentionMaxGroup);
   SPECGEN_KERNEL_REQUIRE(DecodeAttentionTakes(head_dim));
-  SPECGEN_KERNEL_REQUIRE(kv_type == ElemType::kF32 || kv_type == ElemType::kBF16);
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   SPECGEN_KERNEL_REQUIRE((q || rope.q_raw) && k_cache && v_cache && out && workspace);
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
@@ -780,6 +789,10 @@ cudaError_t DecodeAttention(const float* q, const void* k_cache, const void* v_c
   SPECGEN_DEC_CASE(ElemType::kBF16, 64)
   SPECGEN_DEC_CASE(ElemType::kBF16, 128)
   SPECGEN_DEC_CASE(ElemType::kBF16, 256)
+  SPECGEN_DEC_CASE(ElemType::kF16, 32)
+  SPECGEN_DEC_CASE(ElemType::kF16, 64)
+  SPECGEN_DEC_CASE(ElemType::kF16, 128)
+  SPECGEN_DEC_CASE(ElemType::kF16, 256)
 #undef SPECGEN_DEC_CASE
   return cudaErrorInvalidValue;
 }
@@ -795,13 +808,13 @@ cudaError_t LaunchDecodeAttention(const float* q, const void* k_cache, const voi
                          workspace, workspace_bytes, d_n_past, stream, programmatic, DecodeRopeAppend{});
 }
 
-cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, float* v_cache, float* out,
-                                  int max_past, int heads, int kv_heads, int head_dim, float scale,
+cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, void* k_cache, void* v_cache, ElemType kv_type,
+                                  float* out, int max_past, int heads, int kv_heads, int head_dim, float scale,
                                   void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
                                   cudaStream_t stream, bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(rope.q_raw && rope.k_raw && rope.v_raw && rope.rope_table);
   SPECGEN_KERNEL_REQUIRE((rope.q_norm == nullptr) == (rope.k_norm == nullptr));
-  return DecodeAttention(nullptr, k_cache, v_cache, ElemType::kF32, out, max_past, heads, kv_heads, head_dim,
+  return DecodeAttention(nullptr, k_cache, v_cache, kv_type, out, max_past, heads, kv_heads, head_dim,
                          scale, workspace, workspace_bytes, d_n_past, stream, programmatic, rope);
 }
 

@@ -28,7 +28,7 @@ size_t AttentionWorkspaceBytes(int queries, int heads, int max_keys, int head_di
 //   mask == nullptr: b <= i (causal);  mask != nullptr: mask[i * n + b] != 0 (tree; a node sees its
 //   ancestors and itself). A query seeing no key yields zeros.
 //   q          [n, heads, head_dim] fp32, device
-//   k_cache    [capacity, kv_heads, head_dim] of kv_type (kF32 or kBF16), device; slots
+//   k_cache    [capacity, kv_heads, head_dim] of kv_type (kF32, kF16 or kBF16), device; slots
 //              n_past .. n_past + n - 1 already hold the batch's own keys
 //   v_cache    same layout and type as k_cache
 //   mask       [n, n] uint8 or nullptr, device
@@ -65,7 +65,7 @@ cudaError_t LaunchAttention(const float* q, const void* k_cache, const void* v_c
 // deterministic and equal for graph and eager launches; they differ from LaunchAttention's by fp32
 // rounding only.
 //   q          [heads, head_dim] fp32, device, 16-byte aligned
-//   k_cache, v_cache  [capacity >= max_past + 1, kv_heads, head_dim] of kv_type (kF32 or kBF16),
+//   k_cache, v_cache  [capacity >= max_past + 1, kv_heads, head_dim] of kv_type (kF32, kF16 or kBF16),
 //              16-byte aligned, device
 //   out        [heads, head_dim] fp32, device
 //   The query sees slots 0 .. n_past (inclusive), n_past = *d_n_past (device int32 <= max_past; the
@@ -102,10 +102,11 @@ struct DecodeRopeAppend {
   const float2* rope_table = nullptr;  // LaunchRopeTable(table, >= n_past + 1, head_dim, theta)
   RopeStyle style = RopeStyle::kRotateHalf;
 };
-// As LaunchDecodeAttention with q replaced by the rotated rope.q_raw; the caches must be fp32 and
-// writable (the new slot is written here).
-cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, float* k_cache, float* v_cache, float* out,
-                                  int max_past, int heads, int kv_heads, int head_dim, float scale,
+// As LaunchDecodeAttention with q replaced by the rotated rope.q_raw; the caches (of kv_type) must be
+// writable: the new slot is written here, rounded to kv_type as LaunchQkNormRopeAppend rounds it, and
+// the new slot's keys and values enter the attention as stored.
+cudaError_t LaunchDecodeAttention(const DecodeRopeAppend& rope, void* k_cache, void* v_cache, ElemType kv_type,
+                                  float* out, int max_past, int heads, int kv_heads, int head_dim, float scale,
                                   void* workspace, size_t workspace_bytes, const int32_t* d_n_past,
                                   cudaStream_t stream, bool programmatic);
 

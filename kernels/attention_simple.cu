@@ -1,4 +1,5 @@
 #include "kernels/attention_simple.cuh"
+#include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 
 namespace specgen::kernels {
@@ -13,9 +14,9 @@ constexpr int kMaxPerLane = 8;  // head_dim <= 256
 // add the tile's V rows in slot order, so no key's load waits on the previous key's reduction. A
 // query's arithmetic depends only on the slots it sees (tiles start at slot 0 whatever the batch;
 // slots it does not see are left out of every sum), so its result does not depend on the batch.
-template <int kPerLane>
-__global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* __restrict__ k,
-                                      const float* __restrict__ v, const uint8_t* __restrict__ mask,
+template <ElemType kT, int kPerLane>
+__global__ void AttentionSimpleKernel(const float* __restrict__ q, const void* __restrict__ k,
+                                      const void* __restrict__ v, const uint8_t* __restrict__ mask,
                                       float* __restrict__ out, int n, int n_past, int heads,
                                       int kv_heads, int d, float scale,
                                       const int32_t* __restrict__ d_n_past) {
@@ -47,9 +48,9 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* 
     }
     float s = -INFINITY;
     if (visible) {
-      const float* kr = k + j * row_stride + static_cast<int64_t>(g) * d;
+      const int64_t kr = j * row_stride + static_cast<int64_t>(g) * d;
       float dot = 0.f;
-      for (int c = 0; c < d; ++c) dot = __fmaf_rn(qs[c], kr[c], dot);
+      for (int c = 0; c < d; ++c) dot = __fmaf_rn(qs[c], detail::CacheLoad<kT>(k, kr + c), dot);
       s = dot * scale;
     }
     const unsigned seen = __ballot_sync(0xffffffffu, visible);
@@ -60,7 +61,7 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* 
     l = l * c_old + detail::WarpSum(p);
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) acc[e] *= c_old;
-    const float* vt = v + static_cast<int64_t>(tile) * row_stride + static_cast<int64_t>(g) * d;
+    const int64_t vt = static_cast<int64_t>(tile) * row_stride + static_cast<int64_t>(g) * d;
 #pragma unroll 8
     for (int jj = 0; jj < 32; ++jj) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
@@ -68,7 +69,7 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* 
 #pragma unroll
         for (int e = 0; e < kPerLane; ++e) {
           const int c = lane + 32 * e;
-          if (c < d) acc[e] = __fmaf_rn(pj, vt[jj * row_stride + c], acc[e]);
+          if (c < d) acc[e] = __fmaf_rn(pj, detail::CacheLoad<kT>(v, vt + jj * row_stride + c), acc[e]);
         }
       }
     }
@@ -83,25 +84,31 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const float* 
 
 }  // namespace
 
-cudaError_t LaunchAttentionSimple(const float* q, const float* k_cache, const float* v_cache,
+cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
                                   const uint8_t* mask, float* out, int n, int n_past, int heads,
                                   int kv_heads, int head_dim, float scale, cudaStream_t stream,
                                   const int32_t* d_n_past) {
   SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && n >= 1 && n_past >= 0);
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
   SPECGEN_KERNEL_REQUIRE(head_dim >= 1 && head_dim <= 32 * kMaxPerLane);
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   const unsigned blocks = static_cast<unsigned>((n * heads + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int per_lane = (head_dim + 31) / 32;
-#define SPECGEN_SIMPLE_CASE(P)                                                                        \
-  if (per_lane <= P) {                                                                                 \
-    AttentionSimpleKernel<P><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                              \
+#define SPECGEN_SIMPLE_CASE(T, P)                                                                     \
+  if (kv_type == T && per_lane <= P) {                                                                 \
+    AttentionSimpleKernel<T, P><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                           \
         q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past);         \
     return cudaGetLastError();                                                                         \
   }
-  SPECGEN_SIMPLE_CASE(1)
-  SPECGEN_SIMPLE_CASE(2)
-  SPECGEN_SIMPLE_CASE(4)
-  SPECGEN_SIMPLE_CASE(8)
+#define SPECGEN_SIMPLE_TYPE(T) \
+  SPECGEN_SIMPLE_CASE(T, 1)    \
+  SPECGEN_SIMPLE_CASE(T, 2)    \
+  SPECGEN_SIMPLE_CASE(T, 4)    \
+  SPECGEN_SIMPLE_CASE(T, 8)
+  SPECGEN_SIMPLE_TYPE(ElemType::kF32)
+  SPECGEN_SIMPLE_TYPE(ElemType::kF16)
+  SPECGEN_SIMPLE_TYPE(ElemType::kBF16)
+#undef SPECGEN_SIMPLE_TYPE
 #undef SPECGEN_SIMPLE_CASE
   return cudaErrorInvalidValue;
 }

@@ -1,5 +1,5 @@
 // The attention for the shapes the decode and chunked kernels (kernels/attention.cuh) do not take:
-// fp32 K/V, any head_dim up to 256, any GQA group (kernels/attention_choice.h decides).
+// K/V of any cache type, any head_dim up to 256, any GQA group (kernels/attention_choice.h decides).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,14 +10,15 @@
 
 namespace specgen::kernels {
 
-// Attention with the semantics of LaunchAttention (kernels/attention.cuh) for fp32 K/V and any
+// Attention with the semantics of LaunchAttention (kernels/attention.cuh) for K/V of kv_type and any
 // head_dim <= 256 and any GQA group: one warp per (query, head) takes the keys in tiles of 32 slots
 // (a lane a slot's dot product, then the tile's V rows in slot order) with an online softmax (fp32).
 // Used for the head sizes the chunked kernels do not take (the bundled draft's 32).
-//   q [n, heads, head_dim], k_cache/v_cache [capacity, kv_heads, head_dim] fp32, mask [n, n] or null,
+//   q [n, heads, head_dim] fp32, k_cache/v_cache [capacity, kv_heads, head_dim] of kv_type (kF32, kF16 or
+//   kBF16), mask [n, n] or null,
 //   out [n, heads, head_dim] fp32 (must not alias q). A query that sees no key yields zeros.
 //   d_n_past: optional device int32 read instead of n_past (CUDA graphs), as in LaunchAttention.
-cudaError_t LaunchAttentionSimple(const float* q, const float* k_cache, const float* v_cache,
+cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
                                   const uint8_t* mask, float* out, int n, int n_past, int heads,
                                   int kv_heads, int head_dim, float scale, cudaStream_t stream,
                                   const int32_t* d_n_past = nullptr);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gemv_rows.cuh"
+#include "kernels/packed_blocks.cuh"
 
 namespace specgen::kernels {
 namespace {
@@ -253,6 +255,25 @@ __global__ void SetDecodeStateKernel(DecodeState* state, const int32_t* device_t
   state->pos = pos;
 }
 
+// Row `token` of a packed table, a thread a 32-element chunk dequantized to the CPU's bits (as
+// LaunchPackedEmbedding), or NaN for an invalid token.
+template <ElemType kT>
+__device__ __forceinline__ void PackedEmbeddingRow(const DecodeInput& in, int32_t token, bool valid) {
+  const uint8_t* row = static_cast<const uint8_t*>(in.table) + static_cast<int64_t>(valid ? token : 0) *
+                                                                    PackedRowBytes(kT, in.dim);
+  for (int g = threadIdx.x; g < in.dim / detail::kPackedChunk; g += blockDim.x) {
+    float y[detail::kPackedChunk];
+    if (valid) {
+      detail::DequantChunk<kT>(row, g, y);
+    } else {
+#pragma unroll
+      for (int j = 0; j < detail::kPackedChunk; ++j) y[j] = NAN;
+    }
+#pragma unroll
+    for (int j = 0; j < detail::kPackedChunk; ++j) in.out[g * detail::kPackedChunk + j] = y[j];
+  }
+}
+
 // LaunchDecodeInput: one block. No early trigger for dependents: the attention reads the position
 // before its PDL wait, so nothing may start before this kernel has ended.
 __global__ void DecodeInputKernel(DecodeInput in) {
@@ -262,6 +283,14 @@ __global__ void DecodeInputKernel(DecodeInput in) {
     in.state->pos = in.pos;
   }
   const bool valid = token >= 0 && token < in.vocab;
+  switch (in.table_type) {
+    case ElemType::kQ8_0: return PackedEmbeddingRow<ElemType::kQ8_0>(in, token, valid);
+    case ElemType::kQ4_0: return PackedEmbeddingRow<ElemType::kQ4_0>(in, token, valid);
+    case ElemType::kQ4_K: return PackedEmbeddingRow<ElemType::kQ4_K>(in, token, valid);
+    case ElemType::kQ5_K: return PackedEmbeddingRow<ElemType::kQ5_K>(in, token, valid);
+    case ElemType::kQ6_K: return PackedEmbeddingRow<ElemType::kQ6_K>(in, token, valid);
+    default: break;
+  }
   for (int i = threadIdx.x; i < in.dim; i += blockDim.x) {
     in.out[i] = valid ? detail::LoadAsF32(in.table, in.table_type, static_cast<int64_t>(token) * in.dim + i) : NAN;
   }
@@ -271,8 +300,9 @@ __global__ void DecodeInputKernel(DecodeInput in) {
 __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float* __restrict__ k,
                                        const float* __restrict__ v, float* q_out,
                                        const void* __restrict__ q_norm, const void* __restrict__ k_norm,
-                                       ElemType norm_type, float eps, float* __restrict__ k_cache,
-                                       float* __restrict__ v_cache, const DecodeState* state, int heads,
+                                       ElemType norm_type, float eps, void* __restrict__ k_cache,
+                                       void* __restrict__ v_cache, ElemType kv_type, const DecodeState* state,
+                                       int heads,
                                        int kv_heads, int d, double theta,
                                        const float2* __restrict__ rope_table, RopeStyle style) {
   __shared__ float scratch[32];
@@ -282,17 +312,20 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
   const int b = blockIdx.x;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * d;
   const int pos = state->pos;
-  if (b >= heads + kv_heads) {  // V: stored as computed
+  if (b >= heads + kv_heads) {  // V: stored as computed (rounded to the cache's type)
     const int h = b - heads - kv_heads;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
-      v_cache[pos * kv_dim + static_cast<int64_t>(h) * d + i] = v[static_cast<int64_t>(h) * d + i];
+      detail::CacheStoreAs(v_cache, kv_type, pos * kv_dim + static_cast<int64_t>(h) * d + i,
+                           v[static_cast<int64_t>(h) * d + i]);
     }
     return;
   }
   const bool is_q = b < heads;
   const int h = is_q ? b : b - heads;
   const float* src = (is_q ? q : k) + static_cast<int64_t>(h) * d;
-  float* dst = is_q ? q_out + static_cast<int64_t>(h) * d : k_cache + pos * kv_dim + static_cast<int64_t>(h) * d;
+  // q goes to q_out in fp32; k to its cache row, rounded to the cache's type.
+  float* q_dst = q_out + static_cast<int64_t>(h) * d;
+  const int64_t k_row = pos * kv_dim + static_cast<int64_t>(h) * d;
   const void* w = is_q ? q_norm : k_norm;
   if (w != nullptr) {
     float ss = 0.f;
@@ -319,8 +352,14 @@ __global__ void QkNormRopeAppendKernel(const float* __restrict__ q, const float*
     const int i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
     const int i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
     const float x0 = y[i0], x1 = y[i1];
-    dst[i0] = x0 * cf - x1 * sf;
-    dst[i1] = x0 * sf + x1 * cf;
+    const float a = x0 * cf - x1 * sf, c = x0 * sf + x1 * cf;
+    if (is_q) {
+      q_dst[i0] = a;
+      q_dst[i1] = c;
+    } else {
+      detail::CacheStoreAs(k_cache, kv_type, k_row + i0, a);
+      detail::CacheStoreAs(k_cache, kv_type, k_row + i1, c);
+    }
   }
 }
 
@@ -339,7 +378,7 @@ constexpr int kInputThreads = 256;
 
 bool DecodeInputValid(const DecodeInput& in) {
   return in.state != nullptr && in.pos >= 0 && in.table != nullptr && in.vocab > 0 && in.dim > 0 &&
-         in.out != nullptr;
+         in.out != nullptr && in.dim % BlockElems(in.table_type) == 0;
 }
 
 }  // namespace
@@ -372,6 +411,10 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             const GemvSegment* segments, int n_segments, ElemType w_type, int in,
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic, int rows_per_warp) {
+  if (IsPacked(w_type)) {
+    return LaunchPackedFusedGemv(x, norm_w, norm_type, eps, segments, n_segments, w_type, in, epilogue, max_blocks,
+                                 stream, programmatic, rows_per_warp);
+  }
   Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
@@ -395,11 +438,12 @@ namespace {
 
 cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                              const void* q_norm, const void* k_norm, ElemType norm_type, float eps,
-                             float* k_cache, float* v_cache, const DecodeState* state, int heads,
+                             void* k_cache, void* v_cache, ElemType kv_type, const DecodeState* state, int heads,
                              int kv_heads, int head_dim, double theta, const float2* rope_table,
                              RopeStyle style, cudaStream_t stream, bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(q && k && v && q_out && k_cache && v_cache && state);
   SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
                          head_dim <= 256 && (theta > 0 || rope_table != nullptr));
   static const bool configured = [] {
@@ -411,12 +455,12 @@ cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, flo
   const unsigned blocks = static_cast<unsigned>(heads + 2 * kv_heads);
   if (!programmatic) {
     QkNormRopeAppendKernel<<<blocks, threads, 0, stream>>>(q, k, v, q_out, q_norm, k_norm, norm_type, eps,
-                                                           k_cache, v_cache, state, heads, kv_heads,
+                                                           k_cache, v_cache, kv_type, state, heads, kv_heads,
                                                            head_dim, theta, rope_table, style);
     return cudaGetLastError();
   }
   return LaunchDecodeKernel(QkNormRopeAppendKernel, dim3(blocks), dim3(threads), 0, stream, true, q, k, v,
-                            q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                            q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                             kv_heads, head_dim, theta, rope_table, style);
 }
 
@@ -424,20 +468,21 @@ cudaError_t QkNormRopeAppend(const float* q, const float* k, const float* v, flo
 
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
-                                   cudaStream_t stream) {
-  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim, double theta,
+                                   RopeStyle style, cudaStream_t stream) {
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                           kv_heads, head_dim, theta, nullptr, style, stream, false);
 }
 
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
-                                   RopeStyle style, cudaStream_t stream, bool programmatic) {
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim,
+                                   const float2* rope_table, RopeStyle style, cudaStream_t stream,
+                                   bool programmatic) {
   SPECGEN_KERNEL_REQUIRE(rope_table != nullptr);
-  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, state, heads,
+  return QkNormRopeAppend(q, k, v, q_out, q_norm, k_norm, norm_type, eps, k_cache, v_cache, kv_type, state, heads,
                           kv_heads, head_dim, 0.0, rope_table, style, stream, programmatic);
 }
 

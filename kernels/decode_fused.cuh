@@ -1,5 +1,6 @@
 // Fused kernels for the single-token decode of a dense model (the resident draft's CUDA graph):
-// RMSNorm folded into the GEMV's prologue, several weight matrices in one launch, SwiGLU and the
+// RMSNorm folded into the GEMV's prologue, several weight matrices (bf16, f16, or packed GGUF blocks)
+// in one launch, SwiGLU and the
 // residual add in the GEMV's epilogue, q/k-norm + RoPE + KV append in one launch. Nothing reads a
 // host value that changes per token: the position and the cache row come from device memory, so a
 // captured graph replays for every token. Each output is computed with exactly the operations, in
@@ -38,7 +39,7 @@ struct DecodeInput {
   const int32_t* device_token = nullptr;  // or null: host_token
   int32_t host_token = 0;
   int32_t pos = 0;
-  const void* table = nullptr;  // [vocab, dim] of table_type, device
+  const void* table = nullptr;  // [vocab, dim] of table_type (a 16-bit, f32 or packed type), device
   ElemType table_type = ElemType::kBF16;
   int64_t vocab = 0;
   int dim = 0;
@@ -73,18 +74,30 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
                             GemvEpilogue epilogue, int max_blocks, cudaStream_t stream,
                             bool programmatic, int rows_per_warp = 0);
 
+// LaunchFusedGemv for packed weights (IsPacked(w_type); kernels/decode_fused_packed.cu), which
+// LaunchFusedGemv hands them to: the input staged and normed as above, then each row's product in the
+// one order of the packed kernels (kernels/packed_blocks.cuh, PackedRowDots) and the epilogues of
+// LaunchPackedGemvSegments, so the results equal LaunchRmsNorm + LaunchGemvSegments on packed weights
+// bit for bit. `in` a whole number of blocks.
+cudaError_t LaunchPackedFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,
+                                  const GemvSegment* segments, int n_segments, ElemType w_type, int in,
+                                  GemvEpilogue epilogue, int max_blocks, cudaStream_t stream, bool programmatic,
+                                  int rows_per_warp);
+
 // One token, after the q/k/v projections: per head, optional RMSNorm over head_dim (q_norm / k_norm,
 // as LaunchRmsNorm with dim = head_dim), RoPE at position state->pos (as LaunchRope, rot_dim =
-// head_dim), then q → q_out, k → k_cache row state->pos, v → v_cache row state->pos.
-//   q [heads*d], k, v [kv_heads*d] fp32, device;  q_out [heads*d] (may be q)
+// head_dim), then q → q_out, k → k_cache row state->pos, v → v_cache row state->pos (rounded to
+// kv_type to nearest even, as Backend::NormRopeStore stores them).
+//   q [heads*d], k, v [kv_heads*d] fp32, device;  q_out [heads*d] fp32 (may be q)
 //   q_norm, k_norm [d] of norm_type or both nullptr (no q/k norm)
-//   k_cache, v_cache [capacity, kv_heads*d] fp32, device; state->pos < capacity is the caller's duty
+//   k_cache, v_cache [capacity, kv_heads*d] of kv_type (kF32, kF16 or kBF16), device; state->pos <
+//   capacity is the caller's duty
 //   head_dim  even, at most 256
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, double theta, RopeStyle style,
-                                   cudaStream_t stream);
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim, double theta,
+                                   RopeStyle style, cudaStream_t stream);
 
 // RoPE's cos/sin for positions 0..positions-1 (rot_dim = head_dim): table[pos * head_dim/2 + i] =
 // {cos, sin} of pos * theta^(-2i/head_dim), computed in double and rounded to float exactly as
@@ -98,8 +111,9 @@ cudaError_t LaunchRopeTable(float2* table, int positions, int head_dim, double t
 // thread, the kernel's largest cost); same results bit for bit. `programmatic`: PDL launch (sm_90+).
 cudaError_t LaunchQkNormRopeAppend(const float* q, const float* k, const float* v, float* q_out,
                                    const void* q_norm, const void* k_norm, ElemType norm_type,
-                                   float eps, float* k_cache, float* v_cache, const DecodeState* state,
-                                   int heads, int kv_heads, int head_dim, const float2* rope_table,
-                                   RopeStyle style, cudaStream_t stream, bool programmatic);
+                                   float eps, void* k_cache, void* v_cache, ElemType kv_type,
+                                   const DecodeState* state, int heads, int kv_heads, int head_dim,
+                                   const float2* rope_table, RopeStyle style, cudaStream_t stream,
+                                   bool programmatic);
 
 }  // namespace specgen::kernels

@@ -1,3 +1,4 @@
+#include "kernels/cache_elem.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/rope.cuh"
@@ -45,8 +46,8 @@ __global__ void RopeKernel(float* x, const int32_t* __restrict__ positions, int 
 __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict__ v, const void* __restrict__ q_norm,
                                     const void* __restrict__ k_norm, ElemType norm_type, float eps,
                                     const int32_t* __restrict__ positions, int heads, int kv_heads, int d,
-                                    double theta, RopeStyle style, float* k_cache, float* v_cache,
-                                    int64_t dst_row, const int32_t* __restrict__ d_base) {
+                                    double theta, RopeStyle style, void* k_cache, void* v_cache,
+                                    ElemType kv_type, int64_t dst_row, const int32_t* __restrict__ d_base) {
   __shared__ float scratch[32];
   __shared__ float y[256];
   // Under PDL (LaunchNormRopeStore): everything it reads comes from the q/k/v projection before it.
@@ -59,7 +60,9 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
   const int64_t cache_row = (base + t) * kv_dim;
   if (b >= heads + kv_heads) {  // V: copied as it is
     const int64_t h = b - heads - kv_heads;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) v_cache[cache_row + h * d + i] = v[t * kv_dim + h * d + i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      detail::CacheStoreAs(v_cache, kv_type, cache_row + h * d + i, v[t * kv_dim + h * d + i]);
+    }
     return;
   }
   const bool is_q = b < heads;
@@ -83,8 +86,8 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
     x[r.i0] = a;
     x[r.i1] = c;
     if (!is_q) {
-      k_cache[cache_row + h * d + r.i0] = a;
-      k_cache[cache_row + h * d + r.i1] = c;
+      detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i0, a);
+      detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i1, c);
     }
   }
 }
@@ -106,18 +109,21 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
-                                int kv_heads, int head_dim, double theta, RopeStyle style, float* k_cache,
-                                float* v_cache, int64_t dst_row, cudaStream_t stream, const int32_t* d_base) {
+                                int kv_heads, int head_dim, double theta, RopeStyle style, void* k_cache,
+                                void* v_cache, int64_t dst_row, cudaStream_t stream, const int32_t* d_base,
+                                ElemType kv_type) {
   SPECGEN_KERNEL_REQUIRE(n >= 0 && heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
                          head_dim <= 256 && theta > 0 && dst_row >= 0);
   SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
   if (n == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(q && k && v && (positions || d_base) && k_cache && v_cache);
+  SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
   const int threads = head_dim >= 256 ? 256 : ((head_dim + 31) / 32) * 32;  // as LaunchRmsNorm's
   const unsigned blocks = static_cast<unsigned>(n) * static_cast<unsigned>(heads + 2 * kv_heads);
   return LaunchDecodeKernel(NormRopeStoreKernel, dim3(blocks), dim3(threads), 0, stream,
                             ProgrammaticLaunchOnCurrentDevice(), q, k, v, q_norm, k_norm, norm_type, eps, positions,
-                            heads, kv_heads, head_dim, theta, style, k_cache, v_cache, dst_row, d_base);
+                            heads, kv_heads, head_dim, theta, style, k_cache, v_cache, kv_type, dst_row,
+                            d_base);
 }
 
 }  // namespace specgen::kernels

@@ -33,14 +33,15 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 //   q          [n, heads, head_dim] fp32, device;  k, v  [n, kv_heads, head_dim] fp32, device
 //   q_norm, k_norm  [head_dim] of norm_type, device, or both null
 //   positions  [n] int32, device;  head_dim even, <= 256
-//   k_cache, v_cache  [>= dst_row + n, kv_heads, head_dim] fp32, device
+//   k_cache, v_cache  [>= dst_row + n, kv_heads, head_dim] of kv_type (kF32, kF16 or kBF16), device;
+//              the rows are rounded to it to nearest even (q and k in place stay fp32)
 //   d_base     optional device int32 (a graph-captured verification): token t's position and cache row
 //              are *d_base + t (positions and dst_row are then not read); the same bits as a launch
 //              with positions[t] = dst_row + t = *d_base + t. It must be set before the previous kernel.
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
-                                int kv_heads, int head_dim, double theta, RopeStyle style, float* k_cache,
-                                float* v_cache, int64_t dst_row, cudaStream_t stream,
-                                const int32_t* d_base = nullptr);
+                                int kv_heads, int head_dim, double theta, RopeStyle style, void* k_cache,
+                                void* v_cache, int64_t dst_row, cudaStream_t stream,
+                                const int32_t* d_base = nullptr, ElemType kv_type = ElemType::kF32);
 
 }  // namespace specgen::kernels

@@ -74,8 +74,10 @@ void BM_DraftLayerKernels(benchmark::State& state) {
   double bytes = 0;  // what one launch must read (weights; K/V rows for attention)
   const auto launch = [&](int l) -> cudaError_t {
     const Transformer::LayerRefs r = (*lm)->layer_refs(l);
-    float* kc = CudaBackend::Data(const_cast<Buffer&>((*lm)->kv_cache().k(l)));
-    float* vc = CudaBackend::Data(const_cast<Buffer&>((*lm)->kv_cache().v(l)));
+    void* kc = CudaBackend::CacheData((*lm)->kv_cache().k(l));
+    void* vc = CudaBackend::CacheData((*lm)->kv_cache().v(l));
+    const kn::ElemType kv = CudaBackend::CacheType((*lm)->kv_cache().k(l));
+    const double kv_bytes = kn::ElemBytes(kv);
     switch (which) {
       case kNormQkv: {
         const kn::GemvSegment seg[3] = {{data(r.q), q, H * d}, {data(r.k), k, Hkv * d}, {data(r.v), v, Hkv * d}};
@@ -85,18 +87,18 @@ void BM_DraftLayerKernels(benchmark::State& state) {
       }
       case kQkNormRope:
         bytes = 4.0 * (H * d + 4 * Hkv * d);
-        return kn::LaunchQkNormRopeAppend(q, k, v, q, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc,
+        return kn::LaunchQkNormRopeAppend(q, k, v, q, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, kv,
                                           st, H, Hkv, d, rope_table,
                                           s.rope_style == RopeStyle::kRotateHalf ? kn::RopeStyle::kRotateHalf
                                                                                  : kn::RopeStyle::kInterleaved,
                                           stream, /*programmatic=*/false);
       case kAttention:
-        bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
-        return kn::LaunchDecodeAttention(q, kc, vc, kn::ElemType::kF32, attn, max_past, H, Hkv, d, scale, dec_ws,
+        bytes = 2.0 * kv_bytes * (ctx + 1) * Hkv * d;
+        return kn::LaunchDecodeAttention(q, kc, vc, kv, attn, max_past, H, Hkv, d, scale, dec_ws,
                                          dec_ws_bytes, &st->pos, stream, /*programmatic=*/false);
       case kAttentionGeneric:
-        bytes = 2.0 * 4 * (ctx + 1) * Hkv * d;
-        return kn::LaunchAttention(q, kc, vc, kn::ElemType::kF32, nullptr, attn, 1, max_past, H, Hkv, d, scale, ws,
+        bytes = 2.0 * kv_bytes * (ctx + 1) * Hkv * d;
+        return kn::LaunchAttention(q, kc, vc, kv, nullptr, attn, 1, max_past, H, Hkv, d, scale, ws,
                                    ws_bytes, stream, &st->pos);
       case kOProj: {
         const kn::GemvSegment seg[1] = {{data(r.o), h, D}};

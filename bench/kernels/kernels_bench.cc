@@ -255,7 +255,7 @@ void BM_AttentionDecode(benchmark::State& state) {
   for (void* p : {q, o, k, v, ws}) cudaFree(p);
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgsProduct({{1, 5}, {4096, 32768}, {0, 2}})
+    ->ArgsProduct({{1, 5}, {4096, 32768}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -24,6 +24,11 @@ bool IsHalfType(const Weight* w) {
                           CudaBackend::Type(*w) == ElemType::kF16);
 }
 
+// A matrix the fused GEMVs take: 16-bit, or packed in a GGUF block type (kernels/decode_fused.cuh).
+bool IsGemvType(const Weight* w) {
+  return w != nullptr && (IsHalfType(w) || kernels::IsPacked(CudaBackend::Type(*w)));
+}
+
 
 }  // namespace
 
@@ -50,16 +55,23 @@ std::string GraphedDraft::Unsupported(const Transformer& lm) {
   if (s.head_dim % 2 != 0 || s.head_dim > 256 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) {
     return Cat("head_dim ", s.head_dim, " with ", s.n_heads, "/", s.n_kv_heads, " heads");
   }
-  if (!IsHalfType(lm.layer_refs(0).q)) return "layer 0: q is not bf16/f16";
-  const ElemType t = CudaBackend::Type(*lm.layer_refs(0).q);
-  const auto same = [&](const Weight* w) { return IsHalfType(w) && CudaBackend::Type(*w) == t; };
+  // Every matrix 16-bit or packed; the matrices of one launch (q, k, v; gate, up) of one type.
+  const auto type_name = [](const Weight* w) { return w ? kernels::ElemTypeName(CudaBackend::Type(*w)) : "none"; };
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const Transformer::LayerRefs r = lm.layer_refs(l);
     for (const Weight* w : {r.q, r.k, r.v, r.o, r.gate, r.up, r.down}) {
-      if (!same(w)) return Cat("layer ", l, ": projection weights are not all bf16 (or all f16)");
+      if (!IsGemvType(w)) return Cat("layer ", l, ": a projection of ", type_name(w), " (bf16, f16 or packed)");
+    }
+    const ElemType q = CudaBackend::Type(*r.q), gate = CudaBackend::Type(*r.gate);
+    if (CudaBackend::Type(*r.k) != q || CudaBackend::Type(*r.v) != q) {
+      return Cat("layer ", l, ": q, k and v of different types (", type_name(r.q), ", ", type_name(r.k), ", ",
+                 type_name(r.v), ")");
+    }
+    if (CudaBackend::Type(*r.up) != gate) {
+      return Cat("layer ", l, ": gate and up of different types (", type_name(r.gate), ", ", type_name(r.up), ")");
     }
   }
-  if (!IsHalfType(&lm.output_head())) return "the output head is not bf16/f16";
+  if (!IsGemvType(&lm.output_head())) return Cat("the output head is ", type_name(&lm.output_head()));
   return "";
 }
 
@@ -126,7 +138,7 @@ absl::Status GraphedDraft::Allocate() {
   for (int64_t l = 0; l < s.n_layers; ++l) {
     for (const Buffer* b : {&cache.k(l), &cache.v(l)}) {
       problem.caches_aligned = problem.caches_aligned &&
-                               reinterpret_cast<uintptr_t>(CudaBackend::Data(const_cast<Buffer&>(*b))) % 16 == 0;
+                               reinterpret_cast<uintptr_t>(CudaBackend::CacheData(*b)) % 16 == 0;
     }
   }
   const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
@@ -225,8 +237,9 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const Transformer::LayerRefs r = lm_->layer_refs(hooks_.share_layer_weights ? 0 : l);
     const ElemType wt = type(r.q);
-    float* kc = CudaBackend::Data(const_cast<Buffer&>(cache.k(l)));
-    float* vc = CudaBackend::Data(const_cast<Buffer&>(cache.v(l)));
+    void* kc = CudaBackend::CacheData(cache.k(l));
+    void* vc = CudaBackend::CacheData(cache.v(l));
+    const ElemType kv = CudaBackend::CacheType(cache.k(l));
     const kernels::GemvSegment qkv[3] = {{data(r.q), q_, H * d}, {data(r.k), k_, Hkv * d},
                                          {data(r.v), v_, Hkv * d}};
     SPECGEN_CUDA_RETURN_IF_ERROR(layer_gemv(h_, data(r.attn_norm), type(r.attn_norm), qkv, 3, wt, D,
@@ -243,19 +256,19 @@ absl::Status GraphedDraft::Enqueue(bool programmatic, const GemvShape& shape, co
       rope.eps = eps;
       rope.rope_table = rope_table;
       rope.style = style;
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, attn_, max_past, H, Hkv, d,
+      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchDecodeAttention(rope, kc, vc, kv, attn_, max_past, H, Hkv, d,
                                                                   scale, attn_ws_, attn_ws_bytes_,
                                                                   &state->pos, stream, pdl));
     } else {
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchQkNormRopeAppend(
-          q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, state, H, Hkv, d,
+          q_, k_, v_, q_, data(r.q_norm), data(r.k_norm), type(r.q_norm), eps, kc, vc, kv, state, H, Hkv, d,
           rope_table, style, stream, pdl));
       if (attn_ws_ != nullptr) {
-        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, ElemType::kF32, nullptr, attn_, 1,
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(q_, kc, vc, kv, nullptr, attn_, 1,
                                                               max_past, H, Hkv, d, scale, attn_ws_,
                                                               attn_ws_bytes_, stream, &state->pos, pdl));
       } else {  // not a PDL kernel: launched plainly, it waits for the previous kernel's end
-        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, nullptr, attn_, 1, max_past,
+        SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAttentionSimple(q_, kc, vc, kv, nullptr, attn_, 1, max_past,
                                                                     H, Hkv, d, scale, stream, &state->pos));
       }
     }

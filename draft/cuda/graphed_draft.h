@@ -42,8 +42,9 @@ const char* DraftDecodePathName(DraftDecodePath path);
 
 class GraphedDraft {
  public:
-  // Empty when `lm` (on a CudaBackend) can take the fused decode; else the reason it cannot (an MoE
-  // layer, f32 weights, a shape the fused kernels do not take).
+  // Empty when `lm` (on a CudaBackend) can take the fused decode: dense layers whose matrices are
+  // bf16, f16 or packed GGUF blocks (q, k, v of one type, gate and up of one type); else the reason it
+  // cannot (an MoE layer, f32 weights, a shape the fused kernels do not take).
   static std::string Unsupported(const Transformer& lm);
   // `path`: kGraph (capture on the first Decode and replay after) or kFused (the graph's
   // kernels launched eagerly); kTransformer is refused. `lm` must run on `backend` and outlive this.

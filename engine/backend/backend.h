@@ -23,6 +23,8 @@ namespace specgen {
 
 // An fp32 activation matrix [rows, cols], row-major, allocated by a backend for `capacity_rows` rows.
 // The number of rows in use can change per pass (prefill, decode, verify) without reallocation.
+// A KV cache's storage (Backend::NewCacheBuffer) is a Buffer whose elements may be 16-bit (dtype());
+// only CopyRows and NormRopeStore write such a buffer and only Attention reads it.
 class Buffer {
  public:
   virtual ~Buffer() = default;
@@ -32,6 +34,8 @@ class Buffer {
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   int64_t capacity_rows() const { return capacity_rows_; }
+  // F32 for every activation; F32, F16 or BF16 for a KV cache's storage.
+  DType dtype() const { return dtype_; }
   // Uses the first `rows` rows of the allocation; contents of newly exposed rows are unspecified.
   absl::Status set_rows(int64_t rows) {
     if (rows < 0 || rows > capacity_rows_) {
@@ -42,14 +46,18 @@ class Buffer {
   }
 
  protected:
-  Buffer(int64_t capacity_rows, int64_t cols)
-      : rows_(capacity_rows), cols_(cols), capacity_rows_(capacity_rows) {}
+  Buffer(int64_t capacity_rows, int64_t cols, DType dtype = DType::kF32)
+      : rows_(capacity_rows), cols_(cols), capacity_rows_(capacity_rows), dtype_(dtype) {}
 
  private:
   int64_t rows_;
   int64_t cols_;
   int64_t capacity_rows_;
+  DType dtype_;
 };
+
+// The element types a KV cache may be stored in.
+inline bool IsCacheType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 // A weight prepared for this backend from a TensorView of any supported DType: a matrix [rows, cols]
 // = [out, in] (a vector is [1, n]). The backend chooses the representation (CPU: fp32).
@@ -160,6 +168,11 @@ class Backend {
 
   // Memory. A Buffer starts with rows() == capacity_rows and unspecified contents.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) = 0;
+  // A KV cache's storage [capacity_rows, cols] of `type` (IsCacheType). CopyRows and NormRopeStore
+  // round what they store into it to `type` (round to nearest even), Attention reads it in fp32, so
+  // every backend computes the same model for a given type. Read and Write refuse a 16-bit one.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                                 DType type) = 0;
   // Prepares a 1-D or 2-D tensor for the ops below; `name` is used in error messages. The view's data
   // must stay valid as long as the returned Weight (the CPU backend may use f32 data in place).
   virtual absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) = 0;
@@ -193,9 +206,10 @@ class Backend {
   virtual absl::Status Add(const Buffer& x, Buffer* y) = 0;
   // out = silu(gate) ⊙ up, silu(z) = z / (1 + e^−z). out may be gate or up.
   virtual absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) = 0;
-  // dst rows dst_row .. dst_row + src.rows() − 1 = src (KV cache append).
+  // dst rows dst_row .. dst_row + src.rows() − 1 = src (KV cache append), rounded to dst's dtype.
   virtual absl::Status CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) = 0;
-  // Scaled-dot-product attention with GQA. q [n, H*d]; k_cache, v_cache [≥ n_prefix + n, Hkv*d];
+  // Scaled-dot-product attention with GQA. q [n, H*d]; k_cache, v_cache [≥ n_prefix + n, Hkv*d] of one
+  // cache type (read as fp32, every sum in fp32);
   // out [n, H*d]. mask: empty for causal, else n*n bytes, mask[i*n + j] != 0 iff batch query i may see
   // batch row j (a tree; the diagonal must be set). Softmax in fp32 with max subtraction.
   virtual absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,

@@ -22,14 +22,24 @@ absl::StatusOr<UploadShape> CheckUpload(const TensorView& t, std::string_view na
   return s;
 }
 
-absl::Status CheckSameShape(std::string_view be, std::string_view op, const Buffer& a, const Buffer& b) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) {
-    return InvalidArgument(be, " ", op, ": shape mismatch ", ShapeOf(a), " vs ", ShapeOf(b));
+absl::Status CheckFloatBuffer(std::string_view be, std::string_view op, const Buffer& b) {
+  if (b.dtype() != DType::kF32) {
+    return InvalidArgument(be, " ", op, ": a ", Name(b.dtype()), " KV cache buffer ", ShapeOf(b),
+                           " where an fp32 activation is expected");
   }
   return absl::OkStatus();
 }
 
+absl::Status CheckSameShape(std::string_view be, std::string_view op, const Buffer& a, const Buffer& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) {
+    return InvalidArgument(be, " ", op, ": shape mismatch ", ShapeOf(a), " vs ", ShapeOf(b));
+  }
+  RETURN_IF_ERROR(CheckFloatBuffer(be, op, a));
+  return CheckFloatBuffer(be, op, b);
+}
+
 absl::Status CheckWrite(std::string_view be, size_t n_floats, const Buffer& dst) {
+  RETURN_IF_ERROR(CheckFloatBuffer(be, "Write", dst));
   if (static_cast<int64_t>(n_floats) != dst.rows() * dst.cols()) {
     return InvalidArgument(be, " Write: ", n_floats, " floats into ", ShapeOf(dst));
   }
@@ -37,6 +47,7 @@ absl::Status CheckWrite(std::string_view be, size_t n_floats, const Buffer& dst)
 }
 
 absl::Status CheckRead(std::string_view be, const Buffer& src, size_t n_floats) {
+  RETURN_IF_ERROR(CheckFloatBuffer(be, "Read", src));
   if (static_cast<int64_t>(n_floats) != src.rows() * src.cols()) {
     return InvalidArgument(be, " Read: ", ShapeOf(src), " into ", n_floats, " floats");
   }
@@ -95,7 +106,10 @@ absl::Status CheckCopyRows(std::string_view be, const Buffer& src, int64_t dst_r
   if (src.cols() != dst.cols() || dst_row < 0 || dst_row + src.rows() > dst.rows()) {
     return InvalidArgument(be, " CopyRows: ", ShapeOf(src), " at row ", dst_row, " of ", ShapeOf(dst));
   }
-  return absl::OkStatus();
+  if (!IsCacheType(dst.dtype())) {
+    return InvalidArgument(be, " CopyRows: into a buffer of ", Name(dst.dtype()), " (f32, f16 or bf16)");
+  }
+  return CheckFloatBuffer(be, "CopyRows", src);
 }
 
 absl::Status CheckAttention(std::string_view be, const Buffer& q, const Buffer& k_cache,
@@ -111,6 +125,10 @@ absl::Status CheckAttention(std::string_view be, const Buffer& q, const Buffer& 
                            " prefix=", s.n_prefix);
   }
   RETURN_IF_ERROR(CheckSameShape(be, "Attention", q, out));
+  if (k_cache.dtype() != v_cache.dtype() || !IsCacheType(k_cache.dtype())) {
+    return InvalidArgument(be, " Attention: a K cache of ", Name(k_cache.dtype()), " and a V cache of ",
+                           Name(v_cache.dtype()), " (one of f32, f16, bf16 for both)");
+  }
   if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
     return InvalidArgument(be, " Attention: mask of ", mask.size(), " entries for ", n, " queries");
   }

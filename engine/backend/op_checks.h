@@ -26,6 +26,8 @@ struct UploadShape {
 };
 absl::StatusOr<UploadShape> CheckUpload(const TensorView& t, std::string_view name);
 
+// An fp32 activation, not a 16-bit KV cache buffer; the error names the op.
+absl::Status CheckFloatBuffer(std::string_view be, std::string_view op, const Buffer& b);
 absl::Status CheckSameShape(std::string_view be, std::string_view op, const Buffer& a, const Buffer& b);
 absl::Status CheckWrite(std::string_view be, size_t n_floats, const Buffer& dst);
 absl::Status CheckRead(std::string_view be, const Buffer& src, size_t n_floats);

@@ -43,6 +43,7 @@ struct LogitsFlags {
   int threads = 0;
   std::string device = "cpu";
   std::string gemv_order = "auto";  // --gemv-order (ParseGemvOrder)
+  CacheTypeFlags cache_type;
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
@@ -57,7 +58,8 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   ASSIGN_OR_RETURN(const ModelSpec spec, LoadModelSpec(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.device, backend_options));
   TransformerOptions options;
-  ASSIGN_OR_RETURN(options.max_context, CheckContext(flags.context, spec, nullptr, *backend));
+  ASSIGN_OR_RETURN(options.kv_type, ParseCacheType(flags.cache_type));
+  ASSIGN_OR_RETURN(options.max_context, CheckContext(flags.context, spec, nullptr, *backend, options.kv_type));
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, backend.get(), options));
@@ -109,6 +111,9 @@ Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CP
                                     "auto|fma|tensor: how products of 1..16 tokens are summed on "
                                     "the GPU (see `specgen generate --help`)")
                          ->capture_default_str();
+                     // The reference tool: an fp32 cache unless asked (generate's default is f16).
+                     flags->cache_type.both = "f32";
+                     AddCacheTypeFlags(app, &flags->cache_type);
                      return [flags]() { return RunLogits(*flags); };
                    }}};
 

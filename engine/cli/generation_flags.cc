@@ -53,6 +53,37 @@ constexpr char kAcceptHelp[] =
 
 }  // namespace
 
+void AddCacheTypeFlags(CLI::App& app, CacheTypeFlags* f) {
+  app.add_option("--cache-type", f->both,
+                 "f16|bf16|f32: the element type the KV caches of both models store their rows in (the "
+                 "attention reads them in fp32); f32 is the fp32 reference, f16 holds half the bytes")
+      ->capture_default_str();
+  app.add_option("--cache-type-k", f->k, "as --cache-type (also -ctk); K and V take one type");
+  app.add_option("--cache-type-v", f->v, "as --cache-type (also -ctv); K and V take one type");
+}
+
+absl::StatusOr<DType> ParseCacheType(const CacheTypeFlags& f) {
+  const auto parse = [](std::string_view flag, std::string_view value) -> absl::StatusOr<DType> {
+    if (value == "f16") return DType::kF16;
+    if (value == "bf16") return DType::kBF16;
+    if (value == "f32") return DType::kF32;
+    return InvalidArgument(flag, " must be f16, bf16 or f32, got '", value, "'");
+  };
+  ASSIGN_OR_RETURN(const DType both, parse("--cache-type", f.both));
+  std::optional<DType> k, v;
+  if (!f.k.empty()) {
+    ASSIGN_OR_RETURN(k, parse("--cache-type-k", f.k));
+  }
+  if (!f.v.empty()) {
+    ASSIGN_OR_RETURN(v, parse("--cache-type-v", f.v));
+  }
+  if (k && v && *k != *v) {
+    return InvalidArgument("--cache-type-k ", f.k, " and --cache-type-v ", f.v,
+                           ": specgen stores K and V in one type; give them the same");
+  }
+  return k ? *k : v ? *v : both;
+}
+
 std::string BundledModelPath(std::string_view name) {
   // SPECGEN_MODELS_DIR overrides where the bundled pair lives (an installed copy); the default is the
   // source tree this binary was built from.
@@ -133,6 +164,7 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                      kernels::GemvOrderName(kernels::kDefaultGemvOrder),
                      ". The CPU has one order (tensor is an error)"))
       ->capture_default_str();
+  AddCacheTypeFlags(app, &f->cache_type);
   app.add_option("--stats", f->stats,
                  "text: summary on stderr; json: one JSON object on stdout after the output; none")
       ->capture_default_str();
@@ -162,6 +194,7 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   }
   if (!flags.vram_budget.empty()) RETURN_IF_ERROR(ParseByteSize(flags.vram_budget).status());
   RETURN_IF_ERROR(ParseGemvOrder(flags.gemv_order).status());
+  RETURN_IF_ERROR(ParseCacheType(flags.cache_type).status());
   if (flags.stats != "text" && flags.stats != "json" && flags.stats != "none") {
     return InvalidArgument("--stats must be text, json or none, got '", flags.stats, "'");
   }
@@ -207,9 +240,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   if (with_draft) {
     ASSIGN_OR_RETURN(draft_spec, LoadModelSpec(flags.draft));
   }
+  ASSIGN_OR_RETURN(const DType kv_type, ParseCacheType(flags.cache_type));
   ASSIGN_OR_RETURN(const int64_t context,
                    CheckContext(flags.context, target_spec, draft_spec ? &*draft_spec : nullptr,
-                                *pair->backend));
+                                *pair->backend, kv_type));
   // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
   // everything else or stream from host RAM into a cache of slots (docs/design.md §12).
   int64_t expert_cache_slots = -1;
@@ -219,14 +253,15 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     if (with_draft) request.draft = flags.draft;
     request.draft_max = flags.draft_max;
     request.context = context;
+    request.kv_element_bytes = static_cast<int>(Info(kv_type).block_bytes);
     request.vram_budget = vram_budget;
     ASSIGN_OR_RETURN(expert_cache_slots, offload::PlanExpertCacheSlots(request));
   }
-  ASSIGN_OR_RETURN(pair->target,
-                   LoadWithReport("target", flags.model, pair->backend.get(), context, expert_cache_slots));
+  ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context, kv_type,
+                                                expert_cache_slots));
   if (with_draft) {
-    ASSIGN_OR_RETURN(pair->draft,
-                     LoadWithReport("draft", flags.draft, pair->backend.get(), pair->target->max_context()));
+    ASSIGN_OR_RETURN(pair->draft, LoadWithReport("draft", flags.draft, pair->backend.get(),
+                                                 pair->target->max_context(), kv_type));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
   }

@@ -27,6 +27,17 @@ class CudaBackend;
 
 namespace specgen::cli {
 
+// --cache-type (both caches) and llama.cpp's --cache-type-k / --cache-type-v (-ctk / -ctv): the KV
+// cache's element type, one for K and V.
+struct CacheTypeFlags {
+  std::string both = "f16", k, v;
+};
+// Registers --cache-type, --cache-type-k and --cache-type-v on `app`.
+void AddCacheTypeFlags(CLI::App& app, CacheTypeFlags* flags);
+// The type they name: f16, bf16 or f32; -ctk and -ctv must agree (with each other and --cache-type,
+// where given). The error names the flag.
+absl::StatusOr<DType> ParseCacheType(const CacheTypeFlags& flags);
+
 struct GenerationFlags {
   std::string model, draft;
   int64_t n_predict = 128;
@@ -40,6 +51,7 @@ struct GenerationFlags {
   std::string device = "auto";
   std::string vram_budget;  // --vram-budget, e.g. "8GiB"; empty: free VRAM minus a reserve
   std::string gemv_order = "auto";  // --gemv-order: auto, fma or tensor (ParseGemvOrder)
+  CacheTypeFlags cache_type;
   std::string stats = "text";
   bool allow_vocab_mismatch = false;
   bool ignore_eos = false;
@@ -53,7 +65,7 @@ std::string BundledModelPath(std::string_view name);
 
 // Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
 // --draft-fixed, --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget,
-// --gemv-order, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+// --gemv-order, --cache-type, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 // --seed -1 draws a random seed; -n -1 generates until an end token or a full context.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 

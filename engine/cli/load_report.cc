@@ -20,13 +20,15 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
   for (const auto& [bytes, dtype] : by_size) {
     weights += Cat(weights.empty() ? "" : " + ", FormatBytes(static_cast<double>(bytes)), " ", Name(dtype));
   }
-  // The cache's buffers hold floats (Backend::NewBuffer).
+  // The cache's rows are stored in its type on the GPU; the CPU reference keeps them rounded in floats.
   size_t kv = 0;
   const KvCache& cache = lm.kv_cache();
+  const DType kv_type = cache.n_layers() > 0 ? cache.k(0).dtype() : DType::kF32;
+  const size_t kv_elem = backend_name == "cpu" ? sizeof(float) : static_cast<size_t>(Info(kv_type).block_bytes);
   for (int64_t l = 0; l < cache.n_layers(); ++l) {
     kv += static_cast<size_t>(cache.k(l).capacity_rows() * cache.k(l).cols() +
                               cache.v(l).capacity_rows() * cache.v(l).cols()) *
-          sizeof(float);
+          kv_elem;
   }
   const ModelSpec& spec = lm.spec();
   std::string streamed;
@@ -40,11 +42,12 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
   }
   return Cat(role, " ", spec.name.empty() ? std::string("model") : spec.name, ": ", backend_name, ", ",
              spec.n_layers, " layers, ", weights.empty() ? std::string("no weights") : weights, streamed,
-             ", KV cache ", FormatBytes(static_cast<double>(kv)), " (", cache.max_positions(), " positions)");
+             ", KV cache ", FormatBytes(static_cast<double>(kv)), " ", Name(kv_type), " (", cache.max_positions(),
+             " positions)");
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context,
+                                                             Backend* backend, int64_t context, DType kv_type,
                                                              int64_t expert_cache_slots) {
   std::unique_ptr<LoadedModel> loaded;
   {
@@ -54,6 +57,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   TransformerOptions options;
   options.max_context = context;
+  options.kv_type = kv_type;
   options.expert_cache_slots = expert_cache_slots;
   std::unique_ptr<Transformer> lm;
   {

@@ -21,9 +21,9 @@ namespace specgen::cli {
 std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
 
 // LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
-// `expert_cache_slots`: TransformerOptions::expert_cache_slots (-1: every expert resident).
+// `kv_type`, `expert_cache_slots`: TransformerOptions' (-1 slots: every expert resident).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context,
+                                                             Backend* backend, int64_t context, DType kv_type,
                                                              int64_t expert_cache_slots = -1);
 
 }  // namespace specgen::cli

@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   }
   // llama.cpp's multi-letter single-dash flags, which CLI11 would read as `-m d`: spelled long.
   for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "-md") argv[i] = const_cast<char*>("--model-draft");
+    const std::string_view arg = argv[i];
+    if (arg == "-md") argv[i] = const_cast<char*>("--model-draft");
+    if (arg == "-ctk") argv[i] = const_cast<char*>("--cache-type-k");
+    if (arg == "-ctv") argv[i] = const_cast<char*>("--cache-type-v");
   }
   // A first word that is no subcommand: named, with the list (CLI11 would only say that a
   // subcommand is required or that the word was not expected).

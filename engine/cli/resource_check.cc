@@ -12,6 +12,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/host_memory.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/kv_cache.h"
 #if defined(SPECGEN_WITH_CUDA)
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
@@ -39,18 +40,18 @@ absl::StatusOr<int> CheckThreads(int requested, std::string_view flag) {
   return requested;
 }
 
-double KvCacheBytes(const ModelSpec& spec, int64_t context) {
-  return 2.0 * static_cast<double>(spec.n_layers) * static_cast<double>(context) *
-         static_cast<double>(spec.kv_dim()) * sizeof(float);
+double KvCacheBytes(const ModelSpec& spec, int64_t context, DType kv_type, const Backend& backend) {
+  const DType stored = backend.name() == "cpu" ? DType::kF32 : kv_type;
+  return KvCache::Bytes(spec.n_layers, context, spec.kv_dim(), stored);
 }
 
 
 absl::StatusOr<int64_t> CheckContext(int64_t requested, const ModelSpec& target, const ModelSpec* draft,
-                                     Backend& backend) {
+                                     Backend& backend, DType kv_type) {
   if (requested < 0) return InvalidArgument("-c ", requested, ": the context must be >= 1 (0 = the default)");
   const int64_t context = requested > 0 ? requested : DefaultContext(target);
-  double kv = KvCacheBytes(target, context);
-  if (draft != nullptr) kv += KvCacheBytes(*draft, context);
+  double kv = KvCacheBytes(target, context, kv_type, backend);
+  if (draft != nullptr) kv += KvCacheBytes(*draft, context, kv_type, backend);
   const double per_position = kv / static_cast<double>(context);
 
   std::string pool = "host memory available";

@@ -23,12 +23,14 @@ absl::StatusOr<int> CheckThreads(int requested, std::string_view flag);
 // The context a run gets from -c (`requested`; 0: min(trained length, 4096), as Transformer
 // chooses), after these checks: -c must be >= 0; above the target's trained length a warning goes to
 // stderr (positions past it were never trained); the KV caches of the target and (if any) the draft
-// at that context must fit the memory `backend` allocates them from. `draft` may be null.
+// at that context, stored in `kv_type`, must fit the memory `backend` allocates them from. `draft` may
+// be null.
 absl::StatusOr<int64_t> CheckContext(int64_t requested, const ModelSpec& target, const ModelSpec* draft,
-                                     Backend& backend);
+                                     Backend& backend, DType kv_type);
 
-// Bytes of the fp32 K and V caches of `spec` at `context` positions (a double: no overflow).
-double KvCacheBytes(const ModelSpec& spec, int64_t context);
+// Bytes of the K and V caches of `spec` at `context` positions in `kv_type` (a double: no overflow).
+// The CPU keeps a 16-bit cache's rounded values in fp32 storage, so there it costs fp32's bytes.
+double KvCacheBytes(const ModelSpec& spec, int64_t context, DType kv_type, const Backend& backend);
 
 
 }  // namespace specgen::cli

@@ -5,20 +5,29 @@
 namespace specgen {
 
 absl::StatusOr<KvCache> KvCache::Create(Backend& backend, int64_t n_layers, int64_t max_positions,
-                                        int64_t kv_dim) {
+                                        int64_t kv_dim, DType dtype) {
   if (n_layers <= 0 || max_positions <= 0 || kv_dim <= 0) {
     return InvalidArgument("KV cache: bad geometry: ", n_layers, " layers, ", max_positions,
-                           " positions, ", kv_dim, " floats per row");
+                           " positions, ", kv_dim, " elements per row");
+  }
+  if (!IsCacheType(dtype)) {
+    return InvalidArgument("KV cache: type ", Name(dtype), " (the cache is f32, f16 or bf16)");
   }
   KvCache cache;
   cache.max_positions_ = max_positions;
+  cache.dtype_ = dtype;
   for (int64_t l = 0; l < n_layers; ++l) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> k, backend.NewBuffer(max_positions, kv_dim));
-    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> v, backend.NewBuffer(max_positions, kv_dim));
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> k, backend.NewCacheBuffer(max_positions, kv_dim, dtype));
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> v, backend.NewCacheBuffer(max_positions, kv_dim, dtype));
     cache.k_.push_back(std::move(k));
     cache.v_.push_back(std::move(v));
   }
   return cache;
+}
+
+double KvCache::Bytes(int64_t n_layers, int64_t max_positions, int64_t kv_dim, DType dtype) {
+  return 2.0 * static_cast<double>(n_layers) * static_cast<double>(max_positions) *
+         static_cast<double>(kv_dim) * static_cast<double>(Info(dtype).block_bytes);
 }
 
 absl::Status KvCache::CheckStore(int64_t layer, int64_t rows) const {

@@ -77,7 +77,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   const int64_t max_context =
       options.max_context > 0 ? options.max_context : std::min<int64_t>(spec.context_length, 4096);
   if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim()));
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim(),
+                                                      options.kv_type));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
   if (spec.rope_scaling.active()) {
     t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);

@@ -33,6 +33,9 @@ struct TransformerOptions {
   std::function<void(size_t done, size_t total)> expert_copy_progress = {};
   // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
   std::function<void(size_t done, size_t total)> upload_progress = {};
+  // The KV cache's element type (f32, f16 or bf16; rows rounded to it when stored). The library's
+  // default is the fp32 reference; the CLI's --cache-type defaults to f16 (docs/design.md §6.9).
+  DType kv_type = DType::kF32;
 };
 
 class Transformer : public CausalLm {

@@ -2,6 +2,7 @@
 // speculative engine relies on (bit-exact). fp32 unit roundoff u = 2^-24 ≈ 6e-8.
 #include "engine/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -346,6 +347,80 @@ TEST_F(CpuOps, AttentionGqaCausalAndTreeMask) {
   const std::vector<uint8_t> short_mask = {1, 0, 1};
   auto out = Empty(n, qc);
   EXPECT_FALSE(be_.Attention(*qb, *kb, *vb, s, short_mask, out.get()).ok());
+}
+
+// A KV cache buffer of f16 or bf16 (NewCacheBuffer): CopyRows stores each value rounded to the type
+// (round to nearest even, engine/core/half.h), Read and Write refuse it, and a type that is no cache type
+// is refused. Attention over the rounded caches stays within the bound the rounding allows of the
+// attention over the fp32 ones: with unit roundoff r (f16 2^-11, bf16 2^-8), |δk| ≤ r|k| moves each
+// score by Δ ≤ r·Σ|q k|·scale (plus 2·d·u·Σ|q k|·scale of fp32 order), so each softmax weight by a
+// factor within e^(±2Δ); |δv| ≤ r|v|; the output Σ p v (weights summing to 1) moves by at most
+// ((e^(2Δ) − 1) + r)·max|v|·(1 + r) + 2·(L + 8)·u·max|v| for L keys.
+TEST_F(CpuOps, CacheTypesRoundOnStoreAndAttendWithinTheRoundingBound) {
+  AttentionShape s;
+  s.n_heads = 6;
+  s.n_kv_heads = 2;
+  s.head_dim = 16;
+  s.n_prefix = 20;
+  s.scale = 0.25f;
+  const int64_t n = 4, cap = 24, qc = s.n_heads * s.head_dim, kc = s.n_kv_heads * s.head_dim;
+  const auto q = Random(n * qc, 18, -2, 2), k = Random(cap * kc, 19, -2, 2), v = Random(cap * kc, 20, -3, 3);
+  auto qb = Buf(n, qc, q), ksrc = Buf(cap, kc, k), vsrc = Buf(cap, kc, v);
+  auto k32 = be_.NewCacheBuffer(cap, kc, DType::kF32).value(), v32 = be_.NewCacheBuffer(cap, kc, DType::kF32).value();
+  ASSERT_TRUE(be_.CopyRows(*ksrc, 0, k32.get()).ok() && be_.CopyRows(*vsrc, 0, v32.get()).ok());
+  auto want = Empty(n, qc);
+  ASSERT_TRUE(be_.Attention(*qb, *k32, *v32, s, {}, want.get()).ok());
+  const auto exact = Get(*want);
+  for (const DType type : {DType::kF16, DType::kBF16}) {
+    const std::string what(Name(type));
+    const double r = type == DType::kF16 ? 0x1p-11 : 0x1p-8;
+    auto kt = be_.NewCacheBuffer(cap, kc, type).value(), vt = be_.NewCacheBuffer(cap, kc, type).value();
+    EXPECT_EQ(kt->dtype(), type);
+    ASSERT_TRUE(be_.CopyRows(*ksrc, 0, kt.get()).ok() && be_.CopyRows(*vsrc, 0, vt.get()).ok());
+    const float* stored = CpuBackend::Data(*kt);
+    int changed = 0;
+    for (int64_t i = 0; i < cap * kc; ++i) {
+      const float want_i = type == DType::kF16 ? F16ToF32(F32ToF16(k[i])) : Bf16ToF32(F32ToBf16(k[i]));
+      ASSERT_EQ(stored[i], want_i) << what << " element " << i;
+      changed += stored[i] != k[i];
+    }
+    EXPECT_GT(changed, cap * kc / 2) << what << ": uniform fp32 values are rarely exact in 16 bits";
+    std::vector<float> host(cap * kc);
+    EXPECT_FALSE(be_.Read(*kt, host).ok()) << what;
+    EXPECT_FALSE(be_.Write(host, kt.get()).ok()) << what;
+
+    auto out = Empty(n, qc);
+    ASSERT_TRUE(be_.Attention(*qb, *kt, *vt, s, {}, out.get()).ok()) << what;
+    const auto got = Get(*out);
+    double max_v = 0;
+    for (float x : v) max_v = std::max<double>(max_v, std::fabs(x));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t h = 0; h < s.n_heads; ++h) {
+        const int64_t g = h / (s.n_heads / s.n_kv_heads), keys = s.n_prefix + i + 1;
+        double delta = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          double a = 0;
+          for (int64_t c = 0; c < s.head_dim; ++c) {
+            a += std::fabs(double(q[i * qc + h * s.head_dim + c]) * k[j * kc + g * s.head_dim + c]);
+          }
+          delta = std::max(delta, (r + 2 * s.head_dim * kU) * a * s.scale);
+        }
+        const double tol = ((std::exp(2 * delta) - 1) + r) * max_v * (1 + r) + 2 * (keys + 8) * kU * max_v;
+        for (int64_t c = 0; c < s.head_dim; ++c) {
+          const int64_t e = i * qc + h * s.head_dim + c;
+          ASSERT_LE(std::fabs(double(got[e]) - exact[e]), tol) << what << " output " << e;
+        }
+      }
+    }
+    EXPECT_NE(std::memcmp(got.data(), exact.data(), got.size() * sizeof(float)), 0) << what << ": no effect";
+  }
+  EXPECT_FALSE(be_.NewCacheBuffer(cap, kc, DType::kQ8_0).ok());
+  // Only fp32 activations are copied in.
+  auto f16 = be_.NewCacheBuffer(cap, kc, DType::kF16).value();
+  EXPECT_FALSE(be_.CopyRows(*f16, 0, k32.get()).ok());
+  // K and V of one type.
+  auto out = Empty(n, qc);
+  EXPECT_FALSE(be_.Attention(*qb, *k32, *f16, s, {}, out.get()).ok());
 }
 
 TEST_F(CpuOps, EmbedGatherScatterSwiGlu) {

@@ -602,6 +602,119 @@ TEST_P(CudaOps, ArenaBudgetIsAStatusNotACrash) {
   }
 }
 
+// A KV cache buffer of each type (NewCacheBuffer) on both backends. CopyRows rounds to the type as the
+// CPU does: the GPU's stored rows, read back, equal the CPU's rounded fp32 values bit for bit. The fused
+// NormRopeStore stores the same bits as its ops (RmsNorm, Rope, CopyRows) on a 16-bit cache too. And
+// Attention over caches holding the same values matches the CPU within the fp32 bound above (the 16-bit
+// rounding is in both inputs, not in the comparison); a 16-bit cache refuses Read.
+std::vector<float> CacheValues(const Buffer& b) {
+  const size_t n = static_cast<size_t>(b.rows() * b.cols());
+  std::vector<float> out(n);
+  if (b.dtype() == DType::kF32) {
+    EXPECT_EQ(cudaMemcpy(out.data(), CudaBackend::CacheData(b), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  std::vector<uint16_t> bits(n);
+  EXPECT_EQ(cudaMemcpy(bits.data(), CudaBackend::CacheData(b), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; ++i) out[i] = b.dtype() == DType::kF16 ? F16ToF32(bits[i]) : Bf16ToF32(bits[i]);
+  return out;
+}
+
+TEST_P(CudaOps, CacheTypesStoreRoundedAndAttend) {
+  for (const DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int heads = 8, kv_heads = 2, d = 64, rows = 40, prefix = 30, n = 5, qc = heads * d, kc = kv_heads * d;
+    const std::string what = std::string("cache type ") + std::string(Name(type));
+    Pair kcache{*cpu_.NewCacheBuffer(rows, kc, type), *gpu_->NewCacheBuffer(rows, kc, type)};
+    Pair vcache{*cpu_.NewCacheBuffer(rows, kc, type), *gpu_->NewCacheBuffer(rows, kc, type)};
+    // Wide values (sd 3): many of them are not representable in 16 bits, so rounding is exercised.
+    const auto k0 = Normal(rng_, size_t(prefix) * kc, 3.f), v0 = Normal(rng_, size_t(prefix) * kc, 3.f);
+    Pair ksrc = MakePair(prefix, kc, k0), vsrc = MakePair(prefix, kc, v0);
+    for (Backend* be : {static_cast<Backend*>(&cpu_), static_cast<Backend*>(gpu_.get())}) {
+      const bool gpu = be != &cpu_;
+      ASSERT_TRUE(be->CopyRows(gpu ? *ksrc.gpu : *ksrc.cpu, 0, gpu ? kcache.gpu.get() : kcache.cpu.get()).ok());
+      ASSERT_TRUE(be->CopyRows(gpu ? *vsrc.gpu : *vsrc.cpu, 0, gpu ? vcache.gpu.get() : vcache.cpu.get()).ok());
+    }
+    const auto gk = CacheValues(*kcache.gpu);
+    const float* ck = CpuBackend::Data(*kcache.cpu);
+    int rounded = 0;
+    for (size_t i = 0; i < k0.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&gk[i], &ck[i], 4), 0) << what << ": K element " << i << " " << k0[i] << " stored as "
+                                                   << gk[i] << " on the GPU, " << ck[i] << " on the CPU";
+      rounded += gk[i] != k0[i];
+    }
+    if (type != DType::kF32) {
+      EXPECT_GT(rounded, 0) << what << ": nothing was rounded";
+    } else {
+      EXPECT_EQ(rounded, 0) << what;
+    }
+    std::vector<float> dummy(size_t(rows) * kc);
+    EXPECT_EQ(gpu_->Read(*kcache.gpu, dummy).ok(), type == DType::kF32) << what;
+
+    // Attention of n queries over rows 0 .. prefix - 1 (all stored by CopyRows, the same on both).
+    const std::vector<float> qv = Normal(rng_, size_t(n) * qc);
+    Pair q = MakePair(n, qc, qv), out = Poisoned(n, qc);
+    AttentionShape s{heads, kv_heads, d, prefix - n, 1.0f / std::sqrt(float(d))};
+    ASSERT_TRUE(cpu_.Attention(*q.cpu, *kcache.cpu, *vcache.cpu, s, {}, out.cpu.get()).ok()) << what;
+    ASSERT_TRUE(gpu_->Attention(*q.gpu, *kcache.gpu, *vcache.gpu, s, {}, out.gpu.get()).ok()) << what;
+    const float* cv = CpuBackend::Data(*vcache.cpu);
+    double vmax = 0;
+    for (int i = 0; i < prefix * kc; ++i) vmax = std::max<double>(vmax, std::fabs(cv[i]));
+    std::vector<double> tol(size_t(n) * qc);
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < heads; ++h) {
+        const int g = h / (heads / kv_heads);
+        double delta = 0;
+        for (int j = 0; j < prefix; ++j) {
+          double a = 0;
+          for (int e = 0; e < d; ++e) a += std::fabs(double(qv[i * qc + h * d + e]) * ck[j * kc + g * d + e]);
+          delta = std::max(delta, 2.0 * d * kU * a * s.scale);
+        }
+        for (int e = 0; e < d; ++e) tol[i * qc + h * d + e] = (2 * delta + (prefix + 8) * kU) * vmax;
+      }
+    }
+    ExpectAllWithin(Gpu(out), Cpu(out), tol, what + ": Attention");
+
+    // NormRopeStore of n more rows: fused and one op at a time store the same bits.
+    std::vector<std::vector<float>> stored[2];
+    const auto qn = Normal(rng_, size_t(n) * qc, 2.f), kn = Normal(rng_, size_t(n) * kc, 2.f),
+               vn = Normal(rng_, size_t(n) * kc, 2.f);
+    std::vector<int32_t> pos(n);
+    for (int i = 0; i < n; ++i) pos[i] = prefix + i;
+    for (int fused = 0; fused < 2; ++fused) {
+      auto kc2 = *gpu_->NewCacheBuffer(rows, kc, type), vc2 = *gpu_->NewCacheBuffer(rows, kc, type);
+      auto qb = *gpu_->NewBuffer(n, qc), kb = *gpu_->NewBuffer(n, kc), vb = *gpu_->NewBuffer(n, kc);
+      ASSERT_TRUE(gpu_->Write(qn, qb.get()).ok() && gpu_->Write(kn, kb.get()).ok() && gpu_->Write(vn, vb.get()).ok());
+      Backend::HeadNormRope p;
+      p.eps = 1e-6f;
+      p.head_dim = d;
+      p.positions = pos;
+      p.theta = 1e6f;
+      const absl::Status st = fused ? gpu_->NormRopeStore(p, qb.get(), kb.get(), *vb, prefix, kc2.get(), vc2.get())
+                                    : gpu_->Backend::NormRopeStore(p, qb.get(), kb.get(), *vb, prefix, kc2.get(),
+                                                                   vc2.get());
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+      for (const Buffer* b : {kc2.get(), vc2.get()}) {
+        auto values = CacheValues(*b);
+        values.erase(values.begin(), values.begin() + size_t(prefix) * kc);  // the rows stored here
+        values.resize(size_t(n) * kc);
+        for (float x : values) ASSERT_TRUE(std::isfinite(x)) << what;
+        stored[fused].push_back(std::move(values));
+      }
+    }
+    for (int b = 0; b < 2; ++b) {
+      EXPECT_EQ(std::memcmp(stored[0][b].data(), stored[1][b].data(), sizeof(float) * stored[0][b].size()), 0)
+          << what << ": NormRopeStore's " << (b == 0 ? "K" : "V") << " rows differ from its ops'";
+    }
+    // The V rows are v rounded to the type, exactly as the CPU rounds.
+    for (size_t i = 0; i < vn.size(); ++i) {
+      const float want = type == DType::kF16 ? F16ToF32(F32ToF16(vn[i]))
+                         : type == DType::kBF16 ? Bf16ToF32(F32ToBf16(vn[i]))
+                                                : vn[i];
+      ASSERT_EQ(stored[1][1][i], want) << what << ": V element " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(GemvOrders, CudaOps, ::testing::ValuesIn(kernels::kGemvOrders),
                          [](const ::testing::TestParamInfo<kernels::GemvOrder>& info) {
                            return std::string(kernels::GemvOrderName(info.param));

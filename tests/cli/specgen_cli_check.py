@@ -110,6 +110,17 @@ def main():
             check(outputs.get(name) == outputs["plain"],
                   f"generate {name} text differs from plain:\n{outputs.get(name)!r}\n{outputs['plain']!r}")
 
+    # --cache-type (f16 by default): each type is one model, with and without a draft the same greedy
+    # text; -ctk / -ctv (llama.cpp's spellings) name the same choice.
+    for cache, flags in [("f32", ["--cache-type", "f32"]), ("bf16", ["-ctk", "bf16", "-ctv", "bf16"])]:
+        texts = {}
+        for name, extra in [("plain", []), ("k4", ["-md", draft, "--draft-max", "4", "--draft-fixed"])]:
+            rc, out, err = run(specgen, base + flags + extra)
+            check(rc == 0, f"generate {cache} cache {name}: exit {rc}, stderr: {err.strip()}")
+            texts[name], _ = split_stats(out)
+        check(texts.get("k4") == texts.get("plain") and texts.get("plain"),
+              f"generate {cache} cache: the draft changed the greedy text")
+
     # Sampling: under rejection the text a seed gives follows the draft lengths, so the default there
     # is the fixed length (and a seed reproduces the text); under coupled it does not, so the default
     # is the adaptive choice, and the text is the plain run's for the seed.
@@ -189,6 +200,12 @@ def main():
                                             "--gemv-order", "tensor"], ["--gemv-order", "CPU"]),
         ("logits --gemv-order tensor on the CPU", ["logits", "-m", target, "--prompt-ids", "1,2",
                                                    "--gemv-order", "tensor"], ["--gemv-order"]),
+        ("bad --cache-type", ["generate", "-m", target, "-p", "hi", "--cache-type", "q8_0"],
+         ["--cache-type", "q8_0"]),
+        ("-ctk and -ctv differ", ["generate", "-m", target, "-p", "hi", "-ctk", "f16", "-ctv", "f32"],
+         ["--cache-type-k", "--cache-type-v"]),
+        ("logits bad --cache-type", ["logits", "-m", target, "--prompt-ids", "1,2", "--cache-type", "f8"],
+         ["--cache-type", "f8"]),
         ("corrupt tokenizer.json", ["generate", "-m", broken, "-p", "hi"], ["tokenizer.json", "JSON"]),
         ("chat missing model", ["chat", "-m", missing], ["no-such-model"]),
         ("chat vocabulary mismatch", ["chat", "-m", target, "-md", mismatched], ["cannot draft"]),

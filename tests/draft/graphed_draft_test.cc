@@ -5,8 +5,10 @@
 // Models: qwen3-0.6b's layer shape cut to 2 layers (head_dim 128: the single-query decode attention,
 // whose 250-270 slots are 4-5 chunks of 64, so its cross-chunk merge runs and the chunk count changes
 // at 256), the bundled tiny draft
-// (head_dim 32: the decode attention with 16-slot warp batches) and synth tiny-dense. Skips without a
-// device.
+// (head_dim 32: the decode attention with 16-slot warp batches) and synth tiny-dense, with an fp32 KV
+// cache and with 16-bit ones (--cache-type: the fused prologue rounds the new rows as NormRopeStore
+// does, from the same fp32 values, so the bound against the Transformer stays the fp32 one). Skips
+// without a device.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -95,14 +97,21 @@ Run Decode(CudaBackend* be, Transformer* lm, Path path, const std::vector<int32_
   return run;
 }
 
-void CheckModel(const char* label, std::shared_ptr<const LoadedModel> model, int prompt_len) {
+void CheckModel(const char* label, std::shared_ptr<const LoadedModel> model, int prompt_len,
+                DType kv_type = DType::kF32, kernels::ElemType weights = kernels::ElemType::kBF16) {
   auto be = testing::TestCudaBackend(size_t{1} << 30);
   ASSERT_NE(be, nullptr);
   TransformerOptions options;
   options.max_context = 512;
+  options.kv_type = kv_type;
   auto lm = Transformer::Create(model, be.get(), options);
   ASSERT_TRUE(lm.ok()) << lm.status();
   ASSERT_EQ(GraphedDraft::Unsupported(**lm), "");
+  // The weights as the test means them to run (a quantized file kept packed in VRAM, not dequantized).
+  for (const Weight* w : {(*lm)->layer_refs(0).q, (*lm)->layer_refs(0).down, &(*lm)->output_head()}) {
+    ASSERT_EQ(CudaBackend::Type(*w), weights) << label << ": the backend holds " << kernels::ElemTypeName(CudaBackend::Type(*w))
+                                              << " weights";
+  }
   const int32_t vocab = static_cast<int32_t>((*lm)->vocab_size());
   std::vector<int32_t> prompt(prompt_len), script(kSteps);
   for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 3) % vocab;
@@ -171,6 +180,39 @@ TEST(GraphedDraft, Qwen3ShapeAcrossGemvShapes) {
   CheckModel("qwen3-0.6b x2 layers, positions 376-394", model, 376);
 }
 
+TEST(GraphedDraft, Qwen3ShapeF16Cache) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096);
+  ASSERT_NE(model, nullptr);
+  CheckModel("qwen3-0.6b x2 layers, f16 cache", model, 250, DType::kF16);
+}
+
+// A Q8_0 draft (weights kept packed on the device): the graph's fused GEMVs read the blocks in the
+// packed kernels' one order, so graph and eager launches agree bit for bit and the Transformer's
+// backend ops (RmsNorm + the packed GEMV) within the same fp32 bound as bf16 weights (the GEMVs
+// themselves give its bits; only the attention sums in its own order).
+TEST(GraphedDraft, Qwen3ShapeQ8_0Weights) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096, DType::kQ8_0);
+  ASSERT_NE(model, nullptr);
+  CheckModel("qwen3-0.6b x2 layers, q8_0", model, 250, DType::kF32, kernels::ElemType::kQ8_0);
+  CheckModel("qwen3-0.6b x2 layers, q8_0, f16 cache", model, 250, DType::kF16, kernels::ElemType::kQ8_0);
+}
+
+TEST(GraphedDraft, Qwen3ShapeQ4_KWeights) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("qwen3-0.6b", 2, 4096, DType::kQ4_K);
+  ASSERT_NE(model, nullptr);
+  CheckModel("qwen3-0.6b x2 layers, q4_k, f16 cache", model, 40, DType::kF16, kernels::ElemType::kQ4_K);
+}
+
+TEST(GraphedDraft, TinyDenseBf16Cache) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  auto model = testing::SynthModel("tiny-dense", 2, 0);
+  ASSERT_NE(model, nullptr);
+  CheckModel("synth tiny-dense, bf16 cache", model, 9, DType::kBF16);
+}
+
 TEST(GraphedDraft, TinyDenseSimpleAttention) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   auto model = testing::SynthModel("tiny-dense", 2, 0);
@@ -184,7 +226,9 @@ TEST(GraphedDraft, BundledTinyDraft) {
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
   auto loaded = LoadModel(dir.string());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  CheckModel("models/tiny-draft", std::shared_ptr<const LoadedModel>(std::move(loaded).value()), 20);
+  std::shared_ptr<const LoadedModel> model(std::move(loaded).value());
+  CheckModel("models/tiny-draft", model, 20);
+  CheckModel("models/tiny-draft, f16 cache", model, 20, DType::kF16);
 }
 
 TEST(GraphedDraft, MoeModelIsRefused) {

@@ -1,7 +1,8 @@
-// KV-cache attention against a CPU loop: GQA, causal and tree masks, fp32 and bf16 caches, and batch
+// KV-cache attention against a CPU loop: GQA, causal and tree masks, fp32, f16 and bf16 caches, and batch
 // invariance (a query's output is bit-identical alone or in a batch); the single-query decode kernel
 // against the same loop, deterministic and independent of its grid bound; and the decode kernel with
-// q/k-norm + RoPE + KV append fused in, bit-identical (output and caches) to the two kernels it joins.
+// q/k-norm + RoPE + KV append fused in, bit-identical (output and caches, of every cache type) to the two
+// kernels it joins; the stores round to a 16-bit cache's type as the CPU does.
 #include <cmath>
 #include <cstring>
 
@@ -36,19 +37,23 @@ std::vector<uint8_t> RandomTree(std::mt19937_64& rng, int n) {
   return mask;
 }
 
+// A 16-bit cache's bits for `x` (kF16 or kBF16), and x replaced by the values they hold, so that the
+// fp64 references read what the kernels read.
+std::vector<uint16_t> ToCacheBits(ElemType kv, std::vector<float>* x) {
+  if (kv == ElemType::kF32) return {};
+  std::vector<uint16_t> bits = kv == ElemType::kF16 ? testing::ToF16(*x) : testing::ToBf16(*x);
+  *x = kv == ElemType::kF16 ? testing::F16Values(bits) : testing::Bf16Values(bits);
+  return bits;
+}
+
 void CheckAttention(const Case& c) {
   auto rng = testing::FreshRng();
   const int keys = c.n_past + c.n, g = c.heads / c.kv_heads;
   const auto q = testing::RandomNormal(rng, size_t(c.n) * c.heads * c.d);
   auto k = testing::RandomNormal(rng, size_t(keys) * c.kv_heads * c.d);
   auto v = testing::RandomNormal(rng, size_t(keys) * c.kv_heads * c.d);
-  std::vector<uint16_t> kb, vb;
-  if (c.kv == ElemType::kBF16) {  // the reference uses the same bf16 values the cache holds
-    kb = testing::ToBf16(k);
-    vb = testing::ToBf16(v);
-    k = testing::Bf16Values(kb);
-    v = testing::Bf16Values(vb);
-  }
+  // The reference uses the same 16-bit values the cache holds.
+  const std::vector<uint16_t> kb = ToCacheBits(c.kv, &k), vb = ToCacheBits(c.kv, &v);
   const auto mask = c.tree ? RandomTree(rng, c.n) : std::vector<uint8_t>();
   const double scale = 1.0 / std::sqrt(double(c.d));
   std::vector<double> ref(q.size()), tol(q.size());
@@ -155,12 +160,15 @@ TEST(AttentionGpu, CausalGqaFp32AndBf16) {
   CheckAttention({5, 300, 8, 8, 64, ElemType::kBF16, false});    // verify k+1 = 5, MHA
   CheckAttention({64, 0, 8, 1, 128, ElemType::kF32, false});     // prefill chunk, MQA
   CheckAttention({9, 257, 16, 2, 256, ElemType::kBF16, false});  // head_dim 256, group 8
+  CheckAttention({5, 300, 16, 8, 128, ElemType::kF16, false});   // f16 cache (--cache-type f16)
+  CheckAttention({17, 40, 8, 2, 64, ElemType::kF16, false});     // f16, past the decode kernel's 16
 }
 
 TEST(AttentionGpu, TreeMask) {
   SPECGEN_SKIP_WITHOUT_GPU();
   CheckAttention({12, 100, 8, 2, 128, ElemType::kF32, true});
   CheckAttention({33, 511, 4, 4, 64, ElemType::kBF16, true});
+  CheckAttention({12, 100, 8, 2, 256, ElemType::kF16, true});
 }
 
 // LaunchDecodeAttention: one query seeing slots 0..n_past, against the same CPU reference and
@@ -174,13 +182,7 @@ void CheckDecodeAttention(int n_past, int heads, int kv_heads, int d, ElemType k
   const auto q = testing::RandomNormal(rng, size_t(heads) * d);
   auto k = testing::RandomNormal(rng, size_t(max_past + 1) * kv_heads * d);
   auto v = testing::RandomNormal(rng, size_t(max_past + 1) * kv_heads * d);
-  std::vector<uint16_t> kb, vb;
-  if (kv == ElemType::kBF16) {
-    kb = testing::ToBf16(k);
-    vb = testing::ToBf16(v);
-    k = testing::Bf16Values(kb);
-    v = testing::Bf16Values(vb);
-  }
+  const std::vector<uint16_t> kb = ToCacheBits(kv, &k), vb = ToCacheBits(kv, &v);
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> ref(q.size()), tol(q.size());
   for (int h = 0; h < heads; ++h) {
@@ -248,7 +250,32 @@ void CheckDecodeAttention(int n_past, int heads, int kv_heads, int d, ElemType k
 // The fused prologue (LaunchDecodeAttention with a DecodeRopeAppend) against LaunchQkNormRopeAppend
 // followed by LaunchDecodeAttention on a copy of the same caches: the same bits in the output and in
 // every cache row (the new slot included), so nothing downstream can tell the paths apart.
-void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_norm, RopeStyle style) {
+// A KV cache of one type on the device, filled from fp32 values (rounded to a 16-bit type).
+struct TestCache {
+  TestCache(ElemType kv, std::vector<float> values)
+      : kv(kv), f32(kv == ElemType::kF32 ? values : std::vector<float>()), bits(ToCacheBits(kv, &values)) {}
+  void* get() const { return kv == ElemType::kF32 ? static_cast<void*>(f32.get()) : static_cast<void*>(bits.get()); }
+  // The cache's bytes, whatever its type.
+  std::vector<uint8_t> Bytes() const {
+    std::vector<uint8_t> out;
+    if (kv == ElemType::kF32) {
+      const auto x = f32.Download();
+      out.resize(x.size() * sizeof(float));
+      std::memcpy(out.data(), x.data(), out.size());
+    } else {
+      const auto x = bits.Download();
+      out.resize(x.size() * sizeof(uint16_t));
+      std::memcpy(out.data(), x.data(), out.size());
+    }
+    return out;
+  }
+  ElemType kv;
+  DeviceBuffer<float> f32;
+  DeviceBuffer<uint16_t> bits;
+};
+
+void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_norm, RopeStyle style,
+                          ElemType kv = ElemType::kF32) {
   auto rng = testing::FreshRng();
   const int max_past = n_past + 40, capacity = max_past + 1;
   const auto q_raw = testing::RandomNormal(rng, size_t(heads) * d);
@@ -259,7 +286,7 @@ void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_no
   auto norm_w = testing::ToBf16(testing::RandomNormal(rng, size_t(d)));
   std::vector<uint16_t> k_norm_w = testing::ToBf16(testing::RandomNormal(rng, size_t(d)));
   DeviceBuffer<float> dq(q_raw), dk(k_raw), dv(v_raw), dq_rot(q_raw.size());
-  DeviceBuffer<float> kc_a(cache_k), vc_a(cache_v), kc_b(cache_k), vc_b(cache_v);
+  TestCache kc_a(kv, cache_k), vc_a(kv, cache_v), kc_b(kv, cache_k), vc_b(kv, cache_v);
   DeviceBuffer<uint16_t> dqn(norm_w), dkn(k_norm_w);
   DeviceBuffer<float2> table(size_t(capacity) * d / 2);
   CUDA_OK(LaunchRopeTable(table.get(), capacity, d, 1e6, nullptr));
@@ -273,9 +300,9 @@ void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_no
   const void* qn = qk_norm ? static_cast<const void*>(dqn.get()) : nullptr;
   const void* kn = qk_norm ? static_cast<const void*>(dkn.get()) : nullptr;
   CUDA_OK(LaunchQkNormRopeAppend(dq.get(), dk.get(), dv.get(), dq_rot.get(), qn, kn, ElemType::kBF16, 1e-6f,
-                                 kc_a.get(), vc_a.get(), state.get(), heads, kv_heads, d, table.get(), style,
+                                 kc_a.get(), vc_a.get(), kv, state.get(), heads, kv_heads, d, table.get(), style,
                                  nullptr, false));
-  CUDA_OK(LaunchDecodeAttention(dq_rot.get(), kc_a.get(), vc_a.get(), ElemType::kF32, out_a.get(), max_past,
+  CUDA_OK(LaunchDecodeAttention(dq_rot.get(), kc_a.get(), vc_a.get(), kv, out_a.get(), max_past,
                                 heads, kv_heads, d, scale, ws_a.get(), ws_bytes, dpast.get(), nullptr, false));
   DecodeRopeAppend rope;
   rope.q_raw = dq.get();
@@ -287,26 +314,25 @@ void CheckFusedRopeAppend(int n_past, int heads, int kv_heads, int d, bool qk_no
   rope.eps = 1e-6f;
   rope.rope_table = table.get();
   rope.style = style;
-  CUDA_OK(LaunchDecodeAttention(rope, kc_b.get(), vc_b.get(), out_b.get(), max_past, heads, kv_heads, d, scale,
-                                ws_b.get(), ws_bytes, dpast.get(), nullptr, false));
+  CUDA_OK(LaunchDecodeAttention(rope, kc_b.get(), vc_b.get(), kv, out_b.get(), max_past, heads, kv_heads, d,
+                                scale, ws_b.get(), ws_bytes, dpast.get(), nullptr, false));
   const std::string what = "fused decode attention past=" + std::to_string(n_past) + " heads=" +
                            std::to_string(heads) + "/" + std::to_string(kv_heads) + " d=" + std::to_string(d) +
-                           (qk_norm ? " qk-norm" : "") + (style == RopeStyle::kRotateHalf ? " half" : " pairs");
+                           (qk_norm ? " qk-norm" : "") + (style == RopeStyle::kRotateHalf ? " half" : " pairs") +
+                           " kv type " + std::to_string(int(kv));
   const auto a = out_a.Download(), b = out_b.Download();
   for (float x : b) ASSERT_TRUE(std::isfinite(x)) << what;
   EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()), 0) << what << ": outputs differ";
-  for (const auto* pair : {&kc_a, &vc_a}) {
-    const auto& other = pair == &kc_a ? kc_b : vc_b;
-    const auto x = pair->Download(), y = other.Download();
-    EXPECT_EQ(std::memcmp(x.data(), y.data(), sizeof(float) * x.size()), 0)
-        << what << ": " << (pair == &kc_a ? "K" : "V") << " caches differ";
-  }
-  // The new slot was written (not left as the random row it started as).
-  const auto kc = kc_b.Download();
-  EXPECT_NE(std::memcmp(kc.data() + size_t(n_past) * kv_heads * d, cache_k.data() + size_t(n_past) * kv_heads * d,
-                        sizeof(float) * kv_heads * d),
-            0)
-      << what;
+  EXPECT_EQ(kc_a.Bytes(), kc_b.Bytes()) << what << ": K caches differ";
+  EXPECT_EQ(vc_a.Bytes(), vc_b.Bytes()) << what << ": V caches differ";
+  // The new slot was written (not left as the random row it started as), and holds the rounded values:
+  // the V row is v_raw as the cache's type stores it (the CPU's rounding, engine/core/half.h).
+  const size_t row_bytes = size_t(kv_heads) * d * ElemBytes(kv);
+  const auto kc = kc_b.Bytes(), kc_init = TestCache(kv, cache_k).Bytes(), vc = vc_b.Bytes();
+  EXPECT_NE(std::memcmp(kc.data() + n_past * row_bytes, kc_init.data() + n_past * row_bytes, row_bytes), 0) << what;
+  const TestCache v_want(kv, v_raw);
+  EXPECT_EQ(std::memcmp(vc.data() + n_past * row_bytes, v_want.Bytes().data(), row_bytes), 0)
+      << what << ": the new V row is not v rounded to the cache's type";
 }
 
 TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
@@ -317,6 +343,9 @@ TEST(AttentionGpu, DecodeWithFusedRopeAppend) {
   CheckFusedRopeAppend(70, 8, 8, 64, true, RopeStyle::kInterleaved);     // MHA, pairwise RoPE
   CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf);   // group 8, head_dim 256
   CheckFusedRopeAppend(63, 4, 2, 32, true, RopeStyle::kRotateHalf);      // the bundled draft's heads
+  CheckFusedRopeAppend(31, 16, 8, 128, true, RopeStyle::kRotateHalf, ElemType::kF16);   // --cache-type f16
+  CheckFusedRopeAppend(300, 16, 2, 256, true, RopeStyle::kRotateHalf, ElemType::kF16);  // merged chunks
+  CheckFusedRopeAppend(63, 4, 2, 32, true, RopeStyle::kRotateHalf, ElemType::kBF16);    // bf16, head_dim 32
 }
 
 // Each of a batch's `queries` outputs (got: [queries, heads * d]) against LaunchDecodeAttention of
@@ -354,7 +383,7 @@ void CheckDecodeBatch(int n_past, int queries, int heads, int kv_heads, int d, E
   const auto q = testing::RandomNormal(rng, size_t(queries) * row);
   auto k = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
   auto v = testing::RandomNormal(rng, size_t(capacity) * kv_heads * d);
-  const auto kb = testing::ToBf16(k), vb = testing::ToBf16(v);
+  const auto kb = ToCacheBits(kv, &k), vb = ToCacheBits(kv, &v);
   DeviceBuffer<float> dq(q), dout(q.size()), dk32(k), dv32(v);
   DeviceBuffer<uint16_t> dk16(kb), dv16(vb);
   const void* kp = kv == ElemType::kF32 ? static_cast<const void*>(dk32.get()) : dk16.get();
@@ -390,6 +419,8 @@ TEST(AttentionGpu, DecodeBatchEqualsSingleQueries) {
   CheckDecodeBatch(70, 3, 16, 2, 256, ElemType::kF32);     // group 8, head_dim 256
   CheckDecodeBatch(40, 1, 32, 4, 128, ElemType::kF32);     // one query: the single-query kernel's case
   CheckDecodeBatch(250, 5, 4, 2, 32, ElemType::kF32);      // head_dim 32, across its 256-slot chunks
+  CheckDecodeBatch(300, 5, 16, 8, 128, ElemType::kF16);    // f16 cache
+  CheckDecodeBatch(250, 5, 4, 2, 32, ElemType::kF16);      // f16, head_dim 32 (one element a lane)
 }
 
 // The batch with its length read from the device, as a graph-captured verification would launch it
@@ -567,6 +598,8 @@ TEST(AttentionGpu, DecodeSingleQuery) {
   CheckDecodeAttention(95, 4, 2, 32, ElemType::kF32);      // head_dim 32 (the bundled draft): one chunk
   CheckDecodeAttention(300, 4, 2, 32, ElemType::kF32);     // 301 keys: 3 chunks of 128 slots, merged
   CheckDecodeAttention(2047, 4, 2, 32, ElemType::kBF16);   // 16 chunks, bf16 cache
+  CheckDecodeAttention(700, 16, 4, 128, ElemType::kF16);   // f16 cache
+  CheckDecodeAttention(300, 4, 2, 32, ElemType::kF16);     // f16, head_dim 32
 }
 
 }  // namespace

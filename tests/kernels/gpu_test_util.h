@@ -97,4 +97,16 @@ inline std::vector<float> Bf16Values(const std::vector<uint16_t>& v) {
   return out;
 }
 
+// Rounds to f16 (as raw bits), and the exactly equal fp32 values.
+inline std::vector<uint16_t> ToF16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToF16(v[i]);
+  return out;
+}
+inline std::vector<float> F16Values(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F16ToF32(v[i]);
+  return out;
+}
+
 }  // namespace specgen::kernels::testing

@@ -7,7 +7,8 @@
 // fused ops (whose q/k norm + RoPE take host positions) cannot be captured: the reason is kept and the
 // passes run eagerly with the same results.
 // Models: the bundled tiny target (Qwen3-MoE, head_dim 64, experts routed on the device) and
-// qwen3-0.6b's layer shape cut to 2 layers (head_dim 128, q/k norm). Skips without a device.
+// qwen3-0.6b's layer shape cut to 2 layers (head_dim 128, q/k norm), with fp32 and 16-bit KV caches.
+// Skips without a device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -145,9 +146,11 @@ Outcome Check(const char* what, CudaBackend* be, Transformer* lm, int64_t prompt
 // qwen3-0.6b's layer shape cut to 2 layers and a 4096-token vocabulary.
 std::shared_ptr<const LoadedModel> Qwen3Shape() { return testing::SynthModel("qwen3-0.6b", 2, 4096); }
 
-std::unique_ptr<Transformer> Create(std::shared_ptr<const LoadedModel> model, CudaBackend* be) {
+std::unique_ptr<Transformer> Create(std::shared_ptr<const LoadedModel> model, CudaBackend* be,
+                                    DType kv_type = DType::kF32) {
   TransformerOptions options;
   options.max_context = 512;
+  options.kv_type = kv_type;
   auto lm = Transformer::Create(std::move(model), be, options);
   EXPECT_TRUE(lm.ok()) << lm.status();
   return lm.ok() ? std::move(lm).value() : nullptr;
@@ -165,6 +168,22 @@ TEST(GraphedTargetPass, Qwen3ShapeEqualsEagerAcrossKeyBounds) {
   EXPECT_EQ(o.eager, 0);
   EXPECT_EQ(o.replays, static_cast<int64_t>(std::size(kPassSizes)));
   EXPECT_EQ(o.captures, o.keys);  // one capture per (size, bound) used, none again
+}
+
+// With 16-bit KV caches (--cache-type): the captured store rounds as the eager one, the same bits.
+TEST(GraphedTargetPass, Qwen3ShapeEqualsEagerWith16BitCaches) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  for (const DType type : {DType::kF16, DType::kBF16}) {
+    auto be = testing::TestCudaBackend(size_t{1} << 30);
+    ASSERT_NE(be, nullptr);
+    auto lm = Create(Qwen3Shape(), be.get(), type);
+    ASSERT_NE(lm, nullptr);
+    const std::string what = "qwen3-0.6b x2 layers, " + std::string(Name(type)) + " cache";
+    const Outcome o = Check(what.c_str(), be.get(), lm.get(), 110, false);
+    EXPECT_EQ(o.fallback, "") << what;
+    EXPECT_EQ(o.eager, 0) << what;
+    EXPECT_EQ(o.replays, static_cast<int64_t>(std::size(kPassSizes))) << what;
+  }
 }
 
 TEST(GraphedTargetPass, KeepsAtMostMaxGraphsAndRecapturesTheReleased) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/io/gguf_export.h"
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "engine/speculative/device_speculative_decoder.h"
@@ -31,6 +32,10 @@ class GpuBundledPair : public ::testing::Test {
  protected:
   // The backend's small-batch reduction order (GpuBundledPairTensorCores: the other one).
   virtual kernels::GemvOrder Order() const { return kernels::GemvOrder::kFma; }
+  // Both models' KV cache type (GpuBundledPairF16Cache: f16, the CLI's default).
+  virtual DType KvType() const { return DType::kF32; }
+  // Both models' weights re-quantized to this type through a GGUF export (kF32: the files as they are).
+  virtual DType WeightType() const { return DType::kF32; }
 
   void SetUp() override {
     SPECGEN_SKIP_WITHOUT_CUDA();
@@ -58,8 +63,21 @@ class GpuBundledPair : public ::testing::Test {
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     if (!loaded.ok()) return nullptr;
     std::shared_ptr<const LoadedModel> model = std::move(loaded).value();
+    if (WeightType() != DType::kF32) {
+      GgufExportOptions opt;
+      opt.dtype = WeightType();
+      const std::string gguf = ::testing::TempDir() + "/" + std::filesystem::path(path).filename().string() + "_" +
+                               std::string(Name(WeightType())) + ".gguf";
+      const absl::Status exported = ExportGguf(model->spec, model->weights, gguf, opt);
+      EXPECT_TRUE(exported.ok()) << exported;
+      auto quantized = LoadModel(gguf);
+      EXPECT_TRUE(quantized.ok()) << quantized.status();
+      if (!exported.ok() || !quantized.ok()) return nullptr;
+      model = std::move(quantized).value();
+    }
     TransformerOptions options;
     options.max_context = 256;
+    options.kv_type = KvType();
     auto lm = Transformer::Create(model, backend_.get(), options);
     EXPECT_TRUE(lm.ok()) << lm.status();
     return lm.ok() ? std::move(lm).value() : nullptr;
@@ -128,8 +146,35 @@ class GpuBundledPairTensorCores : public GpuBundledPair {
   kernels::GemvOrder Order() const override { return kernels::GemvOrder::kTensorCores; }
 };
 
+// Both caches in f16 (--cache-type's default): every pass stores its rows rounded, the draft's graph
+// and the target's passes alike, and the identities hold as with fp32 caches.
+class GpuBundledPairF16Cache : public GpuBundledPair {
+ protected:
+  kernels::GemvOrder Order() const override { return kernels::GemvOrder::kTensorCores; }
+  DType KvType() const override { return DType::kF16; }
+};
+
 TEST_F(GpuBundledPair, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
 TEST_F(GpuBundledPairTensorCores, GreedyEqualsTargetOnlyGreedy) { CheckGreedyEqualsTargetOnly(); }
+TEST_F(GpuBundledPairF16Cache, GreedyEqualsTargetOnlyGreedy) {
+  ASSERT_EQ(target_->kv_cache().dtype(), DType::kF16);
+  ASSERT_EQ(draft_->kv_cache().dtype(), DType::kF16);
+  CheckGreedyEqualsTargetOnly();
+}
+TEST_F(GpuBundledPairF16Cache, CoupledEqualsPlainSamplingPerSeed) { CheckCoupledEqualsPlainPerSeed(); }
+
+// Both models quantized to Q8_0 and kept packed (the draft through its graph on the packed fused GEMVs,
+// the target's passes on the packed products), f16 caches: the identities hold.
+class GpuBundledPairQ8_0 : public GpuBundledPairF16Cache {
+ protected:
+  DType WeightType() const override { return DType::kQ8_0; }
+};
+TEST_F(GpuBundledPairQ8_0, GreedyEqualsTargetOnlyGreedy) {
+  ASSERT_TRUE(kernels::IsPacked(CudaBackend::Type(*draft_->layer_refs(0).q)))
+      << "the backend dequantized the draft's Q8_0 weights";
+  CheckGreedyEqualsTargetOnly();
+}
+TEST_F(GpuBundledPairQ8_0, CoupledEqualsPlainSamplingPerSeed) { CheckCoupledEqualsPlainPerSeed(); }
 
 // The dense draft decodes its single tokens through the captured CUDA graph (the default), the same
 // kernels launched eagerly, or the Transformer, and every path gives the same greedy output. For this

@@ -105,6 +105,44 @@ TEST_F(TransformerPairTest, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
   EXPECT_GT(accepted, 0);  // the close draft's tokens were actually used
 }
 
+// The same identity with both models' KV caches in f16 and bf16 (--cache-type): rows rounded when
+// stored are the same whatever pass stores them, so the rolled-back and re-verified caches still equal
+// plain decoding's, and speculative greedy output equals target-only greedy token for token.
+TEST(TransformerPairCacheTypes, GreedyEqualsTargetOnlyGreedyWith16BitCaches) {
+  CpuBackend backend(1);
+  const auto greedy = SamplingParams::Greedy();
+  for (const DType type : {DType::kF16, DType::kBF16}) {
+    auto target = LoadCpuLm("synth:tiny-moe", &backend, kContext, type);
+    auto close_inner = LoadCpuLm("synth:tiny-moe", &backend, kContext, type);
+    auto other = LoadCpuLm("synth:tiny-dense", &backend, kContext, type);
+    ASSERT_TRUE(target && close_inner && other);
+    ASSERT_EQ(target->kv_cache().dtype(), type);
+    PerturbedLm close(std::move(close_inner), 1.0f);
+    const auto run = [&](CausalLm* draft, const SpeculativeOptions& options, const std::vector<int32_t>& prompt,
+                         SpeculativeStats* stats) {
+      ModelProposer proposer(draft, target->vocab_size(), options.sampling, options.accept);
+      SpeculativeDecoder decoder(target.get(), draft ? &proposer : nullptr, options);
+      auto out = decoder.Generate(prompt);
+      EXPECT_TRUE(out.ok()) << out.status();
+      if (stats) *stats = decoder.stats();
+      return out.ok() ? *out : std::vector<int32_t>{};
+    };
+    int64_t accepted = 0;
+    for (const auto& prompt : kPrompts) {
+      const auto plain = run(nullptr, Options(greedy, 0), prompt, nullptr);
+      ASSERT_EQ(plain.size(), 24u);
+      for (CausalLm* draft : {static_cast<CausalLm*>(&close), static_cast<CausalLm*>(other.get())}) {
+        for (int k : {1, 3, 4, 8}) {
+          SpeculativeStats stats;
+          EXPECT_EQ(run(draft, Options(greedy, k), prompt, &stats), plain) << Name(type) << " k=" << k;
+          accepted += stats.accepted;
+        }
+      }
+    }
+    EXPECT_GT(accepted, 0) << Name(type);
+  }
+}
+
 TEST_F(TransformerPairTest, CoupledOutputPerSeedEqualsPlainDecoding) {
   for (float temp : {0.7f, 1.0f}) {
     SamplingParams params;  // top-k 40, top-p 0.95, min-p 0.05

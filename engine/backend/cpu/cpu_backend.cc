@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "Eigen/Core"
+#include "engine/core/half.h"
 #include "engine/core/quant.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
@@ -14,10 +15,12 @@
 namespace specgen {
 namespace {
 
+// A 16-bit KV cache buffer keeps its values in fp32 storage, each rounded to its dtype when stored:
+// the same values as a GPU's 16-bit rows, read by the same fp32 attention.
 class CpuBuffer : public Buffer {
  public:
-  CpuBuffer(int64_t capacity_rows, int64_t cols)
-      : Buffer(capacity_rows, cols), data_(static_cast<size_t>(capacity_rows * cols)) {}
+  CpuBuffer(int64_t capacity_rows, int64_t cols, DType dtype = DType::kF32)
+      : Buffer(capacity_rows, cols, dtype), data_(static_cast<size_t>(capacity_rows * cols)) {}
   float* data() { return data_.data(); }
   const float* data() const { return data_.data(); }
   float* row(int64_t r) { return data_.data() + r * cols(); }
@@ -114,6 +117,15 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::NewBuffer(int64_t capacity_r
     return InvalidArgument("cpu NewBuffer: bad shape [", capacity_rows, ", ", cols, "]");
   }
   return std::unique_ptr<Buffer>(new CpuBuffer(capacity_rows, cols));
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                                   DType type) {
+  if (capacity_rows < 0 || cols <= 0 || !IsCacheType(type)) {
+    return InvalidArgument("cpu NewCacheBuffer: [", capacity_rows, ", ", cols, "] of ", Name(type),
+                           " (a KV cache is f32, f16 or bf16)");
+  }
+  return std::unique_ptr<Buffer>(new CpuBuffer(capacity_rows, cols, type));
 }
 
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::Upload(const TensorView& t, std::string_view name) {
@@ -268,7 +280,19 @@ absl::Status CpuBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* ou
 
 absl::Status CpuBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
   RETURN_IF_ERROR(CheckCopyRows("cpu", src, dst_row, *dst));
-  std::copy_n(B(src).data(), src.rows() * src.cols(), B(*dst).row(dst_row));
+  const float* from = B(src).data();
+  float* to = B(*dst).row(dst_row);
+  const int64_t n = src.rows() * src.cols();
+  switch (dst->dtype()) {
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) to[i] = F16ToF32(F32ToF16(from[i]));
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) to[i] = Bf16ToF32(F32ToBf16(from[i]));
+      break;
+    default:
+      std::copy_n(from, n, to);
+  }
   return absl::OkStatus();
 }
 

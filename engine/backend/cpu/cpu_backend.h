@@ -25,6 +25,8 @@ class CpuBackend : public Backend {
   int n_threads() const { return pool_.n_threads(); }
 
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                         DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
   DType ResidentDType(DType) const override { return DType::kF32; }  // f32 in place, others dequantized
   absl::Status Write(std::span<const float> src, Buffer* dst) override;

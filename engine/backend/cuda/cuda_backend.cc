@@ -66,9 +66,10 @@ class ArenaBlock {
 
 class CudaBuffer : public Buffer {
  public:
-  CudaBuffer(int64_t capacity_rows, int64_t cols, DeviceArena* arena, void* p)
-      : Buffer(capacity_rows, cols), block_(arena, p) {}
+  CudaBuffer(int64_t capacity_rows, int64_t cols, DeviceArena* arena, void* p, DType dtype = DType::kF32)
+      : Buffer(capacity_rows, cols, dtype), block_(arena, p) {}
   float* data() const { return static_cast<float*>(block_.get()); }
+  void* raw() const { return block_.get(); }
 
  private:
   ArenaBlock block_;
@@ -87,6 +88,11 @@ class CudaWeight : public Weight {
 };
 
 const CudaBuffer& B(const Buffer& b) { return static_cast<const CudaBuffer&>(b); }
+
+// The kernels' name for a cache buffer's element type (IsCacheType).
+ElemType CacheElemType(DType t) {
+  return t == DType::kF16 ? ElemType::kF16 : t == DType::kBF16 ? ElemType::kBF16 : ElemType::kF32;
+}
 const CudaWeight& W(const Weight& w) { return static_cast<const CudaWeight&>(w); }
 
 // x · W^T for every segment (up to 3 matrices of `type`) in one GEMV launch with `epilogue`: the launch
@@ -113,6 +119,8 @@ std::unique_ptr<Weight> CudaBackend::WeightView(int64_t rows, int64_t cols, DTyp
                                                 const void* data) {
   return std::make_unique<CudaWeight>(rows, cols, source, type, nullptr, const_cast<void*>(data));
 }
+void* CudaBackend::CacheData(const Buffer& b) { return B(b).raw(); }
+ElemType CudaBackend::CacheType(const Buffer& b) { return CacheElemType(b.dtype()); }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
   if (!DeviceAvailable()) return absl::FailedPreconditionError("--device cuda: no CUDA device found");
@@ -485,8 +493,14 @@ absl::Status CudaBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* o
 
 absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* dst) {
   RETURN_IF_ERROR(CheckCopyRows("cuda", src, dst_row, *dst));
+  const int64_t n = src.rows() * src.cols();
+  if (dst->dtype() != DType::kF32) {  // rounded to the cache's type on the way
+    const ElemType type = CacheElemType(dst->dtype());
+    void* to = static_cast<char*>(B(*dst).raw()) + dst_row * dst->cols() * kernels::ElemBytes(type);
+    return SPECGEN_CUDA_STATUS(kernels::LaunchF32ToCache(B(src).data(), to, type, n, stream_));
+  }
   return SPECGEN_CUDA_STATUS(cudaMemcpyAsync(B(*dst).data() + dst_row * dst->cols(), B(src).data(),
-                                             static_cast<size_t>(src.rows() * src.cols()) * sizeof(float),
+                                             static_cast<size_t>(n) * sizeof(float),
                                              cudaMemcpyDeviceToDevice, stream_));
 }
 
@@ -501,7 +515,7 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
   const bool one_kernel = fused_ops_ && (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
                           p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&
                           q->cols() % p.head_dim == 0 && k->cols() % p.head_dim == 0 && v.cols() == k->cols() &&
-                          v.rows() == k->rows() && q->rows() == k->rows();
+                          v.rows() == k->rows() && q->rows() == k->rows() && k_cache->dtype() == v_cache->dtype();
   if (!one_kernel) {
     if (device_length_ != nullptr) {
       return absl::FailedPreconditionError("cuda NormRopeStore: a device length needs the fused kernel");
@@ -539,7 +553,7 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
       normed ? W(*p.k_norm).data() : nullptr, normed ? W(*p.q_norm).type() : ElemType::kF32, p.eps, d_pos,
       static_cast<int>(q->rows()), static_cast<int>(q->cols() / d), static_cast<int>(k->cols() / d), d, p.theta,
       p.style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf : kernels::RopeStyle::kInterleaved,
-      B(*k_cache).data(), B(*v_cache).data(), dst_row, stream_, device_length_));
+      B(*k_cache).raw(), B(*v_cache).raw(), dst_row, stream_, device_length_, CacheElemType(k_cache->dtype())));
 }
 
 absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
@@ -553,6 +567,7 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
     d_mask = static_cast<const uint8_t*>(p);
   }
   const int heads = static_cast<int>(s.n_heads), kv_heads = static_cast<int>(s.n_kv_heads);
+  const ElemType kv_type = CacheElemType(k_cache.dtype());
   // A causal batch of up to 16 (a decode step, a verification pass): the decode kernel, one block per
   // (query, head, chunk) with every K/V row of a warp's batch loaded at once. Its results do not depend
   // on the batch (see LaunchDecodeAttentionBatch), as the general kernel's did not.
@@ -586,13 +601,13 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
       CUDA_RETURN_IF_ERROR(cudaMemsetAsync(decode_attn_ws_, 0, decode_attn_ws_bytes_, stream_));
     }
     return SPECGEN_CUDA_STATUS(kernels::LaunchDecodeAttentionBatch(
-        B(q).data(), B(k_cache).data(), B(v_cache).data(), ElemType::kF32, B(*out).data(),
+        B(q).data(), B(k_cache).raw(), B(v_cache).raw(), kv_type, B(*out).data(),
         static_cast<int>(n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
         decode_attn_ws_, decode_attn_ws_bytes_, stream_, device_length_));
   }
   if (kernel == kernels::AttentionKernel::kSimple) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
-        B(q).data(), B(k_cache).data(), B(v_cache).data(), d_mask, B(*out).data(), static_cast<int>(n),
+        B(q).data(), B(k_cache).raw(), B(v_cache).raw(), kv_type, d_mask, B(*out).data(), static_cast<int>(n),
         static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale, stream_));
   }
   const size_t ws = kernels::AttentionWorkspaceBytes(static_cast<int>(n), heads,
@@ -600,7 +615,7 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
                                                      static_cast<int>(d));
   RETURN_IF_ERROR(EnsureScratch(&attn_ws_, &attn_ws_bytes_, ws, "the attention workspace"));
   return SPECGEN_CUDA_STATUS(kernels::LaunchAttention(
-      B(q).data(), B(k_cache).data(), B(v_cache).data(), ElemType::kF32, d_mask, B(*out).data(),
+      B(q).data(), B(k_cache).raw(), B(v_cache).raw(), kv_type, d_mask, B(*out).data(),
       static_cast<int>(n), static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale,
       attn_ws_, attn_ws_bytes_, stream_));
 }
@@ -747,6 +762,18 @@ absl::Status CudaBackend::ScatterAddScaled(const Buffer& src, std::span<const in
                                                              static_cast<int>(rows.size()),
                                                              static_cast<int>(src.cols()),
                                                              B(*dst).data(), stream_));
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                                    DType type) {
+  if (capacity_rows < 0 || cols <= 0 || !IsCacheType(type)) {
+    return InvalidArgument("cuda NewCacheBuffer: [", capacity_rows, ", ", cols, "] of ", Name(type),
+                           " (a KV cache is f32, f16 or bf16)");
+  }
+  const size_t bytes = static_cast<size_t>(capacity_rows * cols) * kernels::ElemBytes(CacheElemType(type));
+  ASSIGN_OR_RETURN(void* p, arena_->Allocate(bytes, Cat("a KV cache buffer [", capacity_rows, ", ", cols, "] of ",
+                                                        Name(type))));
+  return std::unique_ptr<Buffer>(new CudaBuffer(capacity_rows, cols, arena_.get(), p, type));
 }
 
 }  // namespace specgen

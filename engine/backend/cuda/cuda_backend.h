@@ -1,10 +1,10 @@
 // CudaBackend: the Backend of docs/design.md §5 on one NVIDIA GPU. Activations fp32, weights bf16/f16/f32 as
 // stored, matrices of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K kept packed in their file layout (other quantized types
-// are dequantized to bf16 at upload), KV caches and everything else in one budgeted DeviceArena.
-// Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and verify path; in the
-// backend's one GemvOrder; packed weights in their own one order), cuBLAS for bf16 and packed prefill
-// batches (packed weights dequantized to bf16 a row tile at a time), a fixed-order row kernel for f32
-// weights. All work is queued on one stream; the host waits only through
+// are dequantized to bf16 at upload), KV caches in f32, f16 or bf16 (NewCacheBuffer), everything in one
+// budgeted DeviceArena. Matrix products: the batch-invariant GEMV for 1..16 tokens (the decode and
+// verify path; in the backend's one GemvOrder; packed weights in their own one order), cuBLAS for bf16
+// and packed prefill batches (packed weights dequantized to bf16 a row tile at a time), a fixed-order
+// row kernel for f32 weights. All work is queued on one stream; the host waits only through
 // Synchronize(), which counts every wait by kind (docs/design.md §6.1: one result copy per speculative step,
 // plus the per-MoE-layer expert-union reads).
 #pragma once
@@ -61,6 +61,8 @@ class CudaBackend : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(int64_t capacity_rows, int64_t cols) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> NewCacheBuffer(int64_t capacity_rows, int64_t cols,
+                                                         DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
   // f32 and f16 go up as stored; every other type as bf16 (Upload).
   DType ResidentDType(DType stored) const override {
@@ -147,6 +149,9 @@ class CudaBackend : public Backend {
   // A Weight reading `data` (device memory it does not own, which must outlive it) as `type` [rows, cols].
   static std::unique_ptr<Weight> WeightView(int64_t rows, int64_t cols, DType source, kernels::ElemType type,
                                             const void* data);
+  // A KV cache buffer's storage and element type (Data is for fp32 buffers only).
+  static void* CacheData(const Buffer& b);
+  static kernels::ElemType CacheType(const Buffer& b);
 
  private:
   CudaBackend() = default;
