@@ -7,7 +7,7 @@
 # TARGET, DRAFT, BUDGETS and TOKENS override the defaults below.
 set -u
 OUT_FINAL=${OUT:-/tmp/gpu-offload}; mkdir -p "$OUT_FINAL"
-target=${TARGET:-synth:qwen3-30b-a3b:q8_0}
+target=${TARGET:-synth:qwen3-30b-a3b:q4_k_m}
 draft=${DRAFT:-synth:qwen3-0.6b:q8_0}
 budgets=${BUDGETS:-"none 16GiB 8GiB"}
 tokens=${TOKENS:-128}
