@@ -6,12 +6,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
 #include "engine/core/byte_size.h"
+#include "engine/core/half.h"
 #include "engine/core/quant.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/row_convert.h"
