@@ -608,6 +608,8 @@ TEST_P(CudaOps, ArenaBudgetIsAStatusNotACrash) {
 // Attention over caches holding the same values matches the CPU within the fp32 bound above (the 16-bit
 // rounding is in both inputs, not in the comparison); a 16-bit cache refuses Read.
 std::vector<float> CacheValues(const Buffer& b) {
+  // The backend's stream is non-blocking: wait for the stores queued there before copying back.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const size_t n = static_cast<size_t>(b.rows() * b.cols());
   std::vector<float> out(n);
   if (b.dtype() == DType::kF32) {
