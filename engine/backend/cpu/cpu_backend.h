@@ -28,7 +28,8 @@ class CpuBackend : public Backend {
   absl::StatusOr<std::unique_ptr<Buffer>> NewCacheBuffer(int64_t capacity_rows, int64_t cols,
                                                          DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
-  DType ResidentDType(DType) const override { return DType::kF32; }  // f32 in place, others dequantized
+  // Block types stay packed in the file mapping; f32 is read in place and f16/bf16 become f32.
+  DType ResidentDType(DType stored) const override { return Info(stored).quantized ? stored : DType::kF32; }
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;
 

@@ -267,6 +267,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::NewBuffer(int64_t capacity_
   return std::unique_ptr<Buffer>(new CudaBuffer(capacity_rows, cols, arena_.get(), p));
 }
 
+DType CudaBackend::ResidentDType(DType stored) const {
+  if (PackedDeviceType(stored).has_value()) return stored;
+  return stored == DType::kF32 || stored == DType::kF16 ? stored : DType::kBF16;
+}
+
 absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t, std::string_view name) {
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
