@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kDequantThreads) EmbeddingKernel(const uint8_t
 
 // ---- the small-batch product ------------------------------------------------------------------------
 
-constexpr int kWarps = 4;  // warps a block, one output row a warp
+constexpr int kWarps = 4;  // warps a block of PackedGemvKernel, one output row a warp
 
 // The matrices of one launch, rows concatenated (kSwiGlu: w[0] gate and w[1] up of the same rows).
 struct PackedSegs {
@@ -82,18 +82,13 @@ struct PackedSegs {
   int64_t row_bytes;
 };
 
-// Warp = one output row (kSwiGlu: its gate and up rows), every token up to n <= N; the products in
-// PackedRowDots' order, the epilogues as gemv.cu's GemvKernel writes them.
-template <ElemType kT, int N, GemvEpilogue kEpi>
-__global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, const float* __restrict__ x, int in,
-                                                                int n) {
+// Output row `row` (kSwiGlu: its gate and up rows) for every token up to n <= N, on the calling warp: the
+// products in PackedRowDots' order with x read through load_x4, the epilogues as gemv.cu's GemvKernel
+// writes them.
+template <ElemType kT, int N, GemvEpilogue kEpi, typename LoadX4, typename AfterFirstLoads>
+__device__ __forceinline__ void PackedRow(const PackedSegs& s, int row, int in, int n, LoadX4 load_x4,
+                                          AfterFirstLoads after_first_loads) {
   constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  LetDependentsLaunch();
-  if (row >= s.total_rows) {
-    WaitForPrecedingGrid();
-    return;
-  }
   // The segment of `row`, walked with selects (a run-time index into s would copy it to local memory).
   const bool past0 = s.n > 1 && row >= s.rows[0] && kEpi != GemvEpilogue::kSwiGlu;
   const int r1 = row - (past0 ? s.rows[0] : 0);
@@ -106,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, co
   rows[0] = w0 + r * s.row_bytes;
   if constexpr (kPer == 2) rows[1] = s.w[1] + r * s.row_bytes;
   float acc[kPer][N];
-  detail::PackedRowDots<kT, kPer, N>(rows, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); }, acc);
+  detail::PackedRowDots<kT, kPer, N>(rows, in, n, load_x4, after_first_loads, acc);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < N; ++t) {
@@ -123,11 +118,100 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, co
   }
 }
 
+// Warp = one output row, x read from global memory: the fallback when x does not fit in shared memory.
+template <ElemType kT, int N, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, const float* __restrict__ x, int in,
+                                                                int n) {
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  LetDependentsLaunch();
+  if (row >= s.total_rows) {
+    WaitForPrecedingGrid();
+    return;
+  }
+  PackedRow<kT, N, kEpi>(s, row, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); });
+}
+
+// ---- x staged once a block -----------------------------------------------------------------------
+//
+// Lane l reads x_t[k .. k + 3] at k = 32 g + 4 q for its chunks g (g % 32 = l), q = 0..7: from global
+// memory the 32 lanes' float4s lie in 32 different 128-byte lines, which caps the product at the L1's
+// line rate rather than HBM's. Staged so that the 32 lanes' float4s are adjacent (float4 slot
+// t·stride4 + 256 (g / 32) + 32 q + g % 32), each read is conflict-free, and a block stages x once and
+// reuses it for every row its warps take. Only where x is read from changes; the arithmetic is
+// PackedRowDots' as in PackedGemvKernel.
+
+// Warps a block, rows going to warps round-robin: fewer for more tokens, whose accumulators need the
+// registers a thread can have only with fewer threads a block.
+template <int N>
+inline constexpr int kStagedWarps = N == 1 ? 16 : 8;
+constexpr size_t kStagedMaxBytes = 128 * 1024;     // 16 tokens of 2048 inputs
+
+// float4 slots one token occupies (whole groups of 32 chunks).
+__host__ __device__ constexpr int StagedStride4(int in) { return (in / kPackedChunk + 31) / 32 * 256; }
+
+struct PackedStagedX4 {
+  const float4* xs;
+  int stride4;
+  __device__ __forceinline__ float4 operator()(int t, int k) const {
+    const int g = k >> 5, q = (k >> 2) & 7;
+    return xs[t * stride4 + (g >> 5) * 256 + q * 32 + (g & 31)];
+  }
+};
+
+template <ElemType kT, int N, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kStagedWarps<N> * 32, 1)
+    PackedGemvStagedKernel(PackedSegs s, const float* __restrict__ x, int in, int n) {
+  extern __shared__ float4 gemv_packed_xs4[];
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();
+  const int chunks = in / kPackedChunk, stride4 = StagedStride4(in);
+  for (int i = threadIdx.x; i < n * stride4; i += blockDim.x) {
+    const int t = i / stride4, slot = i - t * stride4;
+    const int g = (slot >> 8) * 32 + (slot & 31), q = (slot >> 5) & 7;
+    if (g < chunks) {
+      const float* src = x + static_cast<int64_t>(t) * in + g * kPackedChunk + 4 * q;
+      gemv_packed_xs4[i] = __ldg(reinterpret_cast<const float4*>(src));
+    }
+  }
+  __syncthreads();
+  const PackedStagedX4 xs{gemv_packed_xs4, stride4};
+  for (int row = blockIdx.x * kStagedWarps<N> + (threadIdx.x >> 5); row < s.total_rows;
+       row += gridDim.x * kStagedWarps<N>) {
+    PackedRow<kT, N, kEpi>(s, row, in, n, xs, [] {});
+  }
+}
+
+template <int kWarpsABlock, typename Kernel>
+cudaError_t LaunchStaged(Kernel kernel, const PackedSegs& s, const float* x, int in, int n, size_t smem,
+                         cudaStream_t stream) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsABlock * 32, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t needed = (s.total_rows + kWarpsABlock - 1) / kWarpsABlock;
+  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const dim3 grid(static_cast<unsigned>(needed < resident ? needed : resident)), block(kWarpsABlock * 32);
+  return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
+}
+
 template <ElemType kT, GemvEpilogue kEpi>
 cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, cudaStream_t stream) {
+  // Registers sized to the batch: one kernel for 1 token (decode), 4 and 16 (verification).
+  const size_t staged = static_cast<size_t>(n) * StagedStride4(in) * sizeof(float4);
+  if (staged <= kStagedMaxBytes) {
+    if (n <= 1) return LaunchStaged<kStagedWarps<1>>(PackedGemvStagedKernel<kT, 1, kEpi>, s, x, in, n, staged, stream);
+    if (n <= 4) return LaunchStaged<kStagedWarps<4>>(PackedGemvStagedKernel<kT, 4, kEpi>, s, x, in, n, staged, stream);
+    return LaunchStaged<kStagedWarps<kGemvMaxTokens>>(PackedGemvStagedKernel<kT, kGemvMaxTokens, kEpi>, s, x, in, n,
+                                                      staged, stream);
+  }
   const dim3 grid((s.total_rows + kWarps - 1) / kWarps), block(kWarps * 32);
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  // Registers sized to the batch: one kernel for 1 token (decode), 4 and 16 (verification).
   if (n <= 1) return LaunchDecodeKernel(PackedGemvKernel<kT, 1, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
   if (n <= 4) return LaunchDecodeKernel(PackedGemvKernel<kT, 4, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
   return LaunchDecodeKernel(PackedGemvKernel<kT, kGemvMaxTokens, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
