@@ -82,38 +82,59 @@ struct PackedSegs {
   int64_t row_bytes;
 };
 
-// Output row `row` (kSwiGlu: its gate and up rows) for every token up to n <= N, on the calling warp: the
-// products in PackedRowDots' order with x read through load_x4, the epilogues as gemv.cu's GemvKernel
-// writes them.
-template <ElemType kT, int N, GemvEpilogue kEpi, typename LoadX4, typename AfterFirstLoads>
-__device__ __forceinline__ void PackedRow(const PackedSegs& s, int row, int in, int n, LoadX4 load_x4,
-                                          AfterFirstLoads after_first_loads) {
-  constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
+// Where output row `row` of the launch reads its weights (kSwiGlu: the gate's) and writes its outputs.
+struct RowTarget {
+  const uint8_t* w;
+  float* y;
+  int ld;
+};
+template <GemvEpilogue kEpi>
+__device__ __forceinline__ RowTarget TargetOf(const PackedSegs& s, int row) {
   // The segment of `row`, walked with selects (a run-time index into s would copy it to local memory).
   const bool past0 = s.n > 1 && row >= s.rows[0] && kEpi != GemvEpilogue::kSwiGlu;
   const int r1 = row - (past0 ? s.rows[0] : 0);
   const bool past1 = past0 && s.n > 2 && r1 >= s.rows[1];
   const int r = r1 - (past1 ? s.rows[1] : 0);
   const uint8_t* w0 = past1 ? s.w[2] : past0 ? s.w[1] : s.w[0];
-  float* y = (past1 ? s.y[2] : past0 ? s.y[1] : s.y[0]) + r;
-  const int ld = past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0];
+  return RowTarget{w0 + r * s.row_bytes, (past1 ? s.y[2] : past0 ? s.y[1] : s.y[0]) + r,
+                   past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0]};
+}
+
+// Output rows row[0 .. kM) (kSwiGlu: kM = 1, its gate and up rows) for every token up to n <= N, on the
+// calling warp: each row's products in PackedRowDots' order with x read through load_x4 (rows of one
+// call share each x read; a row's arithmetic does not depend on its partners), the epilogues as gemv.cu's
+// GemvKernel writes them. Only rows below s.total_rows are written; a row past it repeats row[0].
+template <ElemType kT, int N, GemvEpilogue kEpi, int kM, typename LoadX4, typename AfterFirstLoads>
+__device__ __forceinline__ void PackedRows(const PackedSegs& s, const int (&row)[kM], int in, int n, LoadX4 load_x4,
+                                           AfterFirstLoads after_first_loads) {
+  static_assert(kM == 1 || kEpi != GemvEpilogue::kSwiGlu);
+  constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : kM;
+  RowTarget tg[kM];
   const uint8_t* rows[kPer];
-  rows[0] = w0 + r * s.row_bytes;
-  if constexpr (kPer == 2) rows[1] = s.w[1] + r * s.row_bytes;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    tg[m] = TargetOf<kEpi>(s, row[m] < s.total_rows ? row[m] : row[0]);
+    rows[m] = tg[m].w;
+  }
+  if constexpr (kEpi == GemvEpilogue::kSwiGlu) rows[1] = s.w[1] + (tg[0].w - s.w[0]);
   float acc[kPer][N];
   detail::PackedRowDots<kT, kPer, N>(rows, in, n, load_x4, after_first_loads, acc);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (t >= n) break;
-    float* yt = y + static_cast<int64_t>(t) * ld;
-    const float d0 = acc[0][t];
-    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-      *yt = d0 / (1.f + expf(-d0)) * acc[kPer - 1][t];  // LaunchSwiGlu's
-    } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-      *yt = *yt + d0;  // LaunchAdd's
-    } else {
-      *yt = d0;
+  for (int m = 0; m < kM; ++m) {
+    if (row[m] >= s.total_rows) continue;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      if (t >= n) break;
+      float* yt = tg[m].y + static_cast<int64_t>(t) * tg[m].ld;
+      const float d0 = acc[m][t];
+      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+        *yt = d0 / (1.f + expf(-d0)) * acc[kPer - 1][t];  // LaunchSwiGlu's
+      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+        *yt = *yt + d0;  // LaunchAdd's
+      } else {
+        *yt = d0;
+      }
     }
   }
 }
@@ -128,7 +149,8 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, co
     WaitForPrecedingGrid();
     return;
   }
-  PackedRow<kT, N, kEpi>(s, row, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); });
+  const int one[1] = {row};
+  PackedRows<kT, N, kEpi>(s, one, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); });
 }
 
 // ---- x staged once a block -----------------------------------------------------------------------
@@ -175,9 +197,15 @@ __global__ void __launch_bounds__(kStagedWarps<N> * 32, 1)
   }
   __syncthreads();
   const PackedStagedX4 xs{gemv_packed_xs4, stride4};
-  for (int row = blockIdx.x * kStagedWarps<N> + (threadIdx.x >> 5); row < s.total_rows;
-       row += gridDim.x * kStagedWarps<N>) {
-    PackedRow<kT, N, kEpi>(s, row, in, n, xs, [] {});
+  // Several tokens: two rows a warp at once, each x read feeding both (the 16-token product is bound by
+  // the shared-memory reads). kSwiGlu's gate and up rows already share them.
+  constexpr int kM = N > 1 && kEpi != GemvEpilogue::kSwiGlu ? 2 : 1;
+  const int stride = gridDim.x * kStagedWarps<N>;
+  for (int row = blockIdx.x * kStagedWarps<N> + (threadIdx.x >> 5); row < s.total_rows; row += kM * stride) {
+    int rows[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) rows[m] = row + m * stride;
+    PackedRows<kT, N, kEpi>(s, rows, in, n, xs, [] {});
   }
 }
 
