@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine/cli/command.h"
+#include "engine/cli/export_progress.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/progress.h"
@@ -40,34 +41,14 @@ absl::Status RunConvert(const ConvertFlags& f) {
   }
   opt.type = type;
   opt.threads = threads;
-  ProgressBar* bar_shown = nullptr;  // notes go through the bar while one is up, so they do not garble it
-  opt.note = [&bar_shown](std::string_view line) {
-    if (bar_shown != nullptr) {
-      bar_shown->Note(Cat("note: ", line));
-    } else {
-      std::fprintf(stderr, "note: %s\n", std::string(line).c_str());
-    }
-  };
   // The tokenizer travels with the weights, so the GGUF is self-contained.
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizerIfPresent(f.in));
   if (tokenizer) {
     opt.add_metadata = [&tokenizer](GgufWriter* w) { return AddTokenizerToGguf(*tokenizer, w); };
   } else {
-    opt.note("the model has no tokenizer: none written");
+    PrintNote("the model has no tokenizer: none written");
   }
-  {
-    ProgressBar bar(Cat("converting to ", type.name), 0);
-    bar_shown = &bar;
-    const int64_t n_layers = model->spec.n_layers;
-    opt.progress = [&bar, n_layers](int64_t layer, size_t done, size_t total) {
-      bar.SetTotal(total);
-      bar.SetDetail(layer < 0 ? std::string("embeddings") : Cat("layer ", layer + 1, "/", n_layers));
-      bar.Update(done);
-    };
-    absl::Status written = ExportGguf(model->spec, model->weights, f.out, opt);
-    bar_shown = nullptr;
-    RETURN_IF_ERROR(written);
-  }
+  RETURN_IF_ERROR(ExportGgufWithProgress(*model, f.out, Cat("converting to ", type.name), opt));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;
   const auto size = std::filesystem::file_size(f.out, ec);
