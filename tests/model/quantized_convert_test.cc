@@ -16,6 +16,7 @@
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
+#include "tests/common/cpu_lm.h"
 
 namespace specgen {
 namespace {
@@ -32,15 +33,12 @@ ModelSpec Spec() {
 }
 
 std::vector<float> Logits(const std::string& path, const std::vector<int32_t>& tokens) {
-  auto model = LoadModel(path);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return {};
   CpuBackend be(2);
-  auto lm = Transformer::Create(std::shared_ptr<const LoadedModel>(std::move(*model)), &be);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  if (!lm.ok()) return {};
+  std::unique_ptr<Transformer> lm = testing::LoadCpuLm(path, &be, 0);
   std::vector<float> logits;
-  EXPECT_TRUE((*lm)->Forward(tokens, &logits).ok());
+  if (lm == nullptr) return logits;
+  const absl::Status s = lm->Forward(tokens, &logits);
+  EXPECT_TRUE(s.ok()) << path << ": " << s;
   return logits;
 }
 
