@@ -16,7 +16,10 @@ rc="$OUT/rc.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
 if [ "$what" = stream ]; then
   # Only the streamed verification pass (synth:qwen3-30b-a3b, every expert in host memory).
-  timeout 580 streamed_bench --benchmark_counters_tabular=true --benchmark_out="$OUT/bench_streamed.json" \
+  context="--benchmark_context=commit=$(cat .device/commit 2>/dev/null || echo unknown),gpu=$(
+    nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ',' ' ')"
+  timeout "${STREAM_TIMEOUT:-580}" streamed_bench --benchmark_counters_tabular=true "$context" \
+    --benchmark_filter="${STREAM_FILTER:-.}" --benchmark_out="$OUT/bench_streamed.json" \
     --benchmark_out_format=json 2>&1 | tee "$OUT/bench_streamed.log"
   echo "bench_streamed ${PIPESTATUS[0]}" >> "$rc"
   cp "$OUT/bench_streamed.json" "$OUT/bench_streamed.log" "$OUT_FINAL/" 2>/dev/null
@@ -65,7 +68,9 @@ if [ "$what" != tests ]; then
     > "$OUT/bench_kernels.log" 2>&1
   echo "bench_kernels $?" >> "$rc"
   # bench/RESULTS.md regenerated from this run (also inside the logs tarball with the JSON it came from).
-  python3 tools/summarize_bench.py "$OUT/bench_e2e.json" "$OUT/bench_kernels.json" > "$OUT/RESULTS.md" \
+  # The streamed pass's JSON joins them when `stream` ran before in the same call ($OUT_FINAL keeps it).
+  streamed_json=$(ls "$OUT_FINAL/bench_streamed.json" 2>/dev/null)
+  python3 tools/summarize_bench.py "$OUT/bench_e2e.json" "$OUT/bench_kernels.json" $streamed_json > "$OUT/RESULTS.md" \
     && cp "$OUT/RESULTS.md" "$OUT_FINAL/RESULTS.md"
   # The bundled pair's acceptance through the CLI with the CPU benchmark's settings, k = 4, on both
   # devices: coupled must agree to the token, rejection within sampling noise.

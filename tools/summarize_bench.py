@@ -17,7 +17,7 @@ import sys
 
 # ---- --lines ------------------------------------------------------------------------------------
 
-HEADLINE = ['us_per_token', 'hbm_fraction', 'tokens_per_s', 'ms_per_step', 'acceptance', 'tau',
+HEADLINE = ['ms_per_pass', 'mb_streamed', 'gb_per_s', 'floor_ratio', 'hit_rate', 'us_per_token', 'hbm_fraction', 'tokens_per_s', 'ms_per_step', 'acceptance', 'tau',
             'syncs_per_step', 'us_layer_sum', 'us_per_kernel', 'us_token', 'us_per_pass', 'GB/s',
             'hbm_ratio']
 
@@ -187,6 +187,11 @@ SUITES = [
                gb_cell),
          Pivot('Routed experts (128 experts of 2048 x 768, top 8), by positions:', 'BM_RoutedExperts',
                '0', 'n =', lambda c: f"{named(c, '1', GEMV_ORDER)} order", gb_cell),
+         Pivot('GEMV on packed blocks (llama.cpp\'s block types, kept as the file stores them), by tokens:',
+               'BM_PackedGemv', '1', 'n =',
+               lambda c: f"{c.args.get('2')} x {c.args.get('3')}, {c.label or named(c, '0', {})}", gb_cell),
+         Pivot('Routed experts on packed blocks (q4_k; 2048 x 768 experts, one token a expert), by experts in the union:',
+               'BM_PackedRoutedExperts', '0', 'union', lambda c: 'q4_k', gb_cell),
          Pivot('Decode attention, by queries:', 'BM_AttentionDecode', '0', 'n =',
                lambda c: f"{c.args.get('1')} keys, {named(c, '2', KV_TYPE)} cache", gb_cell),
      ]),
@@ -226,6 +231,17 @@ SUITES = [
                 ('host syncs a step', counter('syncs_per_step', '.2f'))],
                keep=lambda c: c.args.get('overlap') == '2' and c.args.get('graph_verify') == '1'),
      ]),
+    ('Offload', 'A verification pass of synth:qwen3-30b-a3b at q4_k_m with its experts in pinned host RAM, '
+     'streamed into a VRAM expert cache under the budget (streamed_bench); floor: the streamed bytes at '
+     '55 GB/s of PCIe (docs/design.md §2). Case names: budget, positions, cold or warm cache, and the '
+     'routing regime and prefetch where given.', [
+         Table('', ['BM_StreamedVerifyPass', 'BM_StreamedDensePass'],
+               [CASE, ('ms a pass', counter('ms_per_pass', '.2f')), ('MB streamed', counter('mb_streamed', '.0f')),
+                ('GB/s', counter('gb_per_s', '.1f')), ('of floor', counter('floor_ratio', '%')),
+                ('distinct experts', counter('distinct_experts', '.1f')), ('hit rate', counter('hit_rate', '.2f')),
+                ('prefetch useful MB', counter('prefetch_useful_mb', '.0f')),
+                ('prefetch wasted MB', counter('prefetch_wasted_mb', '.0f'))]),
+     ]),
     ('Acceptance', 'Sampling and acceptance on the device (kernels_bench; a 151936-token vocabulary). '
      'Case k/mode for BM_VerifySampling (a step\'s processing of k + 1 target rows plus the '
      'acceptance) and BM_Acceptance, mode 0 greedy, 1 rejection, 2 coupled; rows/mode/path for '
@@ -246,7 +262,8 @@ def header(contexts):
         return 'unknown'
     return ['# Benchmark results', '',
             'Regenerated from the benchmarks\' JSON by `tools/summarize_bench.py bench_e2e.json '
-            'bench_kernels.json > bench/RESULTS.md` (the JSON that `tools/gpu_check.sh bench` writes); '
+            'bench_kernels.json [bench_streamed.json] > bench/RESULTS.md` (the JSON that '
+            '`tools/gpu_check.sh stream` and `bench` write); '
             'do not edit by hand. What the floors mean: docs/design.md §3. Experiments not kept: '
             'docs/experiments.md.', '',
             f"Machine: {first('gpu')} ({first('host_name')}, {first('num_cpus')} CPUs); "
