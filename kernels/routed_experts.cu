@@ -157,6 +157,32 @@ __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const
 }
 
 // grid (ffn / kWarps rounded up, min(n k, experts)): block y = the y-th active expert, warp = one row of
+// Lane 0 of a warp stores row `row` of the activations of the expert's m tokens (slots first ..):
+// silu(g) u from gu[0] (gate) and gu[1] (up), as SwiGluKernel computes it.
+template <int N>
+__device__ __forceinline__ void StoreSwiGlu(const Plan& plan, int first, int m, int ffn, int row,
+                                            const float (&gu)[2][N]) {
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    if (t >= m) break;
+    const float g = gu[0][t];
+    plan.act[static_cast<int64_t>(first + t) * ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
+  }
+}
+
+// Lane 0 of a warp stores row `row` of the expert outputs of its m tokens (slots first ..).
+template <int N>
+__device__ __forceinline__ void StoreExpertOutputs(const Plan& plan, int first, int m, int hidden, int row,
+                                                   const float (&y)[1][N]) {
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    if (t >= m) break;
+    plan.y[static_cast<int64_t>(first + t) * hidden + row] = y[0][t];
+  }
+}
+
 // gate and up for all the expert's tokens; writes silu(g) u as SwiGluKernel does.
 template <ElemType kW, bool kChunked>
 __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, const float* __restrict__ x,
@@ -179,13 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
   // The down kernel's blocks may be scheduled once every block here has read its weights (earlier, they
   // would hold multiprocessors that this grid's later waves still need).
   LetDependentsLaunch();
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
-    if (t >= m) break;
-    const float g = gu[0][t];
-    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
-  }
+  StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
 }
 
 // grid (hidden / kWarps rounded up, min(n k, experts)): one row of down a warp, every token of the expert.
@@ -205,12 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
   float y[1][kMaxT];
   RowDots<kW, kChunked, 1>(rows, xs, m, tab.ffn, y);
   LetDependentsLaunch();  // as in GateUpKernel
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
-    if (t >= m) break;
-    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[0][t];
-  }
+  StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
 }
 
 // grid (hidden / 256 rounded up, n): acc = 0, then += weight * expert output in ascending expert id,
@@ -362,13 +377,7 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables t
       },
       [] {}, gu);
   LetDependentsLaunch();  // as in GateUpKernel
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (t >= m) break;
-    const float g = gu[0][t];
-    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
-  }
+  StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
 }
 
 template <ElemType kD, int N>
@@ -385,12 +394,7 @@ __global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab
   float y[1][N];
   detail::PackedRowDots<kD, 1, N>(rows, tab.ffn, m, detail::GlobalX4{act, tab.ffn}, [] {}, y);
   LetDependentsLaunch();
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (t >= m) break;
-    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = y[0][t];
-  }
+  StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
 }
 
 template <int N>
