@@ -316,6 +316,44 @@ struct GlobalX4 {
   }
 };
 
+// ---- x staged in shared memory ---------------------------------------------------------------------
+//
+// Lane l reads x_t[k .. k + 3] at k = 32 g + 4 q for its chunks g (g % 32 = l), q = 0..7: from global
+// memory the 32 lanes' float4s lie in 32 different 128-byte lines, which caps a product at the L1's
+// line rate rather than HBM's. Staged so that the 32 lanes' float4s are adjacent (float4 slot
+// t·stride4 + 256 (g / 32) + 32 q + g % 32), each read is conflict-free, and a block stages x once and
+// reuses it for every row its warps take. Only where x is read from changes, never the arithmetic.
+
+// Warps a block of a staged kernel, rows going to warps round-robin: fewer for more tokens, whose
+// accumulators need the registers a thread can have only with fewer threads a block.
+template <int N>
+inline constexpr int kStagedWarps = N == 1 ? 16 : 8;
+
+// float4 slots one token occupies (whole groups of 32 chunks).
+__host__ __device__ constexpr int StagedStride4(int in) { return (in / kPackedChunk + 31) / 32 * 256; }
+
+// The block copies tokens 0 .. n-1 of x (token t's `in` inputs at row_of(t), 16-byte aligned) into xs4
+// in the staged order; the caller synchronizes the block before reading them.
+template <typename RowOf>
+__device__ __forceinline__ void StageX4(float4* xs4, int in, int n, RowOf row_of) {
+  const int chunks = in / kPackedChunk, stride4 = StagedStride4(in);
+  for (int i = threadIdx.x; i < n * stride4; i += blockDim.x) {
+    const int t = i / stride4, slot = i - t * stride4;
+    const int g = (slot >> 8) * 32 + (slot & 31), q = (slot >> 5) & 7;
+    if (g < chunks) xs4[i] = __ldg(reinterpret_cast<const float4*>(row_of(t) + g * kPackedChunk + 4 * q));
+  }
+}
+
+// x_t[k .. k + 3] from what StageX4 wrote.
+struct PackedStagedX4 {
+  const float4* xs;
+  int stride4;
+  __device__ __forceinline__ float4 operator()(int t, int k) const {
+    const int g = k >> 5, q = (k >> 2) & 7;
+    return xs[t * stride4 + (g >> 5) * 256 + q * 32 + (g & 31)];
+  }
+};
+
 // Elements [32 g, 32 g + 32) of a packed row as fp32, the CPU's bits: the dequantization kernels and the
 // packed embedding gather use it.
 template <ElemType kT>

@@ -153,32 +153,14 @@ __global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, co
   PackedRows<kT, N, kEpi>(s, one, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); });
 }
 
-// ---- x staged once a block -----------------------------------------------------------------------
-//
-// Lane l reads x_t[k .. k + 3] at k = 32 g + 4 q for its chunks g (g % 32 = l), q = 0..7: from global
-// memory the 32 lanes' float4s lie in 32 different 128-byte lines, which caps the product at the L1's
-// line rate rather than HBM's. Staged so that the 32 lanes' float4s are adjacent (float4 slot
-// t·stride4 + 256 (g / 32) + 32 q + g % 32), each read is conflict-free, and a block stages x once and
-// reuses it for every row its warps take. Only where x is read from changes; the arithmetic is
-// PackedRowDots' as in PackedGemvKernel.
+// ---- x staged once a block (detail::StageX4): the arithmetic is PackedRowDots' as in PackedGemvKernel.
 
-// Warps a block, rows going to warps round-robin: fewer for more tokens, whose accumulators need the
-// registers a thread can have only with fewer threads a block.
-template <int N>
-inline constexpr int kStagedWarps = N == 1 ? 16 : 8;
+using detail::kStagedWarps;
+using detail::PackedStagedX4;
+using detail::StagedStride4;
+using detail::StageX4;
 constexpr size_t kStagedMaxBytes = 128 * 1024;     // 16 tokens of 2048 inputs
 
-// float4 slots one token occupies (whole groups of 32 chunks).
-__host__ __device__ constexpr int StagedStride4(int in) { return (in / kPackedChunk + 31) / 32 * 256; }
-
-struct PackedStagedX4 {
-  const float4* xs;
-  int stride4;
-  __device__ __forceinline__ float4 operator()(int t, int k) const {
-    const int g = k >> 5, q = (k >> 2) & 7;
-    return xs[t * stride4 + (g >> 5) * 256 + q * 32 + (g & 31)];
-  }
-};
 
 template <ElemType kT, int N, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kStagedWarps<N> * 32, 1)
@@ -186,15 +168,8 @@ __global__ void __launch_bounds__(kStagedWarps<N> * 32, 1)
   extern __shared__ float4 gemv_packed_xs4[];
   LetDependentsLaunch();
   WaitForPrecedingGrid();
-  const int chunks = in / kPackedChunk, stride4 = StagedStride4(in);
-  for (int i = threadIdx.x; i < n * stride4; i += blockDim.x) {
-    const int t = i / stride4, slot = i - t * stride4;
-    const int g = (slot >> 8) * 32 + (slot & 31), q = (slot >> 5) & 7;
-    if (g < chunks) {
-      const float* src = x + static_cast<int64_t>(t) * in + g * kPackedChunk + 4 * q;
-      gemv_packed_xs4[i] = __ldg(reinterpret_cast<const float4*>(src));
-    }
-  }
+  const int stride4 = StagedStride4(in);
+  StageX4(gemv_packed_xs4, in, n, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
   __syncthreads();
   const PackedStagedX4 xs{gemv_packed_xs4, stride4};
   // Several tokens: two rows a warp at once, each x read feeding both (the 16-token product is bound by

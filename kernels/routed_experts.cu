@@ -162,7 +162,7 @@ __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const
 template <int N>
 __device__ __forceinline__ void StoreSwiGlu(const Plan& plan, int first, int m, int ffn, int row,
                                             const float (&gu)[2][N]) {
-  if ((threadIdx.x & 31) != 0) return;
+  if ((threadIdx.x & 31) != 0) return;  // (a return from this helper only: callers loop on)
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     if (t >= m) break;
@@ -175,7 +175,7 @@ __device__ __forceinline__ void StoreSwiGlu(const Plan& plan, int first, int m, 
 template <int N>
 __device__ __forceinline__ void StoreExpertOutputs(const Plan& plan, int first, int m, int hidden, int row,
                                                    const float (&y)[1][N]) {
-  if ((threadIdx.x & 31) != 0) return;
+  if ((threadIdx.x & 31) != 0) return;  // (a return from this helper only: callers loop on)
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     if (t >= m) break;
@@ -397,6 +397,100 @@ __global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab
   StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
 }
 
+// The packed kernels with x staged in shared memory (detail::StageX4): a block takes expert u =
+// blockIdx.y, stages its m tokens' inputs once and its warps take the expert's rows round-robin over the
+// gridDim.x blocks of that expert. Each row is reduced exactly as above (PackedRowDots); only where x is
+// read from changes. The grid fits the device at once, so the dependent kernel may launch at the start.
+template <ElemType kT, int N>
+__global__ void __launch_bounds__(detail::kStagedWarps<N> * 32, 1)
+    PackedGateUpStagedKernel(ExpertTables tab, const float* __restrict__ x, Plan plan) {
+  extern __shared__ float4 experts_xs4[];
+  WaitForPrecedingGrid();  // the plan
+  LetDependentsLaunch();
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
+  const int hidden = tab.hidden;
+  const int* slot_token = plan.slot_token + first;
+  detail::StageX4(experts_xs4, hidden, m,
+                  [x, slot_token, hidden](int t) { return x + static_cast<int64_t>(slot_token[t]) * hidden; });
+  __syncthreads();
+  const detail::PackedStagedX4 xs{experts_xs4, detail::StagedStride4(hidden)};
+  const int64_t row_bytes = PackedRowBytes(kT, hidden);
+  constexpr int kW = detail::kStagedWarps<N>;
+  for (int row = blockIdx.x * kW + (threadIdx.x >> 5); row < tab.ffn; row += gridDim.x * kW) {
+    const int64_t off = static_cast<int64_t>(row) * row_bytes;
+    const uint8_t* const rows[2] = {static_cast<const uint8_t*>(tab.gate[e]) + off,
+                                    static_cast<const uint8_t*>(tab.up[e]) + off};
+    float gu[2][N];
+    detail::PackedRowDots<kT, 2, N>(rows, hidden, m, xs, [] {}, gu);
+    StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
+  }
+}
+
+template <ElemType kD, int N>
+__global__ void __launch_bounds__(detail::kStagedWarps<N> * 32, 1) PackedDownStagedKernel(ExpertTables tab, Plan plan) {
+  extern __shared__ float4 experts_xs4[];
+  WaitForPrecedingGrid();  // the activations
+  LetDependentsLaunch();
+  const int u = blockIdx.y;
+  if (u >= *plan.n_active) return;
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
+  const int ffn = tab.ffn;
+  const float* act = plan.act + static_cast<int64_t>(first) * ffn;
+  detail::StageX4(experts_xs4, ffn, m, [act, ffn](int t) { return act + static_cast<int64_t>(t) * ffn; });
+  __syncthreads();
+  const detail::PackedStagedX4 xs{experts_xs4, detail::StagedStride4(ffn)};
+  const int64_t row_bytes = PackedRowBytes(kD, ffn);
+  constexpr int kW = detail::kStagedWarps<N>;
+  for (int row = blockIdx.x * kW + (threadIdx.x >> 5); row < tab.hidden; row += gridDim.x * kW) {
+    const uint8_t* const rows[1] = {static_cast<const uint8_t*>(tab.down[e]) + static_cast<int64_t>(row) * row_bytes};
+    float y[1][N];
+    detail::PackedRowDots<kD, 1, N>(rows, ffn, m, xs, [] {}, y);
+    StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
+  }
+}
+
+// Staging N tokens of `in` inputs takes this much shared memory; above it the unstaged kernels run.
+constexpr size_t kStagedExpertMaxBytes = 64 * 1024;
+size_t StagedExpertBytes(int n, int in) { return static_cast<size_t>(n) * detail::StagedStride4(in) * sizeof(float4); }
+
+// A staged launch over `ys` experts of `rows` rows each: as many blocks an expert as let the whole grid
+// be resident at once (at least one, at most one a kStagedWarps rows).
+template <int N, typename Kernel, typename... Args>
+cudaError_t LaunchStagedExperts(Kernel kernel, int rows, unsigned ys, size_t smem, cudaStream_t stream, bool pdl,
+                                Args... args) {
+  constexpr int kThreads = detail::kStagedWarps<N> * 32;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  const int64_t wanted = (rows + detail::kStagedWarps<N> - 1) / detail::kStagedWarps<N>;
+  const int64_t per_expert = std::max<int64_t>(1, std::min<int64_t>(wanted, resident / ys));
+  return LaunchDecodeKernel(kernel, dim3(static_cast<unsigned>(per_expert), ys), dim3(kThreads), smem, stream, pdl,
+                            args...);
+}
+
+template <int N>
+cudaError_t LaunchPackedStagedN(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan,
+                                cudaStream_t stream, bool pdl) {
+  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
+    return LaunchStagedExperts<N>(PackedGateUpStagedKernel<decltype(t)::value, N>, tab.ffn, ys,
+                                  StagedExpertBytes(N, tab.hidden), stream, pdl, tab, x, plan);
+  });
+  if (e != cudaSuccess) return e;
+  return detail::WithPackedType(tab.down_type, [&](auto t) {
+    return LaunchStagedExperts<N>(PackedDownStagedKernel<decltype(t)::value, N>, tab.hidden, ys,
+                                  StagedExpertBytes(N, tab.ffn), stream, pdl, tab, plan);
+  });
+}
+
 template <int N>
 cudaError_t LaunchPackedN(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
                           bool pdl) {
@@ -416,7 +510,12 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
   // An expert has at most n tokens: kernels for 1 (decode), up to 4 and up to 16.
-  cudaError_t e = n <= 1   ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
+  // An expert has at most n tokens: kernels for 1 (decode), up to 4 and up to 16; x staged where its
+  // tokens fit the shared memory beside a second block (the 16-token kernel's would not).
+  const bool staged = n <= 4 && StagedExpertBytes(n <= 1 ? 1 : 4, std::max(tab.hidden, tab.ffn)) <= kStagedExpertMaxBytes;
+  cudaError_t e = staged   ? (n <= 1 ? LaunchPackedStagedN<1>(tab, x, ys, plan, stream, pdl)
+                                     : LaunchPackedStagedN<4>(tab, x, ys, plan, stream, pdl))
+                  : n <= 1 ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
                   : n <= 4 ? LaunchPackedN<4>(tab, x, ys, plan, stream, pdl)
                            : LaunchPackedN<kMaxT>(tab, x, ys, plan, stream, pdl);
   if (e == cudaSuccess) {
