@@ -290,8 +290,9 @@ class Backend {
   }
 
   // --- the routing regimes of the offload benchmarks (docs/design.md §12; never generate or chat) ---
-  // Readies `trace` for OverrideNextRouting (the CUDA backend copies it to the device: a host wait, not
-  // while capturing); null drops it. Unimplemented where the backend has no override.
+  // Readies `trace` for OverrideNextRouting (the CUDA backend copies it to the device in stream order;
+  // not while capturing); null drops it. One trace a backend: models sharing it share the last one
+  // prepared. Unimplemented where the backend has no override.
   virtual absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
   // The next Route or RouteAndRunExperts (that one call) keeps the router's top-k weights in rank order
   // and takes the prepared trace's ids instead: row i those of MoE layer `layer` at absolute position

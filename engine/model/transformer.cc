@@ -221,8 +221,10 @@ absl::Status Transformer::SetRoutingOverride(std::shared_ptr<const offload::Rout
     }
   }
   RETURN_IF_ERROR(backend_->PrepareRoutingOverride(trace));
+  // A captured pass has the override's launches or not; another trace in their place is the backend's
+  // business (it moves the device copy, or rewrites it where the graphs read it).
+  if ((routing_override_ == nullptr) != (trace == nullptr)) ++scratch_generation_;
   routing_override_ = std::move(trace);
-  ++scratch_generation_;  // a captured pass routes as it was captured
   return absl::OkStatus();
 }
 

@@ -91,7 +91,7 @@ class Transformer : public CausalLm {
   // Benchmarks only (docs/design.md §12; generate and chat never call it): every MoE layer's top-k ids
   // replaced by `trace`'s at each row's absolute position, the router's weights kept
   // (Backend::OverrideNextRouting); null: the model's own router. The trace must match the model's MoE
-  // layers, experts and experts_used. Captured passes are recaptured (scratch_generation).
+  // layers, experts and experts_used. Turning it on or off makes captured passes stale (scratch_generation).
   absl::Status SetRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
   // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
   // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
