@@ -90,16 +90,16 @@ TEST(RoutingOverrideGpu, StreamedEqualsResidentUnderTheSameOverrideAlsoFromGraph
   auto resident = Transformer::Create(model, be.get(), ro);
   auto own = Transformer::Create(model, be.get(), ro);
   ASSERT_TRUE(resident.ok() && own.ok());
-  ASSERT_TRUE((*resident)->SetRoutingOverride(*trace).ok());
   for (int64_t slots : {k, k + 3, spec->n_experts * moe_layers}) {
     SCOPED_TRACE(std::to_string(slots) + " slots");
     TransformerOptions so = ro;
     so.expert_cache_slots = slots;
     auto streamed = Transformer::Create(model, be.get(), so);
     ASSERT_TRUE(streamed.ok()) << streamed.status();
-    ASSERT_TRUE((*streamed)->SetRoutingOverride(*trace).ok());
     Transformer* r = resident->get();
     Transformer* s = streamed->get();
+    ASSERT_TRUE(r->SetRoutingOverride(*trace).ok());  // one trace a backend: the two models share it
+    ASSERT_TRUE(s->SetRoutingOverride(*trace).ok());
     ASSERT_TRUE(r->Truncate(0).ok());
     ASSERT_TRUE((*own)->Truncate(0).ok());
     // A 37-position prefill (host-routed), then passes of 1..16 (the device routes those whose union
