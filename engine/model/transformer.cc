@@ -403,7 +403,8 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
   if (routing_override_ != nullptr) {  // benchmarks only: the trace's ids at the pass's positions
-    const int moe_layer = static_cast<int>(std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.begin() + layer, true));
+    const auto& is_moe = spec.layer_is_moe;
+    const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
     RETURN_IF_ERROR(be.OverrideNextRouting(moe_layer, pass_positions_));
   }
   if (lw.device_experts != nullptr) {  // on the device, the experts' sum added to the residual there

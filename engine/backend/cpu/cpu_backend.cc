@@ -354,7 +354,8 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
   RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
   ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, k));
   if (site && site->trace->n_experts() != e) {
-    return InvalidArgument("cpu routing override: a trace of ", site->trace->n_experts(), " experts for a router of ", e);
+    return InvalidArgument("cpu routing override: a trace of ", site->trace->n_experts(),
+                           " experts for a router of ", e);
   }
   routing->n_tokens = n;
   routing->k = k;
