@@ -4,7 +4,9 @@
 # target must print the same ids whatever the budget or the draft (streamed = resident, speculative =
 # target-only). One line of --stats json a run; a table last. Run there after tools/pack_gpu_check.sh:
 #   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_offload_bench.sh
-# TARGET, DRAFT, BUDGETS and TOKENS override the defaults below.
+# TARGET, DRAFT, BUDGETS and TOKENS override the defaults below. These runs route by the model's own
+# router; the routing regimes (uniform, locality: benchmarks only, never a generate flag) run in
+# streamed_bench's BM_StreamedGeneration (tools/gpu_check.sh stream with STREAM_FILTER).
 set -u
 OUT_FINAL=${OUT:-/tmp/gpu-offload}; mkdir -p "$OUT_FINAL"
 target=${TARGET:-synth:qwen3-30b-a3b:q4_k_m}

@@ -1,13 +1,23 @@
 // A verification pass with every expert streamed (docs/design.md §3.1, §12): synth:qwen3-30b-a3b as
 // llama.cpp's q4_k_m mix (packed), its experts in one pinned host arena, a VRAM expert cache of as many
 // slots as the planner (engine/offload/run_plan.h) fits in the budget beside the resident part.
+// Each benchmark runs in one routing regime (routing: 0 the model's own router, 1 uniform, 2 the
+// locality generator; engine/offload/routing_trace.h): random weights route without a trained model's
+// locality, so the other two bracket it (the worst case and the published traces' reuse).
 // BM_StreamedVerifyPass: a pass of n positions replayed from a CUDA graph (the loop's way), the cache
-// decided and filled by the GPU. cold 1: the cache emptied before each pass; cold 0: the steady state
-// after passes of other tokens (the synthetic router's own locality). Counters: ms_per_pass,
-// mb_streamed (bytes fetched per pass), distinct_experts (per MoE layer per pass), hit_rate, gb_per_s
-// (streamed bytes over the pass's time) and floor_ratio = floor(n) / time, floor(n) = streamed bytes /
-// kPcieBytesPerSecond. Needs about 40 GB of host memory (the generated weights and the pinned copy of
-// the experts); skips, saying so, where there is less.
+// decided and filled by the GPU. Each pass follows the last (positions advancing by n, as decode
+// accepting every draft would; back to the prompt's end when the context is full), so a trace advances
+// over passes. cold 1: the cache emptied before each pass; cold 0: the steady state after passes of
+// other tokens. Counters: ms_per_pass, mb_streamed (bytes fetched per pass), distinct_experts (per MoE
+// layer per pass), hit_rate, gb_per_s (streamed bytes over the pass's time) and floor_ratio = floor(n)
+// / time, floor(n) = streamed bytes / kPcieBytesPerSecond.
+// BM_StreamedGeneration: greedy generation through the GPU-resident loop with the streamed target,
+// without a draft (k 0) and with synth:qwen3-0.6b q8_0 drafting k tokens, the budget planned for the
+// pair. Each generation routes by a trace of its own seed (a regime's trace would otherwise repeat the
+// last generation's routing at the same positions). Counters: tokens_per_s, mb_per_token and hit_rate
+// (the decode and verification passes: the prompt routes on the host), acceptance, distinct_experts.
+// Needs about 40 GB of host memory (the generated weights and the pinned copy of the experts); skips,
+// saying so, where there is less.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -22,7 +32,9 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
+#include "engine/offload/routing_trace.h"
 #include "engine/offload/run_plan.h"
+#include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 
 namespace specgen::e2e {
@@ -32,19 +44,49 @@ constexpr double kPcieBytesPerSecond = 55e9;  // pinned host-to-device copies (d
 constexpr int64_t kContext = 512;
 constexpr int64_t kPrompt = 32;
 constexpr char kType[] = "q4_k_m";  // llama.cpp's mix, as people run this model
+constexpr char kDraft[] = "qwen3-0.6b";
+constexpr char kDraftType[] = "q8_0";
+// A trace longer than any position a run here reaches (kContext): no wrap-around.
+constexpr int64_t kTracePositions = 1024;
+
+offload::RoutingRegime Regime(int64_t arg) {
+  return arg == 1 ? offload::RoutingRegime::kUniform
+                  : arg == 2 ? offload::RoutingRegime::kLocality : offload::RoutingRegime::kOwn;
+}
 
 // The synthetic weights, generated once per process (tens of GB) and kept for every run.
 std::shared_ptr<const LoadedModel>& Weights() {
   static std::shared_ptr<const LoadedModel> w;
   return w;
 }
+std::shared_ptr<const LoadedModel>& DraftWeights() {
+  static std::shared_ptr<const LoadedModel> w;
+  return w;
+}
 
-// One backend and streamed model at a time (two would not fit host memory), kept while the budget is.
+// `extra`: bytes the model needs beside its weights (the target's pinned copy of its experts).
+absl::StatusOr<std::shared_ptr<const LoadedModel>> Generate(const char* name, const char* type_name, bool streamed) {
+  ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec(name));
+  ASSIGN_OR_RETURN(const ExportType type, ParseExportType(type_name));
+  ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, type));
+  const size_t need = (streamed ? 2 * bytes : bytes) + (size_t{4} << 30);
+  if (HostMemoryAvailable() < static_cast<double>(need)) {
+    return absl::ResourceExhaustedError(Cat(name, " needs ", need >> 30, " GiB of host memory, ",
+                                            static_cast<size_t>(HostMemoryAvailable()) >> 30, " GiB available"));
+  }
+  ASSIGN_OR_RETURN(auto w, SynthWeights(spec, type, 0));
+  return std::shared_ptr<const LoadedModel>(std::move(w));
+}
+
+// One backend and streamed model at a time (two would not fit host memory), kept while the budget,
+// and whether a draft shares it, are.
 struct Streamed {
   size_t budget = 0;
+  bool with_draft = false;
   int64_t slots = 0;
   int64_t moe_layers = 0;
   std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<Transformer> draft;  // with_draft only; declared before lm: it goes after it
   std::unique_ptr<Transformer> lm;
   int32_t* d_tokens = nullptr;  // arena
   std::unique_ptr<GraphedTargetPass> graphed;
@@ -54,28 +96,24 @@ std::unique_ptr<Streamed>& Current() {
   return s;
 }
 
-absl::StatusOr<Streamed*> MakeStreamed(size_t budget, int n) {
+absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   std::unique_ptr<Streamed>& cur = Current();
-  if (cur && cur->budget == budget) return cur.get();
+  if (cur && cur->budget == budget && cur->with_draft == with_draft) return cur.get();
   cur.reset();  // the previous pinned copy goes first
   if (!Weights()) {
-    ASSIGN_OR_RETURN(ModelSpec spec, SynthSpec("qwen3-30b-a3b"));
-    ASSIGN_OR_RETURN(const ExportType type, ParseExportType(kType));
-    ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, type));
-    const size_t need = 2 * bytes + (size_t{4} << 30);  // the weights and the pinned copy of the experts
-    if (HostMemoryAvailable() < static_cast<double>(need)) {
-      return absl::ResourceExhaustedError(Cat("needs ", need >> 30, " GiB of host memory, ",
-                                              static_cast<size_t>(HostMemoryAvailable()) >> 30, " GiB available"));
-    }
-    ASSIGN_OR_RETURN(auto w, SynthWeights(spec, type, 0));
-    Weights() = std::move(w);
+    ASSIGN_OR_RETURN(Weights(), Generate("qwen3-30b-a3b", kType, true));
+  }
+  if (with_draft && !DraftWeights()) {
+    ASSIGN_OR_RETURN(DraftWeights(), Generate(kDraft, kDraftType, false));
   }
   const ModelSpec& spec = Weights()->spec;
   auto s = std::make_unique<Streamed>();
   s->budget = budget;
+  s->with_draft = with_draft;
   s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
   offload::OffloadRequest request;
   request.target = Cat("synth:qwen3-30b-a3b:", kType);
+  if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
   request.context = kContext;
   request.kv_element_bytes = 4;  // TransformerOptions' default: the fp32 cache
@@ -87,14 +125,22 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, int n) {
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
   TransformerOptions t;
   t.max_context = kContext;
+  if (with_draft) {
+    ASSIGN_OR_RETURN(s->draft, Transformer::Create(DraftWeights(), s->backend.get(), t));
+  }
   t.expert_cache_slots = s->slots;
   ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
   ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   s->d_tokens = static_cast<int32_t*>(d);
   ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
-  (void)n;
   cur = std::move(s);
   return cur.get();
+}
+
+// The regime's trace of `seed` on the target (null: its own router).
+absl::Status UseRegime(Transformer& lm, offload::RoutingRegime regime, uint64_t seed) {
+  ASSIGN_OR_RETURN(auto trace, offload::RoutingTrace::ForModel(regime, lm.spec(), kTracePositions, seed));
+  return lm.SetRoutingOverride(std::move(trace));
 }
 
 void BM_StreamedVerifyPass(benchmark::State& state) {
@@ -102,25 +148,28 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int n = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
-  auto made = MakeStreamed(budget, n);
+  const offload::RoutingRegime regime = Regime(state.range(3));
+  auto made = MakeStreamed(budget, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
   const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
-  // A 32-token prompt (host-routed, experts staged), once.
-  if (lm.n_past() < kPrompt) {
-    if (!lm.Truncate(0).ok()) return fail(absl::InternalError("truncate"));
-    std::vector<int32_t> prompt(kPrompt);
-    for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
-    if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
-  }
+  if (absl::Status st = UseRegime(lm, regime, 0); !st.ok()) return fail(st);
+  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  // A 32-token prompt (host-routed, experts staged) under the regime, once per benchmark.
+  if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
+  std::vector<int32_t> prompt(kPrompt);
+  for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
+  if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
   int64_t step = 0;
-  // One pass of n new tokens at kPrompt.., rolled back afterwards; tokens differ from pass to pass.
+  // One pass of n new tokens right after the last (back to the prompt's end when the context is
+  // full); tokens differ from pass to pass.
   auto pass = [&]() -> absl::StatusOr<double> {
     std::vector<int32_t> ids(n);
     for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
     ++step;
+    if (lm.n_past() + n > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
     if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaDeviceSynchronize() != cudaSuccess) {
       return absl::InternalError("token copy failed");
@@ -130,9 +179,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
     const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(s.graphed->Forward(n).status());
     RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    RETURN_IF_ERROR(lm.Truncate(kPrompt));
-    return sec;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   // Untimed: the graph's capture (and its warm-up pass) and, warm, a steady state of the cache.
   for (int i = 0; i < (cold ? 1 : 6); ++i) {
@@ -167,9 +214,96 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   state.counters["floor_ratio"] = bytes / kPcieBytesPerSecond / sec;
   state.counters["staged"] = static_cast<double>(after->staged - before->staged) / passes;
 }
+// Registered budget by budget (ArgsProduct would vary the first argument fastest), so that each
+// budget's pinned copy is made once per process.
 BENCHMARK(BM_StreamedVerifyPass)
-    ->ArgNames({"budget_gib", "n", "cold"})
-    ->ArgsProduct({{8, 16}, {1, 2, 4, 8, 16}, {1, 0}})
+    ->ArgNames({"budget_gib", "n", "cold", "routing"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int budget : {8, 16}) {
+        for (int routing : {0, 1, 2}) {
+          for (int cold : {1, 0}) {
+            for (int n : {1, 2, 4, 8, 16}) b->Args({budget, n, cold, routing});
+          }
+        }
+      }
+    })
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+
+void BM_StreamedGeneration(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const size_t budget = static_cast<size_t>(state.range(0)) << 30;
+  const int k = static_cast<int>(state.range(1));
+  const offload::RoutingRegime regime = Regime(state.range(2));
+  auto made = MakeStreamed(budget, k > 0);
+  if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
+  Streamed& s = **made;
+  Transformer& lm = *s.lm;
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  SpeculativeOptions opt;
+  opt.draft_max = k;
+  opt.max_new_tokens = 128;
+  opt.sampling = SamplingParams::Greedy();
+  auto dec = DeviceSpeculativeDecoder::Create(s.backend.get(), &lm, k > 0 ? s.draft.get() : nullptr, opt);
+  if (!dec.ok()) return fail(dec.status());
+  const int64_t vocab = lm.vocab_size();
+  uint64_t seed = 0;
+  // One generation under the regime's trace of a new seed; its tokens, seconds and the cache's counters.
+  struct Totals {
+    double seconds = 0;
+    int64_t tokens = 0, passes = 0, drafted = 0, accepted = 0;
+  } totals;
+  auto generate = [&]() -> absl::Status {
+    RETURN_IF_ERROR(UseRegime(lm, regime, seed));
+    std::vector<int32_t> prompt(kPrompt);
+    for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>(((seed + 1) * 7919 * (i + 1) + 11) % vocab);
+    ++seed;
+    RETURN_IF_ERROR((*dec)->Generate(prompt).status());
+    const SpeculativeStats& st = (*dec)->stats();
+    totals.seconds += st.total_seconds;
+    totals.tokens += st.tokens;
+    totals.passes += st.passes;
+    totals.drafted += st.drafted;
+    totals.accepted += st.accepted;
+    return absl::OkStatus();
+  };
+  // Untimed: the graphs' captures and the kernels' first loads.
+  if (absl::Status st = generate(); !st.ok()) return fail(st);
+  totals = Totals();
+  // The cache's counters: the decode and verification passes (the prompt is routed on the host, its
+  // experts staged, and not counted per token).
+  int64_t fetched = 0, hits = 0, lookups = 0;
+  for (auto _ : state) {
+    auto before = lm.expert_stream_stats();
+    if (!before.ok()) return fail(before.status());
+    if (absl::Status st = generate(); !st.ok()) return fail(st);
+    auto after = lm.expert_stream_stats();
+    if (!after.ok()) return fail(after.status());
+    fetched += after->fetched_bytes - before->fetched_bytes;
+    hits += after->hits - before->hits;
+    lookups += after->hits - before->hits + after->misses - before->misses;
+  }
+  const Totals& t = totals;
+  state.counters["slots"] = static_cast<double>(s.slots);
+  state.counters["tokens_per_s"] = t.seconds > 0 ? t.tokens / t.seconds : 0.0;
+  state.counters["mb_per_token"] = t.tokens ? double(fetched) / t.tokens / 1e6 : 0.0;
+  state.counters["hit_rate"] = lookups ? double(hits) / lookups : 0.0;
+  state.counters["distinct_experts"] = t.passes ? double(lookups) / t.passes / static_cast<double>(s.moe_layers) : 0.0;
+  state.counters["acceptance"] = t.drafted ? double(t.accepted) / t.drafted : 0.0;
+  state.counters["tau"] = t.passes ? double(t.tokens) / t.passes : 0.0;
+  state.counters["gb_per_s"] = t.seconds > 0 ? fetched / t.seconds / 1e9 : 0.0;
+}
+// Budget by budget, and within one with and without the draft (each pair its own plan and copy).
+BENCHMARK(BM_StreamedGeneration)
+    ->ArgNames({"budget_gib", "k", "routing"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int budget : {4, 8, 16}) {
+        for (int k : {0, 4}) {
+          for (int routing : {0, 1, 2}) b->Args({budget, k, routing});
+        }
+      }
+    })
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 

@@ -51,4 +51,14 @@ absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k,
   return CopyRows(v, dst_row, v_cache);
 }
 
+absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+  if (trace == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(Cat(name(), ": no routing override (benchmark routing regimes)"));
+}
+
+absl::Status Backend::OverrideNextRouting(int layer, std::span<const int32_t> positions) {
+  (void)layer, (void)positions;
+  return absl::UnimplementedError(Cat(name(), ": no routing override (benchmark routing regimes)"));
+}
+
 }  // namespace specgen

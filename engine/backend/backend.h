@@ -20,6 +20,9 @@
 #include "engine/model/model_spec.h"
 
 namespace specgen {
+namespace offload {
+class RoutingTrace;  // engine/offload/routing_trace.h
+}  // namespace offload
 
 // An fp32 activation matrix [rows, cols], row-major, allocated by a backend for `capacity_rows` rows.
 // The number of rows in use can change per pass (prefill, decode, verify) without reallocation.
@@ -285,6 +288,16 @@ class Backend {
     (void)x, (void)router_logits, (void)k, (void)norm, (void)experts, (void)out, (void)accumulate;
     return false;
   }
+
+  // --- the routing regimes of the offload benchmarks (docs/design.md §12; never generate or chat) ---
+  // Readies `trace` for OverrideNextRouting (the CUDA backend copies it to the device in stream order;
+  // not while capturing); null drops it. One trace a backend: models sharing it share the last one
+  // prepared. Unimplemented where the backend has no override.
+  virtual absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
+  // The next Route or RouteAndRunExperts (that one call) keeps the router's top-k weights in rank order
+  // and takes the prepared trace's ids instead: row i those of MoE layer `layer` at absolute position
+  // positions[i] (RoutingTrace::Rewrite). `positions` must stay valid until that call.
+  virtual absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions);
 };
 
 }  // namespace specgen

@@ -5,6 +5,7 @@
 
 #include "engine/backend/routed_experts.h"
 #include "engine/core/status_macros.h"
+#include "engine/offload/routing_trace.h"
 
 namespace specgen {
 
@@ -208,6 +209,25 @@ absl::Status Transformer::EmptyExpertCache() {
   return streamed_->EmptyCache();
 }
 
+absl::Status Transformer::SetRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+  const ModelSpec& spec = model_->spec;
+  if (trace != nullptr) {
+    const int64_t moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
+    if (trace->moe_layers() != moe_layers || trace->n_experts() != spec.n_experts ||
+        trace->top_k() != spec.n_experts_used) {
+      return InvalidArgument(model_->source, ": a routing trace of ", trace->moe_layers(), " MoE layers, top-",
+                             trace->top_k(), " of ", trace->n_experts(), " experts for a model of ", moe_layers,
+                             ", top-", spec.n_experts_used, " of ", spec.n_experts);
+    }
+  }
+  RETURN_IF_ERROR(backend_->PrepareRoutingOverride(trace));
+  // A captured pass has the override's launches or not; another trace in their place is the backend's
+  // business (it moves the device copy, or rewrites it where the graphs read it).
+  if ((routing_override_ == nullptr) != (trace == nullptr)) ++scratch_generation_;
+  routing_override_ = std::move(trace);
+  return absl::OkStatus();
+}
+
 Transformer::LayerRefs Transformer::layer_refs(int64_t layer) const {
   const LayerWeights& w = layers_[layer];
   return {w.attn_norm.get(), w.q.get(), w.k.get(), w.v.get(), w.o.get(), w.q_norm.get(),
@@ -304,6 +324,7 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
 
   RETURN_IF_ERROR(EnsureScratch(n));
   Scratch& s = *scratch_;
+  pass_positions_ = positions;
   RETURN_IF_ERROR(backend_->Embed(*token_embd_, tokens, s.h.get()));
   for (int64_t l = 0; l < spec.n_layers; ++l) {
     RETURN_IF_ERROR(AttentionBlock(l, positions, mask));
@@ -381,6 +402,11 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
+  if (routing_override_ != nullptr) {  // benchmarks only: the trace's ids at the pass's positions
+    const auto& is_moe = spec.layer_is_moe;
+    const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
+    RETURN_IF_ERROR(be.OverrideNextRouting(moe_layer, pass_positions_));
+  }
   if (lw.device_experts != nullptr) {  // on the device, the experts' sum added to the residual there
     ASSIGN_OR_RETURN(const bool on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,
                                                                  spec.router_norm, *lw.device_experts, s.h.get(), true));

@@ -88,6 +88,11 @@ class Transformer : public CausalLm {
   absl::StatusOr<ExpertStreamStats> expert_stream_stats() const;
   // Empties the expert cache (a cold start, for benchmarks; FailedPrecondition when nothing streams).
   absl::Status EmptyExpertCache();
+  // Benchmarks only (docs/design.md §12; generate and chat never call it): every MoE layer's top-k ids
+  // replaced by `trace`'s at each row's absolute position, the router's weights kept
+  // (Backend::OverrideNextRouting); null: the model's own router. The trace must match the model's MoE
+  // layers, experts and experts_used. Turning it on or off makes captured passes stale (scratch_generation).
+  absl::Status SetRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
   // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
   // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
   bool StreamsOnHost(int64_t n) const;
@@ -140,6 +145,8 @@ class Transformer : public CausalLm {
   size_t upload_done_ = 0, upload_total_ = 0;
   std::unique_ptr<Scratch> scratch_;
   int64_t scratch_generation_ = 0;
+  std::shared_ptr<const offload::RoutingTrace> routing_override_;  // SetRoutingOverride
+  std::span<const int32_t> pass_positions_;  // the positions of the pass running (the override's index)
 };
 
 }  // namespace specgen

@@ -340,9 +340,23 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+  routing_override_.Prepare(std::move(trace));
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::OverrideNextRouting(int layer, std::span<const int32_t> positions) {
+  return routing_override_.Arm("cpu", layer, positions);
+}
+
 absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
   const int64_t n = logits.rows(), e = logits.cols();
   RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
+  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, k));
+  if (site && site->trace->n_experts() != e) {
+    return InvalidArgument("cpu routing override: a trace of ", site->trace->n_experts(),
+                           " experts for a router of ", e);
+  }
   routing->n_tokens = n;
   routing->k = k;
   routing->expert.assign(n * k, 0);
@@ -382,6 +396,7 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;
     }
   }
+  if (site) return site->trace->Rewrite(site->layer, site->positions, routing->expert);
   return absl::OkStatus();
 }
 

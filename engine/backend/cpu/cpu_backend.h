@@ -12,6 +12,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/thread_pool.h"
+#include "engine/backend/routing_override.h"
 
 namespace specgen {
 
@@ -52,6 +53,9 @@ class CpuBackend : public Backend {
   absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
+  // Route rewrites the armed override's ids on the host (the CUDA backend's kernel does the same).
+  absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) override;
+  absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions) override;
 
   // Host access to a CPU buffer's or weight's fp32 data (tests, and callers that know the backend).
   // A packed weight (a 2-D block-quantized one) has no fp32 data: nullptr.
@@ -66,6 +70,7 @@ class CpuBackend : public Backend {
 
  private:
   ThreadPool pool_;
+  RoutingOverrideState routing_override_;
 };
 
 // The dot product every CPU op uses: a fixed reduction order that depends only on n.

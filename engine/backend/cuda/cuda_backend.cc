@@ -29,6 +29,7 @@
 #include "kernels/rope.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
+#include "kernels/routing_override.cuh"
 
 namespace specgen {
 namespace {
@@ -640,11 +641,73 @@ absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buff
                                        : norm == RouterNorm::kSoftmaxTopKRenormalize
                                              ? kernels::RouterMode::kSoftmaxTopKRenorm
                                              : kernels::RouterMode::kTopKSoftmax;
+  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cuda", n, k));
   if (n == 0) return r;
   CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
                                                  static_cast<int>(e), static_cast<int>(k), mode, r.weights,
                                                  r.ids, stream_));
+  if (site) RETURN_IF_ERROR(OverrideRouting(*site, e, r.ids));
   return r;
+}
+
+absl::Status CudaBackend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+  if (capturing_) return absl::FailedPreconditionError("cuda PrepareRoutingOverride: while capturing a graph");
+  const offload::RoutingTrace* old = routing_override_.trace();
+  // A trace of the old one's shape goes where it was (a captured pass reads the new ids); any other
+  // moves, and a captured pass holding the old address is recaptured. Work queued before reads the old
+  // copy: a block written again is written in stream order after it.
+  const bool same_shape = old != nullptr && trace != nullptr && old->positions() == trace->positions() &&
+                          old->moe_layers() == trace->moe_layers() && old->top_k() == trace->top_k();
+  if (!same_shape) {
+    arena_->Free(routing_trace_dev_);
+    routing_trace_dev_ = nullptr;
+    ++scratch_generation_;
+  }
+  if (trace != nullptr) {
+    const size_t bytes = trace->ids().size_bytes();
+    if (routing_trace_dev_ == nullptr) {
+      ASSIGN_OR_RETURN(routing_trace_dev_, arena_->Allocate(bytes, "the routing trace (benchmark regimes)"));
+    }
+    // Pageable source: the call returns once the bytes are staged, so the trace may go before the copy.
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(routing_trace_dev_, trace->ids().data(), bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  routing_override_.Prepare(std::move(trace));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::OverrideNextRouting(int layer, std::span<const int32_t> positions) {
+  return routing_override_.Arm("cuda", layer, positions);
+}
+
+absl::Status CudaBackend::OverrideRouting(const RoutingOverrideState::Site& site, int64_t experts, int32_t* ids) {
+  const offload::RoutingTrace& trace = *site.trace;
+  if (trace.n_experts() != experts) {
+    return InvalidArgument("cuda routing override: a trace of ", trace.n_experts(), " experts for a router of ",
+                           experts);
+  }
+  const int n = static_cast<int>(site.positions.size());
+  const int32_t* d_positions = nullptr;
+  if (device_length_ != nullptr) {  // a captured pass: consecutive positions from the device's length
+    for (int t = 0; t < n; ++t) {
+      if (site.positions[t] != site.positions[0] + t) {
+        return InvalidArgument("cuda routing override: position ", site.positions[t], " of row ", t,
+                               " with a device length (consecutive positions only)");
+      }
+    }
+  } else {
+    for (int t = 0; t < n; ++t) {
+      if (site.positions[t] < 0) return InvalidArgument("cuda routing override: negative position ", site.positions[t]);
+    }
+    ASSIGN_OR_RETURN(d_positions, StagePositions(site.positions));
+  }
+  kernels::RoutingTraceTable table;
+  table.ids = static_cast<const int32_t*>(routing_trace_dev_);
+  table.positions = trace.positions();
+  table.layers = trace.moe_layers();
+  table.k = trace.top_k();
+  return SPECGEN_CUDA_STATUS(kernels::LaunchRoutingOverride(table, site.layer, d_positions,
+                                                            d_positions ? nullptr : device_length_, n, ids, stream_));
 }
 
 absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {

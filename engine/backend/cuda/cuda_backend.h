@@ -18,6 +18,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/device_arena.h"
+#include "engine/backend/routing_override.h"
 #include "kernels/kernel_types.h"
 
 namespace specgen {
@@ -100,6 +101,12 @@ class CudaBackend : public Backend {
   absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
                                           RouterNorm norm, const ExpertSet& experts, Buffer* out,
                                           bool accumulate) override;
+  // The trace copied into the arena (stream-ordered, no host wait; not while capturing); the armed
+  // override rewrites the router's ids on the device right after it (kernels/routing_override.cuh),
+  // reading the pass's positions from device memory: the staged positions, or with a device length
+  // (a captured pass) *d_length + row, so a replayed graph routes by the replay's positions.
+  absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) override;
+  absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions) override;
   // Experts in one pinned HostArena, streamed into a VRAM expert cache that the GPU drives
   // (engine/backend/cuda/streamed_experts.h).
   absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
@@ -162,6 +169,8 @@ class CudaBackend : public Backend {
     size_t bytes;
   };
   absl::StatusOr<DeviceRouting> RouteOnDevice(const Buffer& logits, int64_t k, RouterNorm norm);
+  // The armed routing override applied to RouteOnDevice's ids.
+  absl::Status OverrideRouting(const RoutingOverrideState::Site& site, int64_t experts, int32_t* ids);
 
   int device_ = 0;
   std::unique_ptr<DeviceArena> arena_;
@@ -204,6 +213,8 @@ class CudaBackend : public Backend {
   void* experts_ws_ = nullptr;
   size_t experts_ws_bytes_ = 0;
   const int32_t* device_tokens_ = nullptr;
+  RoutingOverrideState routing_override_;
+  void* routing_trace_dev_ = nullptr;  // the prepared trace's ids (arena)
   const int32_t* device_length_ = nullptr;  // SetDeviceLength
   int64_t device_length_max_keys_ = 0;
   bool capturing_ = false;
