@@ -169,8 +169,8 @@ struct LayerStreamStats {
   size_t buffer_bytes = 0;  // one buffer
   size_t host_bytes = 0;    // the pinned host copy
   size_t pass_bytes = 0;    // copied by every pass: each streamed layer once
-  // Filled by the model that runs the passes (Transformer::dense_stream_stats): passes so far, eager
-  // and replayed, and the bytes they copied.
+  // Passes so far and the bytes they copied: StreamedLayers counts the passes it queued outside a
+  // graph capture; Transformer::dense_stream_stats adds the replays of captured ones.
   int64_t passes = 0;
   int64_t copied_bytes = 0;
 };

@@ -239,9 +239,9 @@ absl::Status Transformer::PrepareDenseStreaming(const TransformerOptions& option
 
 absl::StatusOr<LayerStreamStats> Transformer::dense_stream_stats() const {
   if (dense_stream_ == nullptr) return absl::FailedPreconditionError("the model's dense layers do not stream");
-  LayerStreamStats s = dense_stream_->Stats();
-  s.passes = dense_passes_;
-  s.copied_bytes = dense_passes_ * static_cast<int64_t>(s.pass_bytes);
+  LayerStreamStats s = dense_stream_->Stats();  // the passes it queued eagerly
+  s.passes += dense_replays_;
+  s.copied_bytes = s.passes * static_cast<int64_t>(s.pass_bytes);
   return s;
 }
 
@@ -371,7 +371,6 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   if (dense_stream_ != nullptr) {
     const absl::Status ended = dense_stream_->EndPass();
     if (layers.ok()) layers = ended;
-    if (layers.ok()) ++dense_passes_;
   }
   RETURN_IF_ERROR(layers);
   RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
@@ -393,7 +392,7 @@ absl::StatusOr<const Buffer*> Transformer::CommitReplayedPass(int64_t n) {
   RETURN_IF_ERROR(CheckRoom(n));
   for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
   RETURN_IF_ERROR(cache_.Append(n));
-  if (dense_stream_ != nullptr) ++dense_passes_;  // the replayed pass copied the streamed layers again
+  if (dense_stream_ != nullptr) ++dense_replays_;  // the replayed pass copied the streamed layers again
   return scratch_->logits.get();
 }
 

@@ -152,7 +152,7 @@ class Transformer : public CausalLm {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
   std::unique_ptr<StreamedLayers> dense_stream_;  // the streamed dense layers' FFNs, when any stream
-  int64_t dense_passes_ = 0;                      // passes that copied them (eager and replayed)
+  int64_t dense_replays_ = 0;                     // replayed passes (each copied them again)
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
   std::map<DType, size_t> resident_bytes_;

@@ -102,6 +102,9 @@ absl::Status CudaStreamedLayers::Copy(size_t i) {
 
 absl::Status CudaStreamedLayers::BeginPass() {
   if (in_pass_) return absl::FailedPreconditionError("streamed layers: a pass began before the last one ended");
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(backend_->stream(), &capture));
+  capturing_ = capture != cudaStreamCaptureStatusNone;
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, backend_->stream()));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, start_, 0));
   in_pass_ = true;
@@ -142,7 +145,9 @@ absl::Status CudaStreamedLayers::EndPass() {
   in_pass_ = false;
   held_ = false;
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(joined_, copy_));
-  return SPECGEN_CUDA_STATUS(cudaStreamWaitEvent(backend_->stream(), joined_, 0));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(backend_->stream(), joined_, 0));
+  if (!capturing_) ++passes_;
+  return absl::OkStatus();
 }
 
 LayerStreamStats CudaStreamedLayers::Stats() const {
@@ -152,6 +157,8 @@ LayerStreamStats CudaStreamedLayers::Stats() const {
   s.buffer_bytes = layout_.buffer_bytes;
   s.host_bytes = layout_.host_bytes;
   s.pass_bytes = layout_.PassBytes();
+  s.passes = passes_;
+  s.copied_bytes = passes_ * static_cast<int64_t>(s.pass_bytes);
   return s;
 }
 

@@ -73,6 +73,8 @@ class CudaStreamedLayers : public StreamedLayers {
   bool in_pass_ = false;
   size_t next_ = 0;
   bool held_ = false;
+  bool capturing_ = false;  // the pass is being captured: it copies nothing now
+  int64_t passes_ = 0;      // passes ended outside a capture
 };
 
 }  // namespace specgen
