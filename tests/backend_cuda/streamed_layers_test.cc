@@ -33,6 +33,7 @@
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
+#include "kernels/attention.cuh"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
 
@@ -204,11 +205,13 @@ std::shared_ptr<const LoadedModel> Load(const std::string& path) {
 }
 
 // tiny-moe's shape with six layers, four of them dense (0, 2, 3, 5): streamed layers that are not
-// consecutive, beside MoE layers.
+// consecutive, beside MoE layers. Heads of 32 (the test presets' 16 has no decode attention kernel,
+// so its passes could not be captured).
 std::shared_ptr<const LoadedModel> MixedModel(DType dtype) {
   auto spec = SynthSpec("tiny-moe");
   EXPECT_TRUE(spec.ok());
   if (!spec.ok()) return nullptr;
+  spec->head_dim = 32;
   spec->n_layers = 6;
   spec->layer_is_moe = {false, true, false, false, true, false};
   auto w = SynthWeights(*spec, dtype, 7);
@@ -313,7 +316,10 @@ void CheckDenseStreamedEqualsResident(const char* what, std::shared_ptr<const Lo
   EXPECT_EQ(gr, gs) << "greedy";
 
   // Replayed from CUDA graphs: passes of 1 and 4 positions, each size captured once and replayed
-  // several times, against the resident model's eager passes at the same positions.
+  // several times, against the resident model's eager passes at the same positions. A model whose
+  // attention has no decode kernel (head_dim 16) cannot be captured: its capture fails midway, with the
+  // copy stream forked, and every pass runs eagerly, still equal.
+  const bool capturable = kernels::DecodeAttentionTakes(static_cast<int>(spec.head_dim));
   int32_t* d_tokens = nullptr;
   CUDA_OK(cudaMalloc(&d_tokens, 16 * sizeof(int32_t)));
   auto graphed = GraphedTargetPass::Create(be.get(), s, d_tokens, 16);
@@ -329,8 +335,12 @@ void CheckDenseStreamedEqualsResident(const char* what, std::shared_ptr<const Lo
     ASSERT_TRUE(be->Read(**out, ls).ok());
     ASSERT_EQ(FirstDifference(lr, ls), "") << "graphed step " << step << " of " << n << " positions";
   }
-  EXPECT_TRUE((*graphed)->fallback_reason().empty()) << (*graphed)->fallback_reason();
-  EXPECT_GE((*graphed)->replays(), 6) << "the streamed passes should replay from graphs";
+  if (capturable) {
+    EXPECT_TRUE((*graphed)->fallback_reason().empty()) << (*graphed)->fallback_reason();
+    EXPECT_GE((*graphed)->replays(), 6) << "the streamed passes should replay from graphs";
+  } else {
+    EXPECT_FALSE((*graphed)->fallback_reason().empty()) << "head_dim " << spec.head_dim << " was captured";
+  }
   ASSERT_EQ(s->n_past(), r->n_past());
 
   auto stats = s->dense_stream_stats();
@@ -375,8 +385,8 @@ TEST(StreamedLayers, EqualResidentOnFixtures) {
     ASSERT_FALSE(dense.empty()) << name;
     CheckDenseStreamedEqualsResident(name, model, {dense, 2});
     if (::testing::Test::HasFatalFailure()) return;
-    if (model->spec.is_moe()) {  // experts and dense layers both streamed
-      CheckDenseStreamedEqualsResident(name, model, {dense, 2, 2 * model->spec.n_experts_used * 4});
+    if (model->spec.is_moe()) {  // experts and dense layers both streamed: one layer's experts of slots
+      CheckDenseStreamedEqualsResident(name, model, {dense, 2, model->spec.n_experts});
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -431,6 +441,7 @@ TEST(StreamedLayers, SpeculativeGreedyEqualsTargetOnlyWithOneWaitAStep) {
   auto target_model = MixedModel(DType::kBF16);
   auto dspec = SynthSpec("tiny-dense");
   ASSERT_TRUE(target_model != nullptr && dspec.ok());
+  dspec->head_dim = 32;  // as the target's: capturable attention
   auto dw = SynthWeights(*dspec, DType::kBF16, 2);
   ASSERT_TRUE(dw.ok()) << dw.status();
   std::shared_ptr<const LoadedModel> draft_model(std::move(dw).value());
