@@ -47,7 +47,9 @@ TEST(LayerRingLayoutTest, LayersAreContiguousRunsWithAlignedWeights) {
     for (size_t t = 0; t < bytes[i].size(); ++t) {
       EXPECT_EQ(l->layers[i].offsets[t] % kA, 0u);
       EXPECT_LE(l->layers[i].offsets[t] + bytes[i][t], l->layers[i].bytes);
-      if (t + 1 < bytes[i].size()) EXPECT_LE(l->layers[i].offsets[t] + bytes[i][t], l->layers[i].offsets[t + 1]);
+      if (t + 1 < bytes[i].size()) {
+        EXPECT_LE(l->layers[i].offsets[t] + bytes[i][t], l->layers[i].offsets[t + 1]);
+      }
     }
     EXPECT_EQ(l->layers[i].base % kA, 0u);
     EXPECT_LE(l->layers[i].base + l->layers[i].bytes, l->host_bytes);
