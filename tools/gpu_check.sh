@@ -15,19 +15,20 @@ trap 'tar czf "$OUT_FINAL/gpu-check-logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 rc="$OUT/rc.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$rc" 2>&1
 if [ "$what" = stream ]; then
-  # Only the streamed benchmarks (synth:qwen3-30b-a3b, every expert in host memory). STREAM_FILTER picks
-  # a share of them (a --benchmark_filter regex: all of them take longer than one call may).
+  # Only the streamed benchmarks (synth:qwen3-30b-a3b, every expert in host memory; BM_StreamedDensePass:
+  # every dense FFN through the layer ring). STREAM_FILTER picks a share of them (a --benchmark_filter
+  # regex: all of them take longer than one call may).
   context="--benchmark_context=commit=$(cat .device/commit 2>/dev/null || echo unknown),gpu=$(
     nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ',' ' ')"
   timeout "${STREAM_TIMEOUT:-580}" streamed_bench --benchmark_counters_tabular=true "$context" \
-    --benchmark_filter="${STREAM_FILTER:-.}" --benchmark_out="$OUT/bench_streamed.json" \
+    --benchmark_filter="${STREAM_FILTER:-BM_StreamedVerifyPass}" --benchmark_out="$OUT/bench_streamed.json" \
     --benchmark_out_format=json 2>&1 | tee "$OUT/bench_streamed.log"
   echo "bench_streamed ${PIPESTATUS[0]}" >> "$rc"
   cp "$OUT/bench_streamed.json" "$OUT/bench_streamed.log" "$OUT_FINAL/" 2>/dev/null
   exit 0
 fi
 gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test streamed_experts_test
-           speculative_gpu_test graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test routing_override_gpu_test"
+           speculative_gpu_test graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test routing_override_gpu_test streamed_layers_test"
 
 if [ "$what" != bench ]; then
   for t in $gpu_tests; do  # each test takes a small arena, so they share the GPU

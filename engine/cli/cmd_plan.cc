@@ -65,7 +65,7 @@ nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
           {"resident", resident},
           {"resident_total", p.resident_total},
           {"streamed", {{"experts", p.streamed_experts}, {"dense", p.streamed_dense},
-                        {"dense_layers", p.streamed_dense_layers}}},
+                        {"dense_layers", p.streamed_dense_layers}, {"dense_ring_layers", p.dense_ring_layers}}},
           {"host_bytes", p.host_bytes},
           {"expert_cache_slots", p.expert_cache_slots},
           {"total_experts", p.total_experts},
@@ -90,12 +90,12 @@ void PrintText(const Plan& p, const PlanFlags& f) {
   if (p.host_bytes == 0) {
     std::printf("  nothing: every weight is resident\n");
   } else {
-    std::printf("  %-16s %12s\n", "experts", Bytes(double(p.streamed_experts)).c_str());
+    if (p.streamed_experts > 0) std::printf("  %-16s %12s\n", "experts", Bytes(double(p.streamed_experts)).c_str());
     if (p.streamed_dense > 0) {
       std::string layers;
       for (int l : p.streamed_dense_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-      std::printf("  %-16s %12s (layers %s)\n", "dense layers", Bytes(double(p.streamed_dense)).c_str(),
-                  layers.c_str());
+      std::printf("  %-16s %12s (layers %s, through a ring of %d layer buffers)\n", "dense layers",
+                  Bytes(double(p.streamed_dense)).c_str(), layers.c_str(), p.dense_ring_layers);
     }
     std::printf("  %-16s %12s\n", "host RAM", Bytes(double(p.host_bytes)).c_str());
   }

@@ -40,15 +40,30 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
                      FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)), ")");
     }
   }
+  if (lm.streams_dense_layers()) {
+    absl::StatusOr<LayerStreamStats> s = lm.dense_stream_stats();
+    if (s.ok()) {
+      streamed += Cat(", dense FFN of ", s->layers, " layers streamed from ",
+                      FormatBytes(static_cast<double>(s->host_bytes)), " of pinned host RAM through a ring of ",
+                      s->ring, " layer buffers (",
+                      FormatBytes(static_cast<double>(s->ring) * static_cast<double>(s->buffer_bytes)), ")");
+    }
+  }
   return Cat(role, " ", spec.name.empty() ? std::string("model") : spec.name, ": ", backend_name, ", ",
              spec.n_layers, " layers, ", weights.empty() ? std::string("no weights") : weights, streamed,
              ", KV cache ", FormatBytes(static_cast<double>(kv)), " ", Name(kv_type), " (", cache.max_positions(),
              " positions)");
 }
 
+void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options) {
+  options->expert_cache_slots = plan.expert_cache_slots;
+  options->streamed_dense_layers = plan.streamed_dense_layers;
+  if (!plan.streamed_dense_layers.empty()) options->dense_ring_layers = plan.dense_ring_layers;
+}
+
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             int64_t expert_cache_slots) {
+                                                             const offload::RunPlan& plan) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
@@ -58,18 +73,19 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
   TransformerOptions options;
   options.max_context = context;
   options.kv_type = kv_type;
-  options.expert_cache_slots = expert_cache_slots;
+  ApplyRunPlan(plan, &options);
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;
     ProgressBar bar(backend->name() == "cpu" ? Cat("loading ", role, " ", name, " (to f32)")
                                              : Cat("uploading ", role, " ", name, " to ", backend->name()),
                     0);
-    // One bar over both parts: the uploads, then (when experts stream) their copy into pinned host RAM.
-    size_t upload_done = 0, upload_total = 0, copy_done = 0, copy_total = 0;
-    auto show = [&bar, &upload_done, &upload_total, &copy_done, &copy_total] {
-      bar.SetTotal(upload_total + copy_total);
-      bar.Update(upload_done + copy_done);
+    // One bar over every part: the uploads, then (when something streams) the copies into pinned host
+    // RAM of the dense layers and of the experts.
+    size_t upload_done = 0, upload_total = 0, copy_done = 0, copy_total = 0, dense_done = 0, dense_total = 0;
+    auto show = [&] {
+      bar.SetTotal(upload_total + copy_total + dense_total);
+      bar.Update(upload_done + copy_done + dense_done);
     };
     options.upload_progress = [&](size_t done, size_t total) {
       upload_done = done, upload_total = total;
@@ -77,6 +93,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
     };
     options.expert_copy_progress = [&](size_t done, size_t total) {
       copy_done = done, copy_total = total;
+      show();
+    };
+    options.dense_copy_progress = [&](size_t done, size_t total) {
+      dense_done = done, dense_total = total;
       show();
     };
     ASSIGN_OR_RETURN(lm, Transformer::Create(model, backend, options));

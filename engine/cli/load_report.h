@@ -2,6 +2,7 @@
 // uploaded (engine/core/progress.h: only for loads over a second), then one line saying what went
 // where, e.g.
 //   target qwen3-1.7b: cuda, 28 layers, 3.20 GiB bf16 + 112 KiB f32, KV cache 112 MiB
+// and, when something streams, from where and through what (expert slots, the dense-layer ring).
 // Shared by generate and chat (through LoadPair); stdout carries only the generated text.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
+#include "engine/offload/run_plan.h"
 
 namespace specgen::cli {
 
@@ -21,9 +23,13 @@ namespace specgen::cli {
 std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
 
 // LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
-// `kv_type`, `expert_cache_slots`: TransformerOptions' (-1 slots: every expert resident).
+// `kv_type`: TransformerOptions'; `plan`: what streams (the default: nothing, every weight resident).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             int64_t expert_cache_slots = -1);
+                                                             const offload::RunPlan& plan = {});
+
+// The TransformerOptions fields a plan sets: expert_cache_slots, streamed_dense_layers and
+// dense_ring_layers.
+void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options);
 
 }  // namespace specgen::cli

@@ -13,7 +13,8 @@ struct Transformer::LayerWeights {
   std::unique_ptr<Weight> attn_norm, q, k, v, o;
   std::unique_ptr<Weight> q_norm, k_norm;  // qk_norm only
   std::unique_ptr<Weight> ffn_norm;
-  std::unique_ptr<Weight> gate, up, down;  // dense layers
+  std::unique_ptr<Weight> gate, up, down;  // dense layers (null while their FFN streams)
+  int64_t dense_streamed = -1;             // the layer's index among the streamed dense layers, else -1
   std::unique_ptr<Weight> router;          // MoE layers
   struct Expert {
     std::unique_ptr<Weight> gate, up, down;
@@ -125,8 +126,14 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   upload_progress_ = options.upload_progress;
   upload_done_ = upload_total_ = 0;
   const bool experts_stream = options.expert_cache_slots >= 0;  // copied by the backend, not uploaded
+  layers_.resize(spec.n_layers);
+  RETURN_IF_ERROR(PrepareDenseStreaming(options));  // marks the layers whose FFN streams
+  auto streams_ffn = [&](const WeightKey& key) {
+    return key.layer >= 0 && key.expert < 0 && layers_[key.layer].dense_streamed >= 0 &&
+           (key.role == Role::kFfnGate || key.role == Role::kFfnUp || key.role == Role::kFfnDown);
+  };
   for (const auto& [key, view] : ws.tensors()) {
-    if (!(experts_stream && key.expert >= 0)) upload_total_ += view.bytes;
+    if (!(experts_stream && key.expert >= 0) && !streams_ffn(key)) upload_total_ += view.bytes;
   }
   auto up = [&](Role role, int layer, int expert, std::unique_ptr<Weight>* dst) {
     return UploadTensor({role, layer, expert}, dst);
@@ -134,7 +141,6 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   RETURN_IF_ERROR(up(Role::kTokenEmbd, -1, -1, &token_embd_));
   RETURN_IF_ERROR(up(Role::kOutputNorm, -1, -1, &output_norm_));
   if (!spec.tied_embeddings) RETURN_IF_ERROR(up(Role::kOutput, -1, -1, &output_));
-  layers_.resize(spec.n_layers);
   std::vector<ExpertViews> streamed_views;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
@@ -166,7 +172,7 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
         lw.streamed = static_cast<int64_t>(streamed_views.size());
         streamed_views.push_back(std::move(v));
       }
-    } else {
+    } else if (lw.dense_streamed < 0) {
       RETURN_IF_ERROR(up(Role::kFfnGate, l, -1, &lw.gate));
       RETURN_IF_ERROR(up(Role::kFfnUp, l, -1, &lw.up));
       RETURN_IF_ERROR(up(Role::kFfnDown, l, -1, &lw.down));
@@ -189,6 +195,55 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Transformer::PrepareDenseStreaming(const TransformerOptions& options) {
+  const ModelSpec& spec = model_->spec;
+  if (options.streamed_dense_layers.empty()) return absl::OkStatus();
+  if (options.dense_ring_layers < 1) {
+    return InvalidArgument(model_->source, ": a ring of ", options.dense_ring_layers,
+                           " layer buffers for the streamed dense layers (at least 1)");
+  }
+  std::vector<int> listed = options.streamed_dense_layers;
+  std::sort(listed.begin(), listed.end());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const int l = listed[i];
+    if (l < 0 || l >= spec.n_layers) {
+      return InvalidArgument(model_->source, ": streamed dense layer ", l, " is outside the model's ",
+                             spec.n_layers, " layers");
+    }
+    if (spec.layer_is_moe[l]) {
+      return InvalidArgument(model_->source, ": layer ", l, " is an MoE layer; only a dense layer's FFN streams "
+                             "through the layer ring (experts stream through the expert cache)");
+    }
+    if (i > 0 && listed[i - 1] == l) return InvalidArgument(model_->source, ": dense layer ", l, " listed twice");
+  }
+  // Layer order: the pass acquires them in this order.
+  std::vector<LayerViews> views;
+  for (const int l : listed) {
+    LayerViews v;
+    v.name = Cat(model_->source, ": blk.", l, " ffn");
+    for (const Role role : {Role::kFfnGate, Role::kFfnUp, Role::kFfnDown}) {
+      ASSIGN_OR_RETURN(TensorView t, model_->weights.Get({role, l, -1}));
+      v.weights.push_back(t);
+    }
+    views.push_back(std::move(v));
+  }
+  LayerStreamingOptions lo;
+  lo.ring_layers = options.dense_ring_layers;
+  lo.progress = options.dense_copy_progress;
+  ASSIGN_OR_RETURN(dense_stream_, backend_->PrepareStreamedLayers(views, lo));
+  if (dense_stream_ == nullptr) return absl::OkStatus();  // this backend keeps them resident: uploaded
+  for (size_t i = 0; i < listed.size(); ++i) layers_[listed[i]].dense_streamed = static_cast<int64_t>(i);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerStreamStats> Transformer::dense_stream_stats() const {
+  if (dense_stream_ == nullptr) return absl::FailedPreconditionError("the model's dense layers do not stream");
+  LayerStreamStats s = dense_stream_->Stats();  // the passes it queued eagerly
+  s.passes += dense_replays_;
+  s.copied_bytes = s.passes * static_cast<int64_t>(s.pass_bytes);
+  return s;
 }
 
 absl::StatusOr<ExpertStreamStats> Transformer::expert_stream_stats() const {
@@ -326,10 +381,19 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   Scratch& s = *scratch_;
   pass_positions_ = positions;
   RETURN_IF_ERROR(backend_->Embed(*token_embd_, tokens, s.h.get()));
-  for (int64_t l = 0; l < spec.n_layers; ++l) {
-    RETURN_IF_ERROR(AttentionBlock(l, positions, mask));
-    RETURN_IF_ERROR(spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l));
+  // Streamed dense layers: their ring's copies begin with the pass, and the pass ends joined with them
+  // even when a layer fails (a capture must not end with the copy stream left out).
+  if (dense_stream_ != nullptr) RETURN_IF_ERROR(dense_stream_->BeginPass());
+  absl::Status layers = absl::OkStatus();
+  for (int64_t l = 0; l < spec.n_layers && layers.ok(); ++l) {
+    layers = AttentionBlock(l, positions, mask);
+    if (layers.ok()) layers = spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l);
   }
+  if (dense_stream_ != nullptr) {
+    const absl::Status ended = dense_stream_->EndPass();
+    if (layers.ok()) layers = ended;
+  }
+  RETURN_IF_ERROR(layers);
   RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
   RETURN_IF_ERROR(cache_.Append(n));
@@ -349,6 +413,7 @@ absl::StatusOr<const Buffer*> Transformer::CommitReplayedPass(int64_t n) {
   RETURN_IF_ERROR(CheckRoom(n));
   for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
   RETURN_IF_ERROR(cache_.Append(n));
+  if (dense_stream_ != nullptr) ++dense_replays_;  // the replayed pass copied the streamed layers again
   return scratch_->logits.get();
 }
 
@@ -391,8 +456,17 @@ absl::Status Transformer::DenseFfnBlock(int64_t layer) {
   Scratch& s = *scratch_;
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
-  RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.gate, *lw.up, s.ffn_u.get(), s.ffn_g.get()));
-  return be.MatMulAdd(*s.ffn_g, *lw.down, s.out.get(), s.h.get());
+  if (lw.dense_streamed < 0) {
+    RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.gate, *lw.up, s.ffn_u.get(), s.ffn_g.get()));
+    return be.MatMulAdd(*s.ffn_g, *lw.down, s.out.get(), s.h.get());
+  }
+  // The FFN from its ring buffer: the same kernels on the same bytes as the resident weights.
+  const size_t i = static_cast<size_t>(lw.dense_streamed);
+  StreamedLayers& ring = *dense_stream_;
+  RETURN_IF_ERROR(ring.Acquire(i));
+  RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, ring.weight(i, 0), ring.weight(i, 1), s.ffn_u.get(), s.ffn_g.get()));
+  RETURN_IF_ERROR(be.MatMulAdd(*s.ffn_g, ring.weight(i, 2), s.out.get(), s.h.get()));
+  return ring.Release(i);
 }
 
 absl::Status Transformer::MoeFfnBlock(int64_t layer) {

@@ -31,6 +31,15 @@ struct TransformerOptions {
   int64_t expert_cache_slots = -1;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> expert_copy_progress = {};
+  // Dense layers (by index) whose FFN (gate, up, down) stays in pinned host memory and is copied, every
+  // pass, through a ring of `dense_ring_layers` VRAM layer buffers (Backend::PrepareStreamedLayers; a
+  // backend without streaming, the CPU, uploads them as usual): the planner's streamed_dense_layers
+  // (engine/offload/run_plan.h). An MoE layer, a layer out of range or one listed twice is an error.
+  // The results are the resident run's, bit for bit.
+  std::vector<int> streamed_dense_layers = {};
+  int dense_ring_layers = 2;
+  // The copy of the streamed dense layers into host memory: (bytes done, bytes in all).
+  std::function<void(size_t done, size_t total)> dense_copy_progress = {};
   // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
   std::function<void(size_t done, size_t total)> upload_progress = {};
   // The KV cache's element type (f32, f16 or bf16; rows rounded to it when stored). The library's
@@ -86,6 +95,11 @@ class Transformer : public CausalLm {
   // counters (a host wait; FailedPrecondition when they do not stream).
   bool streams_experts() const { return streamed_ != nullptr; }
   absl::StatusOr<ExpertStreamStats> expert_stream_stats() const;
+  // Whether dense layers stream through the VRAM ring (TransformerOptions::streamed_dense_layers), and
+  // the ring's sizes with the passes run and bytes copied so far (no host wait; FailedPrecondition when
+  // none stream).
+  bool streams_dense_layers() const { return dense_stream_ != nullptr; }
+  absl::StatusOr<LayerStreamStats> dense_stream_stats() const;
   // Empties the expert cache (a cold start, for benchmarks; FailedPrecondition when nothing streams).
   absl::Status EmptyExpertCache();
   // Benchmarks only (docs/design.md §12; generate and chat never call it): every MoE layer's top-k ids
@@ -99,7 +113,8 @@ class Transformer : public CausalLm {
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
   // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
-  // q_norm/k_norm are null without qk_norm; gate/up/down are null for MoE layers.
+  // q_norm/k_norm are null without qk_norm; gate/up/down are null for MoE layers and for dense layers
+  // whose FFN streams (their bytes are in VRAM only during a pass).
   struct LayerRefs {
     const Weight *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
   };
@@ -121,6 +136,9 @@ class Transformer : public CausalLm {
   // Uploads one tensor, counting its resident bytes and the upload's progress.
   absl::Status UploadTensor(const WeightKey& key, std::unique_ptr<Weight>* dst);
   absl::Status UploadExperts(int64_t layer);
+  // The dense FFN layers TransformerOptions::streamed_dense_layers names: checked, then kept by the
+  // backend in host memory (or uploaded where it keeps everything resident).
+  absl::Status PrepareDenseStreaming(const TransformerOptions& options);
   absl::Status EnsureScratch(int64_t n);
   // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
   absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
@@ -138,6 +156,8 @@ class Transformer : public CausalLm {
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head
   std::vector<LayerWeights> layers_;
   std::unique_ptr<StreamedExperts> streamed_;  // the MoE layers' experts when they stream
+  std::unique_ptr<StreamedLayers> dense_stream_;  // the streamed dense layers' FFNs, when any stream
+  int64_t dense_replays_ = 0;                     // replayed passes (each copied them again)
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
   std::map<DType, size_t> resident_bytes_;

@@ -153,6 +153,7 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
     }
     Put(plan, ResidentKind::kDenseLayers, placed);
     room -= placed;
+    if (!plan.streamed_dense_layers.empty()) plan.dense_ring_layers = kDenseRingLayers;
   }
 
   // Experts: all of them when they fit, else as many cache slots as the rest of the budget holds.

@@ -88,6 +88,7 @@ struct Plan {
   size_t streamed_experts = 0;  // every expert, when the cache cannot hold them all
   size_t streamed_dense = 0;    // the dense layers listed below
   std::vector<int> streamed_dense_layers;
+  int dense_ring_layers = 0;    // the ring they stream through: kDenseRingLayers buffers, 0 when none stream
   size_t host_bytes = 0;        // the pinned host arena: streamed_experts + streamed_dense
 
   // The expert cache: what TransformerOptions::expert_cache_slots takes (-1: every expert resident).

@@ -8,9 +8,8 @@
 
 namespace specgen::offload {
 
-absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
+absl::StatusOr<RunPlan> PlanRun(const OffloadRequest& request) {
   ASSIGN_OR_RETURN(const ModelBytes target, ReadModelBytes(request.target));
-  if (target.n_moe_layers() == 0) return int64_t{-1};
   std::unique_ptr<ModelBytes> draft;
   if (!request.draft.empty()) {
     ASSIGN_OR_RETURN(ModelBytes d, ReadModelBytes(request.draft));
@@ -27,7 +26,17 @@ absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
     return absl::Status(plan.status().code(),
                         Cat("VRAM budget: ", plan.status().message(), " (`specgen plan` shows the placement)"));
   }
-  return plan->expert_cache_slots;
+  RunPlan run;
+  run.expert_cache_slots = plan->expert_cache_slots;
+  run.streamed_dense_layers = plan->streamed_dense_layers;
+  run.dense_ring_layers = plan->dense_ring_layers;
+  run.streamed_dense_bytes = plan->streamed_dense;
+  return run;
+}
+
+absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
+  ASSIGN_OR_RETURN(const RunPlan run, PlanRun(request));
+  return run.expert_cache_slots;
 }
 
 }  // namespace specgen::offload

@@ -111,9 +111,13 @@ int64_t DeviceSpeculativeDecoder::DraftRoom(int64_t context_len) const {
 
 absl::StatusOr<OffloadCounters> DeviceSpeculativeDecoder::OffloadTotals() {
   OffloadCounters c;
+  if (target_lm_->streams_dense_layers()) {  // every pass copies the streamed dense layers once
+    ASSIGN_OR_RETURN(const LayerStreamStats d, target_lm_->dense_stream_stats());
+    c.h2d_bytes += d.copied_bytes;
+  }
   if (!target_lm_->streams_experts()) return c;
   ASSIGN_OR_RETURN(const ExpertStreamStats s, target_lm_->expert_stream_stats());
-  c.h2d_bytes = s.fetched_bytes + s.staged_bytes;
+  c.h2d_bytes += s.fetched_bytes + s.staged_bytes;
   c.expert_hits = s.hits;
   // An expert staged for a pass routed on the host is fetched whatever the cache holds: a miss.
   c.expert_misses = s.misses + s.staged;

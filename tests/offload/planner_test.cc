@@ -170,10 +170,12 @@ TEST(PlannerTest, DenseLayersStreamInLayerOrderThroughARing) {
   absl::StatusOr<Plan> probe = MakePlan(target, nullptr, o);
   ASSERT_TRUE(probe.ok());
   EXPECT_TRUE(probe->streamed_dense_layers.empty());
+  EXPECT_EQ(probe->dense_ring_layers, 0) << "no ring when every dense layer is resident";
   o.vram_budget = probe->minimum_budget + 3 * target.layers[0].dense_ffn + target.layers[0].dense_ffn / 2;
   absl::StatusOr<Plan> p = MakePlan(target, nullptr, o);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->resident(ResidentKind::kDenseRing), kDenseRingLayers * target.layers[0].dense_ffn);
+  EXPECT_EQ(p->dense_ring_layers, kDenseRingLayers);
   EXPECT_EQ(p->resident(ResidentKind::kDenseLayers), 3 * target.layers[0].dense_ffn);
   ASSERT_EQ(p->streamed_dense_layers.size(), target.layers.size() - 3);
   for (size_t i = 0; i < p->streamed_dense_layers.size(); ++i) EXPECT_EQ(p->streamed_dense_layers[i], int(i) + 3);

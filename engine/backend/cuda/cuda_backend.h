@@ -112,6 +112,11 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
       std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) override;
 
+  // Dense layers in one pinned HostArena, copied pass by pass through a ring of VRAM layer buffers on
+  // a copy stream of their own (engine/backend/cuda/streamed_layers.h).
+  absl::StatusOr<std::unique_ptr<StreamedLayers>> PrepareStreamedLayers(
+      std::span<const LayerViews> layers, const LayerStreamingOptions& options) override;
+
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
   DeviceArena& arena() { return *arena_; }
