@@ -174,9 +174,11 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   if (streamed_views.empty()) return absl::OkStatus();
   ExpertStreamingOptions so;
   so.cache_slots = options.expert_cache_slots;
+  so.prefetch = options.expert_prefetch;
   so.progress = options.expert_copy_progress;
   ASSIGN_OR_RETURN(streamed_, backend_->PrepareStreamedExperts(streamed_views, so));
   expert_cache_slots_ = options.expert_cache_slots;
+  expert_prefetch_ = options.expert_prefetch;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
     if (lw.streamed < 0) continue;
@@ -305,8 +307,15 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   RETURN_IF_ERROR(EnsureScratch(n));
   Scratch& s = *scratch_;
   RETURN_IF_ERROR(backend_->Embed(*token_embd_, tokens, s.h.get()));
+  // The next layer's likely experts fetched while this one computes, where the device routes them.
+  const bool prefetch = expert_prefetch_ && streamed_ != nullptr && !StreamsOnHost(n);
   for (int64_t l = 0; l < spec.n_layers; ++l) {
     RETURN_IF_ERROR(AttentionBlock(l, positions, mask));
+    if (prefetch && l + 1 < spec.n_layers && layers_[l + 1].streamed >= 0) {
+      const LayerWeights& next = layers_[l + 1];
+      RETURN_IF_ERROR(streamed_->Prefetch(static_cast<size_t>(next.streamed), *s.h, *next.ffn_norm, *next.router,
+                                          spec.n_experts_used, spec.router_norm, spec.rms_eps));
+    }
     RETURN_IF_ERROR(spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l));
   }
   RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
