@@ -3,10 +3,14 @@
 // slots as the planner (engine/offload/run_plan.h) fits in the budget beside the resident part.
 // BM_StreamedVerifyPass: a pass of n positions replayed from a CUDA graph (the loop's way), the cache
 // decided and filled by the GPU. cold 1: the cache emptied before each pass; cold 0: the steady state
-// after passes of other tokens (the synthetic router's own locality). Counters: ms_per_pass,
-// mb_streamed (bytes fetched per pass), distinct_experts (per MoE layer per pass), hit_rate, gb_per_s
-// (streamed bytes over the pass's time) and floor_ratio = floor(n) / time, floor(n) = streamed bytes /
-// kPcieBytesPerSecond. Needs about 40 GB of host memory (the generated weights and the pinned copy of
+// after passes of other tokens (the synthetic router's own locality). prefetch 1: each layer's likely
+// experts fetched while the layer before computes (Transformer::set_expert_prefetch; its own graphs),
+// prefetch 0: each layer's misses fetched after its router; both in one process, on one model.
+// Counters: ms_per_pass, mb_streamed (bytes fetched per pass, prefetches included), distinct_experts
+// (per MoE layer per pass), hit_rate (prefetched experts a decision finds count as hits), gb_per_s
+// (streamed bytes over the pass's time), floor_ratio = floor(n) / time, floor(n) = streamed bytes /
+// kPcieBytesPerSecond, and per pass mb_prefetched, mb_prefetch_useful (prefetched bytes a decision
+// hit) and mb_prefetch_wasted (evicted unused; cold, also what the next pass's emptying discards). Needs about 40 GB of host memory (the generated weights and the pinned copy of
 // the experts); skips, saying so, where there is less.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -47,7 +51,7 @@ struct Streamed {
   std::unique_ptr<CudaBackend> backend;
   std::unique_ptr<Transformer> lm;
   int32_t* d_tokens = nullptr;  // arena
-  std::unique_ptr<GraphedTargetPass> graphed;
+  std::unique_ptr<GraphedTargetPass> graphed[2];  // [prefetch]: the graphs keep what they were captured with
 };
 std::unique_ptr<Streamed>& Current() {
   static std::unique_ptr<Streamed> s;
@@ -91,7 +95,9 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, int n) {
   ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
   ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   s->d_tokens = static_cast<int32_t*>(d);
-  ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
+  for (auto& g : s->graphed) {
+    ASSIGN_OR_RETURN(g, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
+  }
   (void)n;
   cur = std::move(s);
   return cur.get();
@@ -102,10 +108,13 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int n = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
+  const bool prefetch = state.range(3) != 0;
   auto made = MakeStreamed(budget, n);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
+  lm.set_expert_prefetch(prefetch);
+  GraphedTargetPass& graphed = *s.graphed[prefetch ? 1 : 0];
   const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   // A 32-token prompt (host-routed, experts staged), once.
@@ -128,7 +137,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
     if (cold) RETURN_IF_ERROR(lm.EmptyExpertCache());
     RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
     const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(s.graphed->Forward(n).status());
+    RETURN_IF_ERROR(graphed.Forward(n).status());
     RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     RETURN_IF_ERROR(lm.Truncate(kPrompt));
@@ -138,7 +147,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   for (int i = 0; i < (cold ? 1 : 6); ++i) {
     if (auto r = pass(); !r.ok()) return fail(r.status());
   }
-  if (!s.graphed->fallback_reason().empty()) return state.SkipWithError(s.graphed->fallback_reason().c_str());
+  if (!graphed.fallback_reason().empty()) return state.SkipWithError(graphed.fallback_reason().c_str());
   auto before = lm.expert_stream_stats();
   if (!before.ok()) return fail(before.status());
   double seconds = 0;
@@ -166,10 +175,15 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   state.counters["floor_ms"] = bytes / kPcieBytesPerSecond * 1e3;
   state.counters["floor_ratio"] = bytes / kPcieBytesPerSecond / sec;
   state.counters["staged"] = static_cast<double>(after->staged - before->staged) / passes;
+  state.counters["mb_prefetched"] = double(after->prefetched_bytes - before->prefetched_bytes) / passes / 1e6;
+  state.counters["mb_prefetch_useful"] =
+      double(after->prefetch_useful_bytes - before->prefetch_useful_bytes) / passes / 1e6;
+  state.counters["mb_prefetch_wasted"] =
+      double(after->prefetch_wasted_bytes - before->prefetch_wasted_bytes) / passes / 1e6;
 }
 BENCHMARK(BM_StreamedVerifyPass)
-    ->ArgNames({"budget_gib", "n", "cold"})
-    ->ArgsProduct({{8, 16}, {1, 2, 4, 8, 16}, {1, 0}})
+    ->ArgNames({"budget_gib", "n", "cold", "prefetch"})
+    ->ArgsProduct({{8, 16}, {1, 2, 4, 8, 16}, {1, 0}, {1, 0}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 
