@@ -300,7 +300,11 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     ASSIGN_OR_RETURN(s->prediction_block_, arena.Allocate(2 * set_bytes, "the expert prefetch's routing buffers"));
     s->prefetch_ = std::move(p);  // from here the destructor releases what is created below
     PrefetchPath& pp = *s->prefetch_;
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&pp.side, cudaStreamNonBlocking));
+    // The highest priority: the prefetch's one-block decision and its gather are what the bus waits
+    // for, and would otherwise queue behind the blocks of the main stream's expert kernels.
+    int least = 0, greatest = 0;
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&pp.side, cudaStreamNonBlocking, greatest));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&pp.fork, cudaEventDisableTiming));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&pp.join, cudaEventDisableTiming));
     for (int i = 0; i < 2; ++i) {
