@@ -333,8 +333,14 @@ void CheckStreamedEqualsResident(const char* what, std::shared_ptr<const LoadedM
   // Whether some streamed layer follows another (what a prefetch needs).
   bool consecutive_moe = false;
   for (int l = 0; l + 1 < spec.n_layers; ++l) consecutive_moe |= spec.layer_is_moe[l] && spec.layer_is_moe[l + 1];
-  for (const bool prefetch : {true, false})
-  for (int64_t slots : {k, std::max(k + 1, spec.n_experts / 2 + 1), e_all}) {
+  // Each slot count with the next layer's experts prefetched, then without.
+  std::vector<std::pair<bool, int64_t>> cases;
+  for (const bool prefetch : {true, false}) {
+    for (int64_t slots : {k, std::max(k + 1, spec.n_experts / 2 + 1), e_all}) cases.push_back({prefetch, slots});
+  }
+  for (const std::pair<bool, int64_t>& c : cases) {
+    const bool prefetch = c.first;
+    const int64_t slots = c.second;
     SCOPED_TRACE(std::string(what) + ", " + std::to_string(slots) + " slots, prefetch " + (prefetch ? "on" : "off"));
     TransformerOptions so = ro;
     so.expert_cache_slots = slots;
