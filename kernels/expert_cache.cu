@@ -35,81 +35,21 @@ __device__ int BlockExclusiveScan(int v, int* total) {
   return before;
 }
 
-// Chooses the m slots of smallest (stamp, index) into victim[0 .. m), in ascending index: the m-th
-// smallest stamp T by a radix select over the stamps (4 passes of 8 bits), then every slot below T and
-// the lowest-indexed ones at T. Every thread of the block calls it (m the same in all, >= 1).
-__device__ void SelectVictims(const ExpertCacheTables& c, int m, int* victim) {
-  __shared__ unsigned hist[256];
-  __shared__ unsigned s_prefix;
-  __shared__ int s_rank;
-  const int t = threadIdx.x;
-  unsigned prefix = 0;
-  int rank = m;  // the wanted stamp's rank (1-based) among the stamps that match the prefix
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    if (t < 256) hist[t] = 0;
-    __syncthreads();
-    const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-    for (int s = t; s < c.n_slots; s += kThreads) {
-      const unsigned st = c.stamp[s];
-      if ((st & high) == prefix) atomicAdd(&hist[(st >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (t == 0) {
-      int before = 0;
-      for (unsigned d = 0; d < 256; ++d) {
-        if (before + static_cast<int>(hist[d]) >= rank) {
-          s_prefix = prefix | (d << shift);
-          s_rank = rank - before;
-          break;
-        }
-        before += static_cast<int>(hist[d]);
-      }
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    rank = s_rank;
-  }
-  const unsigned threshold = prefix;  // take every stamp below it and `rank` slots at it
-  const int chunk = (c.n_slots + kThreads - 1) / kThreads;
-  const int lo = min(t * chunk, c.n_slots), hi = min(lo + chunk, c.n_slots);
-  int less = 0, equal = 0;
-  for (int s = lo; s < hi; ++s) {
-    const unsigned st = c.stamp[s];
-    less += st < threshold;
-    equal += st == threshold;
-  }
-  int less_total, equal_total;
-  const int less_before = BlockExclusiveScan(less, &less_total);
-  int equal_seen = BlockExclusiveScan(equal, &equal_total);
-  int pos = less_before + min(equal_seen, rank);
-  for (int s = lo; s < hi; ++s) {
-    const unsigned st = c.stamp[s];
-    if (st < threshold) {
-      victim[pos++] = s;
-    } else if (st == threshold) {
-      if (equal_seen < rank) victim[pos++] = s;
-      ++equal_seen;
-    }
-  }
-}
-
 // One block of kThreads. Hits are stamped first; the m misses (ascending expert) take the m slots of
-// smallest (stamp, index), in ascending index (SelectVictims). A hit on a prefetched slot counts its
-// bytes as useful, a prefetched victim's as wasted; both marks are cleared.
+// smallest (stamp, index), in ascending index: the m-th smallest stamp T by a radix select over the
+// stamps (4 passes of 8 bits), then every slot below T and the lowest-indexed ones at T.
 __global__ void __launch_bounds__(kThreads) DecideKernel(ExpertCacheTables c, ExpertCacheLayer l,
                                                          const int32_t* __restrict__ ids, int n_ids) {
   __shared__ int used[kThreads];
   __shared__ int miss_expert[kThreads];
   __shared__ int victim[kThreads];
-  __shared__ int s_hits;
-  __shared__ unsigned long long s_useful, s_wasted;
+  __shared__ unsigned hist[256];
+  __shared__ unsigned s_prefix;
+  __shared__ int s_rank, s_hits;
   const int t = threadIdx.x, experts = l.experts;
   const uint32_t now = c.state->clock + 1;  // thread 0 stores it last, after every read
   used[t] = 0;
-  if (t == 0) {
-    s_hits = 0;
-    s_useful = s_wasted = 0;
-  }
+  if (t == 0) s_hits = 0;
   __syncthreads();
   for (int i = t; i < n_ids; i += kThreads) used[ids[i]] = 1;
   __syncthreads();
@@ -120,11 +60,6 @@ __global__ void __launch_bounds__(kThreads) DecideKernel(ExpertCacheTables c, Ex
     if (s >= 0) {
       c.stamp[s] = now;  // before the victims are chosen: a slot of the union is never one
       atomicAdd(&s_hits, 1);
-      const unsigned long long p = c.prefetched[s];
-      if (p != 0) {
-        atomicAdd(&s_useful, p);
-        c.prefetched[s] = 0;
-      }
     } else {
       miss = 1;
     }
@@ -132,7 +67,56 @@ __global__ void __launch_bounds__(kThreads) DecideKernel(ExpertCacheTables c, Ex
   int m;
   const int miss_before = BlockExclusiveScan(miss, &m);  // its barriers publish the stamps too
   if (miss) miss_expert[miss_before] = t;
-  if (m > 0) SelectVictims(c, m, victim);
+  if (m > 0) {
+    unsigned prefix = 0;
+    int rank = m;  // the wanted stamp's rank (1-based) among the stamps that match the prefix
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      if (t < 256) hist[t] = 0;
+      __syncthreads();
+      const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+      for (int s = t; s < c.n_slots; s += kThreads) {
+        const unsigned st = c.stamp[s];
+        if ((st & high) == prefix) atomicAdd(&hist[(st >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (t == 0) {
+        int before = 0;
+        for (unsigned d = 0; d < 256; ++d) {
+          if (before + static_cast<int>(hist[d]) >= rank) {
+            s_prefix = prefix | (d << shift);
+            s_rank = rank - before;
+            break;
+          }
+          before += static_cast<int>(hist[d]);
+        }
+      }
+      __syncthreads();
+      prefix = s_prefix;
+      rank = s_rank;
+    }
+    const unsigned threshold = prefix;  // take every stamp below it and `rank` slots at it
+    const int chunk = (c.n_slots + kThreads - 1) / kThreads;
+    const int lo = min(t * chunk, c.n_slots), hi = min(lo + chunk, c.n_slots);
+    int less = 0, equal = 0;
+    for (int s = lo; s < hi; ++s) {
+      const unsigned st = c.stamp[s];
+      less += st < threshold;
+      equal += st == threshold;
+    }
+    int less_total, equal_total;
+    const int less_before = BlockExclusiveScan(less, &less_total);
+    int equal_seen = BlockExclusiveScan(equal, &equal_total);
+    int pos = less_before + min(equal_seen, rank);
+    for (int s = lo; s < hi; ++s) {
+      const unsigned st = c.stamp[s];
+      if (st < threshold) {
+        victim[pos++] = s;
+      } else if (st == threshold) {
+        if (equal_seen < rank) victim[pos++] = s;
+        ++equal_seen;
+      }
+    }
+  }
   __syncthreads();
   int evicted = 0;
   if (t < m) {
@@ -141,11 +125,6 @@ __global__ void __launch_bounds__(kThreads) DecideKernel(ExpertCacheTables c, Ex
     if (old >= 0) {  // never a key of this union: a missing expert has no slot, a hit's slot is not taken
       c.slot_of[old] = -1;
       evicted = 1;
-    }
-    const unsigned long long p = c.prefetched[s];
-    if (p != 0) {
-      atomicAdd(&s_wasted, p);
-      c.prefetched[s] = 0;
     }
     c.owner[s] = l.layer * c.experts_per_layer + e;
     slot_of[e] = s;
@@ -167,113 +146,25 @@ __global__ void __launch_bounds__(kThreads) DecideKernel(ExpertCacheTables c, Ex
     st->misses += static_cast<unsigned long long>(m);
     st->evictions += static_cast<unsigned long long>(evictions);
     st->bytes += static_cast<unsigned long long>(m) * l.stride;
-    st->prefetch_useful += s_useful;
-    st->prefetch_wasted += s_wasted;
     st->clock = now;
     st->fetches = m;
   }
-}
-
-// One block of kThreads: the prefetch decision (LaunchExpertCachePrefetch). The union's cached experts
-// are stamped with the latest decision's clock C, so that they, and that decision's union, are the slots
-// a prefetch never takes; the misses (ascending expert) take the least recently used of the others
-// (every slot stamped below C), as many as there are.
-__global__ void __launch_bounds__(kThreads) PrefetchDecideKernel(ExpertCacheTables c, ExpertCacheLayer l,
-                                                                 const int32_t* __restrict__ ids, int n_ids) {
-  __shared__ int used[kThreads];
-  __shared__ int miss_expert[kThreads];
-  __shared__ int victim[kThreads];
-  __shared__ unsigned long long s_wasted;
-  const int t = threadIdx.x, experts = l.experts;
-  const uint32_t now = c.state->clock;  // the latest decision's; a prefetch does not advance it
-  used[t] = 0;
-  if (t == 0) s_wasted = 0;
-  __syncthreads();
-  for (int i = t; i < n_ids; i += kThreads) used[ids[i]] = 1;
-  __syncthreads();
-  int32_t* slot_of = c.slot_of + static_cast<int64_t>(l.layer) * c.experts_per_layer;
-  int miss = 0;
-  if (t < experts && used[t]) {
-    const int s = slot_of[t];
-    if (s >= 0) {
-      c.stamp[s] = now;
-    } else {
-      miss = 1;
-    }
-  }
-  int misses;
-  const int miss_before = BlockExclusiveScan(miss, &misses);  // its barriers publish the stamps too
-  if (miss) miss_expert[miss_before] = t;
-  int older = 0;
-  for (int s = t; s < c.n_slots; s += kThreads) older += c.stamp[s] < now;
-  int available;
-  BlockExclusiveScan(older, &available);
-  // The m smallest (stamp, index) are then all stamped below C.
-  const int m = min(misses, available);
-  if (m > 0) SelectVictims(c, m, victim);
-  __syncthreads();
-  int evicted = 0;
-  if (t < m) {
-    const int s = victim[t], e = miss_expert[t];
-    const int old = c.owner[s];
-    if (old >= 0) {
-      c.slot_of[old] = -1;
-      evicted = 1;
-    }
-    const unsigned long long p = c.prefetched[s];
-    if (p != 0) atomicAdd(&s_wasted, p);
-    c.owner[s] = l.layer * c.experts_per_layer + e;
-    slot_of[e] = s;
-    c.stamp[s] = now;
-    c.prefetched[s] = l.stride;
-    c.prefetch_expert[t] = e;
-    c.prefetch_slot[t] = s;
-  }
-  int evictions;
-  BlockExclusiveScan(evicted, &evictions);  // its barriers make s_wasted whole
-  if (t == 0) {
-    ExpertCacheState* st = c.state;
-    const unsigned long long bytes = static_cast<unsigned long long>(m) * l.stride;
-    st->evictions += static_cast<unsigned long long>(evictions);
-    st->bytes += bytes;
-    st->prefetches += static_cast<unsigned long long>(m);
-    st->prefetch_bytes += bytes;
-    st->prefetch_wasted += s_wasted;
-    st->prefetch_fetches = m;
-  }
-}
-
-// Every slot's unused prefetch counted as wasted and its mark cleared (one block of kThreads).
-__global__ void __launch_bounds__(kThreads) ForgetPrefetchesKernel(ExpertCacheTables c) {
-  __shared__ unsigned long long s_wasted;
-  if (threadIdx.x == 0) s_wasted = 0;
-  __syncthreads();
-  unsigned long long sum = 0;
-  for (int s = threadIdx.x; s < c.n_slots; s += kThreads) {
-    sum += c.prefetched[s];
-    c.prefetched[s] = 0;
-  }
-  if (sum != 0) atomicAdd(&s_wasted, sum);
-  __syncthreads();
-  if (threadIdx.x == 0) c.state->prefetch_wasted += s_wasted;
 }
 
 constexpr int kGatherThreads = 512;
 constexpr int kGatherVectors = 4;  // 16-byte loads in flight a thread
 constexpr size_t kChunk = static_cast<size_t>(kGatherThreads) * kGatherVectors;  // uint4 a block-chunk
 
-// The decision's misses (or, `prefetch`, the prefetch's), each `stride` bytes from mapped host memory
-// into its slot, in chunks spread over the grid; every load of a chunk is issued before its stores.
-__global__ void __launch_bounds__(kGatherThreads) GatherKernel(ExpertCacheTables c, ExpertCacheLayer l, bool prefetch) {
-  const int m = prefetch ? c.state->prefetch_fetches : c.state->fetches;
-  const int32_t* fetch_expert = prefetch ? c.prefetch_expert : c.fetch_expert;
-  const int32_t* fetch_slot = prefetch ? c.prefetch_slot : c.fetch_slot;
+// The decision's misses, each `stride` bytes from mapped host memory into its slot, in chunks spread
+// over the grid; every load of a chunk is issued before its stores.
+__global__ void __launch_bounds__(kGatherThreads) GatherKernel(ExpertCacheTables c, ExpertCacheLayer l) {
+  const int m = c.state->fetches;
   const size_t vectors = l.stride / 16;
   const size_t chunks = (vectors + kChunk - 1) / kChunk;
   for (size_t i = blockIdx.x; i < static_cast<size_t>(m) * chunks; i += gridDim.x) {
     const size_t f = i / chunks, first = (i % chunks) * kChunk + threadIdx.x;
-    const uint4* src = reinterpret_cast<const uint4*>(l.host + static_cast<size_t>(fetch_expert[f]) * l.stride);
-    uint4* dst = reinterpret_cast<uint4*>(c.slots + static_cast<size_t>(fetch_slot[f]) * c.slot_bytes);
+    const uint4* src = reinterpret_cast<const uint4*>(l.host + static_cast<size_t>(c.fetch_expert[f]) * l.stride);
+    uint4* dst = reinterpret_cast<uint4*>(c.slots + static_cast<size_t>(c.fetch_slot[f]) * c.slot_bytes);
     uint4 v[kGatherVectors];
 #pragma unroll
     for (int j = 0; j < kGatherVectors; ++j) {
@@ -288,42 +179,22 @@ __global__ void __launch_bounds__(kGatherThreads) GatherKernel(ExpertCacheTables
   }
 }
 
-// The checks both launches share.
-bool Valid(const ExpertCacheTables& cache, const ExpertCacheLayer& layer, const int32_t* ids, int gather_blocks) {
-  return layer.experts >= 1 && layer.experts <= kExpertCacheMaxExperts && layer.experts <= cache.experts_per_layer &&
-         cache.slot_of && cache.owner && cache.stamp && cache.fetch_expert && cache.fetch_slot &&
-         cache.prefetch_expert && cache.prefetch_slot && cache.prefetched && cache.state && cache.slots && ids &&
-         layer.host && layer.gate_table && layer.up_table && layer.down_table && layer.stride % 16 == 0 &&
-         layer.stride <= cache.slot_bytes && cache.slot_bytes % 16 == 0 && gather_blocks >= 1 && cache.n_slots >= 1;
-}
-
 }  // namespace
 
 cudaError_t LaunchExpertCacheFetch(const ExpertCacheTables& cache, const ExpertCacheLayer& layer,
                                    const int32_t* ids, int n_ids, int gather_blocks, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(Valid(cache, layer, ids, gather_blocks));
+  SPECGEN_KERNEL_REQUIRE(layer.experts >= 1 && layer.experts <= kExpertCacheMaxExperts &&
+                         layer.experts <= cache.experts_per_layer);
   SPECGEN_KERNEL_REQUIRE(n_ids >= 1 && (n_ids <= cache.n_slots || layer.experts <= cache.n_slots));
+  SPECGEN_KERNEL_REQUIRE(cache.slot_of && cache.owner && cache.stamp && cache.fetch_expert && cache.fetch_slot &&
+                         cache.state && cache.slots && ids && layer.host && layer.gate_table && layer.up_table &&
+                         layer.down_table);
+  SPECGEN_KERNEL_REQUIRE(layer.stride % 16 == 0 && layer.stride <= cache.slot_bytes && cache.slot_bytes % 16 == 0 &&
+                         gather_blocks >= 1);
   DecideKernel<<<1, kThreads, 0, stream>>>(cache, layer, ids, n_ids);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  GatherKernel<<<gather_blocks, kGatherThreads, 0, stream>>>(cache, layer, false);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchExpertCachePrefetch(const ExpertCacheTables& cache, const ExpertCacheLayer& layer,
-                                      const int32_t* ids, int n_ids, int gather_blocks, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(Valid(cache, layer, ids, gather_blocks));
-  SPECGEN_KERNEL_REQUIRE(n_ids >= 1);
-  PrefetchDecideKernel<<<1, kThreads, 0, stream>>>(cache, layer, ids, n_ids);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  GatherKernel<<<gather_blocks, kGatherThreads, 0, stream>>>(cache, layer, true);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchExpertCacheForgetPrefetches(const ExpertCacheTables& cache, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(cache.prefetched && cache.state && cache.n_slots >= 1);
-  ForgetPrefetchesKernel<<<1, kThreads, 0, stream>>>(cache);
+  GatherKernel<<<gather_blocks, kGatherThreads, 0, stream>>>(cache, layer);
   return cudaGetLastError();
 }
 

@@ -5,14 +5,6 @@
 // smallest (stamp, slot index), taken in ascending slot index. Hits are stamped before victims are
 // chosen, so a slot the current union uses is never evicted. The device kernel must agree with this
 // model slot for slot (tests/backend_cuda/streamed_experts_test.cc).
-//
-// A prefetch (Prefetch) brings a layer's predicted experts in before that layer's access, without
-// advancing the clock: the union's cached experts are stamped with the clock C of the latest access,
-// and its missing experts (ascending id) take the slots of smallest (stamp, slot index) among those
-// stamped before C (never the latest access's union, nor the prefetch's own hits), as many as there are
-// such slots; each is stamped C and marked with the bytes it brought. An access that hits a marked slot
-// counts those bytes as useful; evicting a marked slot (by either) counts them as wasted; both clear
-// the mark.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +17,8 @@
 namespace specgen {
 
 struct SlotCounters {
-  int64_t hits = 0, misses = 0;  // of accesses
-  int64_t evictions = 0;         // by accesses and prefetches
-  int64_t bytes = 0;             // fetched by both
-  int64_t prefetches = 0, prefetch_bytes = 0;       // experts and bytes prefetched
-  int64_t prefetch_useful = 0, prefetch_wasted = 0;  // bytes
+  int64_t hits = 0, misses = 0, evictions = 0;
+  int64_t bytes = 0;  // fetched
   bool operator==(const SlotCounters&) const = default;
 };
 
@@ -46,9 +35,6 @@ class SlotTableModel {
   // One layer's routing ids (any count, each in [0, experts)). The union must fit in the slots
   // (InvalidArgument otherwise, the tables unchanged).
   absl::StatusOr<Access> Touch(int64_t layer, std::span<const int32_t> ids);
-  // A prefetch of one layer's predicted routing ids (any count, each in [0, experts)): `hits` are the
-  // union's cached experts, `fetches` what it brought (possibly fewer than the misses).
-  absl::StatusOr<Access> Prefetch(int64_t layer, std::span<const int32_t> ids);
 
   // Sets the clock before the first access (tests start it near a byte boundary of the stamps).
   void StartClockAt(uint32_t clock) { clock_ = clock; }
@@ -56,25 +42,14 @@ class SlotTableModel {
   int32_t slot_of(int64_t layer, int64_t expert) const { return slot_of_[layer * experts_ + expert]; }
   int32_t owner(int64_t slot) const { return owner_[slot]; }  // layer * experts + expert, or -1
   uint32_t stamp(int64_t slot) const { return stamp_[slot]; }
-  // The bytes a prefetch brought into the slot that no access has used yet, or 0.
-  int64_t prefetched(int64_t slot) const { return prefetched_[slot]; }
   uint32_t clock() const { return clock_; }
   const SlotCounters& counters() const { return counters_; }
 
  private:
   int64_t layers_, experts_, slots_;
-  // The union of ids, ascending (InvalidArgument for a bad layer or id).
-  absl::StatusOr<std::vector<int32_t>> Union(int64_t layer, std::span<const int32_t> ids) const;
-  // Gives `missing[i]` of `layer` the i-th of `victims` (ascending), stamped `now`.
-  void Place(int64_t layer, std::span<const int32_t> missing, std::span<const int32_t> victims, uint32_t now,
-             Access* a);
-  // The `count` slots of smallest (stamp, index), ascending index.
-  std::vector<int32_t> LeastRecent(size_t count) const;
-
   std::vector<int64_t> expert_bytes_;
   std::vector<int32_t> slot_of_, owner_;
   std::vector<uint32_t> stamp_;
-  std::vector<int64_t> prefetched_;
   uint32_t clock_ = 0;
   SlotCounters counters_;
 };

@@ -8,16 +8,12 @@
 // decided and filled by the GPU. Each pass follows the last (positions advancing by n, as decode
 // accepting every draft would; back to the prompt's end when the context is full), so a trace advances
 // over passes. cold 1: the cache emptied before each pass; cold 0: the steady state after passes of
-// other tokens. prefetch 1: each layer's likely experts fetched while the layer before computes
-// (Transformer::set_expert_prefetch; its own graphs), prefetch 0: each layer's misses fetched after its
-// router; both in one process, on one model. Counters: ms_per_pass, mb_streamed (bytes fetched per pass), distinct_experts (per MoE
+// other tokens. Counters: ms_per_pass, mb_streamed (bytes fetched per pass), distinct_experts (per MoE
 // layer per pass), hit_rate, gb_per_s (streamed bytes over the pass's time) and floor_ratio = floor(n)
-// / time, floor(n) = streamed bytes / kPcieBytesPerSecond, and per pass mb_prefetched, mb_prefetch_useful
-// (prefetched bytes a decision hit) and mb_prefetch_wasted (evicted unused; cold, also what the next
-// pass's emptying discards). Bytes and hits count prefetches.
+// / time, floor(n) = streamed bytes / kPcieBytesPerSecond.
 // BM_StreamedGeneration: greedy generation through the GPU-resident loop with the streamed target,
 // without a draft (k 0) and with synth:qwen3-0.6b q8_0 drafting k tokens, the budget planned for the
-// pair, with and without prefetch. Each generation routes by a trace of its own seed (a regime's trace would otherwise repeat the
+// pair. Each generation routes by a trace of its own seed (a regime's trace would otherwise repeat the
 // last generation's routing at the same positions). Counters: tokens_per_s, mb_per_token and hit_rate
 // (the decode and verification passes: the prompt routes on the host), acceptance, distinct_experts.
 // Needs about 40 GB of host memory (the generated weights and the pinned copy of the experts); skips,
@@ -93,7 +89,7 @@ struct Streamed {
   std::unique_ptr<Transformer> draft;  // with_draft only; declared before lm: it goes after it
   std::unique_ptr<Transformer> lm;
   int32_t* d_tokens = nullptr;  // arena
-  std::unique_ptr<GraphedTargetPass> graphed[2];  // [prefetch]: the graphs keep what they were captured with
+  std::unique_ptr<GraphedTargetPass> graphed;
 };
 std::unique_ptr<Streamed>& Current() {
   static std::unique_ptr<Streamed> s;
@@ -136,9 +132,7 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
   ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   s->d_tokens = static_cast<int32_t*>(d);
-  for (auto& g : s->graphed) {
-    ASSIGN_OR_RETURN(g, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
-  }
+  ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
   cur = std::move(s);
   return cur.get();
 }
@@ -155,13 +149,10 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const int n = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
   const offload::RoutingRegime regime = Regime(state.range(3));
-  const bool prefetch = state.range(4) != 0;
   auto made = MakeStreamed(budget, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
-  lm.set_expert_prefetch(prefetch);
-  GraphedTargetPass& graphed = *s.graphed[prefetch ? 1 : 0];
   const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   if (absl::Status st = UseRegime(lm, regime, 0); !st.ok()) return fail(st);
@@ -186,7 +177,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
     if (cold) RETURN_IF_ERROR(lm.EmptyExpertCache());
     RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
     const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(graphed.Forward(n).status());
+    RETURN_IF_ERROR(s.graphed->Forward(n).status());
     RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -194,7 +185,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   for (int i = 0; i < (cold ? 1 : 6); ++i) {
     if (auto r = pass(); !r.ok()) return fail(r.status());
   }
-  if (!graphed.fallback_reason().empty()) return state.SkipWithError(graphed.fallback_reason().c_str());
+  if (!s.graphed->fallback_reason().empty()) return state.SkipWithError(s.graphed->fallback_reason().c_str());
   auto before = lm.expert_stream_stats();
   if (!before.ok()) return fail(before.status());
   double seconds = 0;
@@ -222,23 +213,16 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   state.counters["floor_ms"] = bytes / kPcieBytesPerSecond * 1e3;
   state.counters["floor_ratio"] = bytes / kPcieBytesPerSecond / sec;
   state.counters["staged"] = static_cast<double>(after->staged - before->staged) / passes;
-  state.counters["mb_prefetched"] = double(after->prefetched_bytes - before->prefetched_bytes) / passes / 1e6;
-  state.counters["mb_prefetch_useful"] =
-      double(after->prefetch_useful_bytes - before->prefetch_useful_bytes) / passes / 1e6;
-  state.counters["mb_prefetch_wasted"] =
-      double(after->prefetch_wasted_bytes - before->prefetch_wasted_bytes) / passes / 1e6;
 }
 // Registered budget by budget (ArgsProduct would vary the first argument fastest), so that each
 // budget's pinned copy is made once per process.
 BENCHMARK(BM_StreamedVerifyPass)
-    ->ArgNames({"budget_gib", "n", "cold", "routing", "prefetch"})
+    ->ArgNames({"budget_gib", "n", "cold", "routing"})
     ->Apply([](benchmark::internal::Benchmark* b) {
       for (int budget : {8, 16}) {
         for (int routing : {0, 1, 2}) {
-          for (int prefetch : {1, 0}) {
-            for (int cold : {1, 0}) {
-              for (int n : {1, 2, 4, 8, 16}) b->Args({budget, n, cold, routing, prefetch});
-            }
+          for (int cold : {1, 0}) {
+            for (int n : {1, 2, 4, 8, 16}) b->Args({budget, n, cold, routing});
           }
         }
       }
@@ -255,7 +239,6 @@ void BM_StreamedGeneration(benchmark::State& state) {
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
-  lm.set_expert_prefetch(state.range(3) != 0);  // before the decoder captures its graphs
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
   SpeculativeOptions opt;
@@ -313,13 +296,11 @@ void BM_StreamedGeneration(benchmark::State& state) {
 }
 // Budget by budget, and within one with and without the draft (each pair its own plan and copy).
 BENCHMARK(BM_StreamedGeneration)
-    ->ArgNames({"budget_gib", "k", "routing", "prefetch"})
+    ->ArgNames({"budget_gib", "k", "routing"})
     ->Apply([](benchmark::internal::Benchmark* b) {
       for (int budget : {4, 8, 16}) {
         for (int k : {0, 4}) {
-          for (int routing : {0, 1, 2}) {
-            for (int prefetch : {1, 0}) b->Args({budget, k, routing, prefetch});
-          }
+          for (int routing : {0, 1, 2}) b->Args({budget, k, routing});
         }
       }
     })

@@ -113,9 +113,6 @@ struct ExpertViews {
 struct ExpertStreamingOptions {
   // VRAM slots shared by every streamed layer, each the size of one expert (of the largest layer).
   int64_t cache_slots = 0;
-  // Whether StreamedExperts::Prefetch fetches a layer's predicted experts ahead of its router (else a
-  // no-op, and nothing is allocated for it).
-  bool prefetch = true;
   // The copy of the experts into host memory: (bytes done, bytes in all), now and then and at the end.
   std::function<void(size_t done, size_t total)> progress;
 };
@@ -124,14 +121,8 @@ struct ExpertStreamStats {
   size_t slot_bytes = 0;
   size_t host_bytes = 0;  // the pinned host copy of every streamed expert
   // The cache, decided on the device (passes the device routes: at most 16 positions, a union that fits).
-  // Evictions and fetched bytes include the prefetches' (fetched_bytes: every byte copied into the cache).
   int64_t hits = 0, misses = 0, evictions = 0;
   int64_t fetched_bytes = 0;
-  // Prefetches (StreamedExperts::Prefetch): experts and bytes brought ahead of their layer's decision;
-  // of those bytes, the ones that decision (or a later one of that layer) hit before they were evicted
-  // (useful), the ones evicted or emptied unused (wasted), and the ones still in the cache unused.
-  int64_t prefetched = 0, prefetched_bytes = 0;
-  int64_t prefetch_useful_bytes = 0, prefetch_wasted_bytes = 0, prefetch_pending_bytes = 0;
   // The host-routed path (larger batches; unions that may exceed the slots): each routed expert copied
   // through a staging buffer, once per pass.
   int64_t staged = 0;
@@ -160,16 +151,6 @@ class StreamedExperts {
   virtual absl::StatusOr<ExpertStreamStats> Stats() = 0;
   // Empties the cache in stream order (every slot free; the counters go on): a cold start for benchmarks.
   virtual absl::Status EmptyCache() = 0;
-  // Called after layer L's attention (h its residual stream) when layer L+1's experts are streamed
-  // layer `next` and the pass routes it on the device: predicts layer L+1's routing as its router would
-  // from h (RmsNorm by `ffn_norm`, then `router`, top-k as `norm` says) and fetches the predicted experts
-  // while layer L computes, in stream order before layer L+1's own decision. Changes only which slots
-  // hold which experts, never a result. A no-op where the backend has no such path (the default).
-  virtual absl::Status Prefetch(size_t next, const Buffer& h, const Weight& ffn_norm, const Weight& router,
-                                int64_t k, RouterNorm norm, float eps) {
-    (void)next, (void)h, (void)ffn_norm, (void)router, (void)k, (void)norm, (void)eps;
-    return absl::OkStatus();
-  }
 };
 
 // --- dense layers kept in host memory, streamed through a ring of VRAM layer buffers (§12) ---

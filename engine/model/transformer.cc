@@ -181,11 +181,9 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   if (streamed_views.empty()) return absl::OkStatus();
   ExpertStreamingOptions so;
   so.cache_slots = options.expert_cache_slots;
-  so.prefetch = options.expert_prefetch;
   so.progress = options.expert_copy_progress;
   ASSIGN_OR_RETURN(streamed_, backend_->PrepareStreamedExperts(streamed_views, so));
   expert_cache_slots_ = options.expert_cache_slots;
-  expert_prefetch_ = options.expert_prefetch;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
     if (lw.streamed < 0) continue;
@@ -386,16 +384,9 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
   // Streamed dense layers: their ring's copies begin with the pass, and the pass ends joined with them
   // even when a layer fails (a capture must not end with the copy stream left out).
   if (dense_stream_ != nullptr) RETURN_IF_ERROR(dense_stream_->BeginPass());
-  // The next layer's likely experts fetched while this one computes, where the device routes them.
-  const bool prefetch = expert_prefetch_ && streamed_ != nullptr && !StreamsOnHost(n);
   absl::Status layers = absl::OkStatus();
   for (int64_t l = 0; l < spec.n_layers && layers.ok(); ++l) {
     layers = AttentionBlock(l, positions, mask);
-    if (layers.ok() && prefetch && l + 1 < spec.n_layers && layers_[l + 1].streamed >= 0) {
-      const LayerWeights& next = layers_[l + 1];
-      layers = streamed_->Prefetch(static_cast<size_t>(next.streamed), *s.h, *next.ffn_norm, *next.router,
-                                   spec.n_experts_used, spec.router_norm, spec.rms_eps);
-    }
     if (layers.ok()) layers = spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l);
   }
   if (dense_stream_ != nullptr) {

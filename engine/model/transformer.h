@@ -29,10 +29,6 @@ struct TransformerOptions {
   // and stream into at most this many VRAM cache slots (Backend::PrepareStreamedExperts; a backend
   // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
-  // With streamed experts: while a layer computes, fetch the next layer's likely experts (its router
-  // applied to this layer's residual stream; StreamedExperts::Prefetch). Off: each layer's misses are
-  // fetched after its router only. set_expert_prefetch turns it off and on again.
-  bool expert_prefetch = true;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> expert_copy_progress = {};
   // Dense layers (by index) whose FFN (gate, up, down) stays in pinned host memory and is copied, every
@@ -114,10 +110,6 @@ class Transformer : public CausalLm {
   // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
   // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
   bool StreamsOnHost(int64_t n) const;
-  // Whether passes from now on prefetch (TransformerOptions::expert_prefetch; a model created without
-  // it has nothing to turn on). A pass captured in a CUDA graph keeps what it was captured with.
-  void set_expert_prefetch(bool on) { expert_prefetch_ = on; }
-  bool expert_prefetch() const { return expert_prefetch_; }
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
   // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
@@ -168,7 +160,6 @@ class Transformer : public CausalLm {
   int64_t dense_replays_ = 0;                     // replayed passes (each copied them again)
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
-  bool expert_prefetch_ = true;                  // TransformerOptions::expert_prefetch
   std::map<DType, size_t> resident_bytes_;
   std::function<void(size_t, size_t)> upload_progress_;  // TransformerOptions::upload_progress
   size_t upload_done_ = 0, upload_total_ = 0;

@@ -25,10 +25,8 @@ inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 inline constexpr size_t kStagingRingBytes = size_t{8} << 20;
 // Rows of the largest pass a model runs: a prefill chunk (engine/model/cached_prefix.h).
 inline constexpr int64_t kWorkspaceRows = 256;
-// Device slot table of the expert cache: per (MoE layer, expert) a slot index, and per slot (at most one
-// an expert) its owner, last-use stamp and prefetch mark (4 + 4 + 4 + 8 bytes), with room for the fetch
-// lists (kernels/expert_cache.cuh).
-inline constexpr size_t kSlotTableBytesPerExpert = 24;
+// Device slot table of the expert cache: per (MoE layer, expert) a slot index and a last-use stamp.
+inline constexpr size_t kSlotTableBytesPerExpert = 16;
 // Dense layers that do not fit stream through a ring of this many layer buffers (layer L + 1
 // copying while layer L computes).
 inline constexpr int kDenseRingLayers = 2;

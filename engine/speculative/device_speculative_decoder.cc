@@ -123,8 +123,6 @@ absl::StatusOr<OffloadCounters> DeviceSpeculativeDecoder::OffloadTotals() {
   c.expert_misses = s.misses + s.staged;
   c.distinct_experts = s.hits + s.misses + s.staged;
   c.moe_layer_passes = s.layer_passes;
-  c.prefetch_useful_bytes = s.prefetch_useful_bytes;
-  c.prefetch_wasted_bytes = s.prefetch_wasted_bytes;
   return c;
 }
 

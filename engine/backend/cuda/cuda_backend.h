@@ -120,8 +120,6 @@ class CudaBackend : public Backend {
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
   DeviceArena& arena() { return *arena_; }
-  // The reduction order of the small-batch products (CudaBackendOptions::gemv_order).
-  kernels::GemvOrder gemv_order() const { return gemv_order_; }
 
   // Blocks the host until the stream is idle. Every host wait of the backend goes through here.
   absl::Status Synchronize(SyncKind kind);

@@ -4,29 +4,15 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "engine/backend/device_form.h"
 #include "engine/core/status_macros.h"
 #include "kernels/cuda_check.h"
-#include "kernels/gemv.cuh"
-#include "kernels/matmul_rows.cuh"
-#include "kernels/norm.cuh"
-#include "kernels/router.cuh"
-#include "kernels/routed_experts.cuh"
 
 namespace specgen {
 namespace {
 
 size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
-size_t Align256(size_t b) { return (b + 255) / 256 * 256; }
-
-// The router's top-k convention, as CudaBackend's device routing maps it.
-kernels::RouterMode ModeOf(RouterNorm norm) {
-  return norm == RouterNorm::kSoftmaxThenTopK          ? kernels::RouterMode::kSoftmaxTopK
-         : norm == RouterNorm::kSoftmaxTopKRenormalize ? kernels::RouterMode::kSoftmaxTopKRenorm
-                                                       : kernels::RouterMode::kTopKSoftmax;
-}
 
 // The device forms every expert of a layer shares (gate/up [ffn, hidden] of one type, down [hidden,
 // ffn] of its own, as llama.cpp's _M mixes store them: what the routed experts' kernels take), or an
@@ -83,98 +69,7 @@ bool CudaStreamedExperts::LayerFetch::Takes(int64_t n_ids) const {
 }
 
 absl::Status CudaStreamedExperts::LayerFetch::Fetch(const int32_t* ids, int n_ids, cudaStream_t stream) const {
-  return owner_->Decide(index_, ids, n_ids, stream);
-}
-
-absl::Status CudaStreamedExperts::Decide(size_t index, const int32_t* ids, int n_ids, cudaStream_t stream) {
-  if (prefetch_ != nullptr) {
-    // Decisions never run beside a prefetch: the tables are then whole, the prefetched slots filled.
-    RETURN_IF_ERROR(JoinPrefetch(stream));
-    // A prediction of this very layer with no decision since (the layer before was not streamed)
-    // would overlap nothing: dropped.
-    if (prefetch_->pending && prefetch_->pending_layer == index) RETURN_IF_ERROR(DropPendingPrefetch(stream));
-  }
-  SPECGEN_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchExpertCacheFetch(cache_, layers_[index].fetch->layer(), ids, n_ids, kGatherBlocks, stream));
-  // After this layer's gather, so that its own misses have the bus first; the prefetch then overlaps
-  // this layer's experts and the next layer's attention.
-  if (prefetch_ != nullptr && prefetch_->pending) return LaunchPendingPrefetch(stream);
-  return absl::OkStatus();
-}
-
-absl::Status CudaStreamedExperts::LaunchPendingPrefetch(cudaStream_t stream) {
-  PrefetchPath& p = *prefetch_;
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.fork, stream));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(p.side, p.fork, 0));
-  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchExpertCachePrefetch(cache_, layers_[p.pending_layer].fetch->layer(),
-                                                                  p.sets[p.pending_set].ids, p.pending_ids,
-                                                                  kGatherBlocks, p.side));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.join, p.side));
-  p.pending = false;
-  p.outstanding = true;
-  return absl::OkStatus();
-}
-
-absl::Status CudaStreamedExperts::DropPendingPrefetch(cudaStream_t stream) {
-  PrefetchPath& p = *prefetch_;
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.join, p.side));  // after the prediction's kernels
-  p.pending = false;
-  p.outstanding = true;
-  return JoinPrefetch(stream);
-}
-
-absl::Status CudaStreamedExperts::JoinPrefetch(cudaStream_t stream) {
-  PrefetchPath& p = *prefetch_;
-  if (!p.outstanding) return absl::OkStatus();
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, p.join, 0));
-  p.outstanding = false;
-  return absl::OkStatus();
-}
-
-absl::Status CudaStreamedExperts::Prefetch(size_t next, const Buffer& h, const Weight& ffn_norm, const Weight& router,
-                                           int64_t k, RouterNorm norm, float eps) {
-  if (prefetch_ == nullptr) return absl::OkStatus();
-  const int64_t n = h.rows();
-  // More positions than the device routes: the layer is routed on the host, nothing to overlap.
-  if (n < 1 || n > kernels::kRoutedExpertsMaxTokens) return absl::OkStatus();
-  if (next >= layers_.size()) return InvalidArgument("streamed experts: prefetch of streamed layer ", next, " of ",
-                                                     layers_.size());
-  const kernels::ExpertCacheLayer& layer = layers_[next].fetch->layer();
-  if (h.cols() != hidden_ || ffn_norm.rows() * ffn_norm.cols() != hidden_ || router.rows() != layer.experts ||
-      router.cols() != hidden_ || k < 1 || k > std::min<int64_t>(layer.experts, kernels::kRouterMaxTopK)) {
-    return InvalidArgument("streamed experts: prefetch of streamed layer ", next, " from a residual stream [", n, ", ",
-                           h.cols(), "], a norm of ", ffn_norm.rows() * ffn_norm.cols(), ", a router [", router.rows(),
-                           ", ", router.cols(), "] and top-", k, " (the layer has ", layer.experts,
-                           " experts of hidden ", hidden_, ")");
-  }
-  PrefetchPath& p = *prefetch_;
-  cudaStream_t stream = backend_->stream();
-  // A prediction no decision took (its layer was routed on the host): stale now.
-  if (p.pending) RETURN_IF_ERROR(DropPendingPrefetch(stream));
-  Prediction& set = p.sets[p.next_set];
-  const int rows = static_cast<int>(n), in = static_cast<int>(hidden_), out = layer.experts;
-  // The norm on the main stream, which next adds layer L's experts into h; the rest on the side.
-  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(CudaBackend::Data(h), CudaBackend::Data(ffn_norm),
-                                                      CudaBackend::Type(ffn_norm), set.x, rows, in, eps, stream));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(set.normed, stream));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(p.side, set.normed, 0));
-  // The router's product as CudaBackend::MatMul computes it for 1..16 rows.
-  const kernels::ElemType type = CudaBackend::Type(router);
-  if (kernels::GemvTakes(type, in)) {
-    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchGemv(CudaBackend::Data(router), type, set.x, set.logits, rows, out, in,
-                                                     p.side, backend_->gemv_order()));
-  } else {
-    SPECGEN_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchMatMulRows(CudaBackend::Data(router), type, set.x, set.logits, rows, out, in, p.side));
-  }
-  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(set.logits, rows, out, static_cast<int>(k), ModeOf(norm),
-                                                         set.weights, set.ids, p.side));
-  p.pending = true;
-  p.pending_layer = next;
-  p.pending_set = p.next_set;
-  p.pending_ids = static_cast<int>(n * k);
-  p.next_set ^= 1;
-  return absl::OkStatus();
+  return SPECGEN_CUDA_STATUS(kernels::LaunchExpertCacheFetch(owner_->cache_, layer_, ids, n_ids, kGatherBlocks, stream));
 }
 
 absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create(
@@ -189,10 +84,6 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
   int max_experts = 0;
   for (const ExpertViews& v : layers) {
     ASSIGN_OR_RETURN(LayerForm f, FormOf(v));
-    if (s->hidden_ != 0 && f.gate.cols != s->hidden_) {
-      return InvalidArgument(v.name, ": hidden size ", f.gate.cols, " beside ", s->hidden_, " in another layer");
-    }
-    s->hidden_ = f.gate.cols;
     sizes.push_back({static_cast<int64_t>(v.gate.size()), f.gate.bytes, f.up.bytes, f.down.bytes});
     max_experts = std::max(max_experts, static_cast<int>(v.gate.size()));
     forms.push_back(f);
@@ -225,9 +116,8 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
   const size_t b_slot_of = Align16(keys * sizeof(int32_t)), b_owner = Align16(n_slots * sizeof(int32_t)),
                b_stamp = Align16(n_slots * sizeof(uint32_t)),
                b_fetch = Align16(kernels::kExpertCacheMaxExperts * sizeof(int32_t)),
-               b_prefetched = Align16(n_slots * sizeof(unsigned long long)),
                b_state = Align16(sizeof(kernels::ExpertCacheState));
-  const size_t table_bytes = b_slot_of + b_owner + b_stamp + 4 * b_fetch + b_prefetched + b_state;
+  const size_t table_bytes = b_slot_of + b_owner + b_stamp + 2 * b_fetch + b_state;
   ASSIGN_OR_RETURN(s->tables_block_, arena.Allocate(table_bytes, "the expert cache's tables"));
   ASSIGN_OR_RETURN(s->slots_block_,
                    arena.Allocate(lay.slot_bytes * static_cast<size_t>(n_slots),
@@ -239,17 +129,13 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
   c.stamp = reinterpret_cast<uint32_t*>(t + b_slot_of + b_owner);
   c.fetch_expert = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp);
   c.fetch_slot = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp + b_fetch);
-  c.prefetch_expert = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp + 2 * b_fetch);
-  c.prefetch_slot = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp + 3 * b_fetch);
-  c.prefetched = reinterpret_cast<unsigned long long*>(t + b_slot_of + b_owner + b_stamp + 4 * b_fetch);
-  c.state = reinterpret_cast<kernels::ExpertCacheState*>(t + b_slot_of + b_owner + b_stamp + 4 * b_fetch +
-                                                         b_prefetched);
+  c.state = reinterpret_cast<kernels::ExpertCacheState*>(t + b_slot_of + b_owner + b_stamp + 2 * b_fetch);
   c.slots = static_cast<char*>(s->slots_block_);
   c.slot_bytes = lay.slot_bytes;
   c.n_slots = n_slots;
   c.experts_per_layer = max_experts;
   cudaStream_t stream = backend->stream();
-  // Empty: no slot holds anything (slot_of and owner -1: all bits set), stamps, marks and counters 0.
+  // Empty: no slot holds anything (slot_of and owner -1: all bits set), stamps and counters 0.
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.slot_of, 0xFF, b_slot_of + b_owner, stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.stamp, 0, table_bytes - b_slot_of - b_owner, stream));
 
@@ -288,34 +174,8 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     out.down_source = f.down_source;
     out.hidden = f.gate.cols;
     out.ffn = f.gate.rows;
-    out.fetch = std::make_unique<LayerFetch>(s.get(), l, cl);
+    out.fetch = std::make_unique<LayerFetch>(s.get(), cl);
     out.set = std::make_unique<CudaExpertSet>(tab, &arena, block, out.fetch.get());
-  }
-  if (options.prefetch) {
-    auto p = std::make_unique<PrefetchPath>();
-    const size_t rows = kernels::kRoutedExpertsMaxTokens;
-    const size_t b_x = Align256(rows * s->hidden_ * sizeof(float)), b_logits = Align256(rows * max_experts * sizeof(float)),
-                 b_topk = Align256(rows * kernels::kRouterMaxTopK * sizeof(float));
-    const size_t set_bytes = b_x + b_logits + 2 * b_topk;
-    ASSIGN_OR_RETURN(s->prediction_block_, arena.Allocate(2 * set_bytes, "the expert prefetch's routing buffers"));
-    s->prefetch_ = std::move(p);  // from here the destructor releases what is created below
-    PrefetchPath& pp = *s->prefetch_;
-    // The highest priority: the prefetch's one-block decision and its gather are what the bus waits
-    // for, and would otherwise queue behind the blocks of the main stream's expert kernels.
-    int least = 0, greatest = 0;
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&pp.side, cudaStreamNonBlocking, greatest));
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&pp.fork, cudaEventDisableTiming));
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&pp.join, cudaEventDisableTiming));
-    for (int i = 0; i < 2; ++i) {
-      char* b = static_cast<char*>(s->prediction_block_) + i * set_bytes;
-      Prediction& set = pp.sets[i];
-      set.x = reinterpret_cast<float*>(b);
-      set.logits = reinterpret_cast<float*>(b + b_x);
-      set.weights = reinterpret_cast<float*>(b + b_x + b_logits);
-      set.ids = reinterpret_cast<int32_t*>(b + b_x + b_logits + b_topk);
-      SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&set.normed, cudaEventDisableTiming));
-    }
   }
   return s;
 }
@@ -323,17 +183,8 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
 CudaStreamedExperts::~CudaStreamedExperts() {
   // Queued passes may still read the slots or the host copy.
   (void)cudaStreamSynchronize(backend_->stream());
-  if (prefetch_ != nullptr) {
-    PrefetchPath& p = *prefetch_;
-    if (p.side != nullptr) (void)cudaStreamSynchronize(p.side);
-    for (cudaEvent_t e : {p.fork, p.join, p.sets[0].normed, p.sets[1].normed}) {
-      if (e != nullptr) (void)cudaEventDestroy(e);
-    }
-    if (p.side != nullptr) (void)cudaStreamDestroy(p.side);
-  }
   for (Layer& l : layers_) l.set.reset();
   DeviceArena& arena = backend_->arena();
-  arena.Free(prediction_block_);
   arena.Free(staging_);
   arena.Free(slots_block_);
   arena.Free(tables_block_);
@@ -365,12 +216,6 @@ absl::StatusOr<ExpertRefs> CudaStreamedExperts::Stage(size_t i, int expert) {
 absl::Status CudaStreamedExperts::EmptyCache() {
   const size_t keys = layers_.size() * static_cast<size_t>(cache_.experts_per_layer);
   cudaStream_t stream = backend_->stream();
-  if (prefetch_ != nullptr) {
-    if (prefetch_->pending) RETURN_IF_ERROR(DropPendingPrefetch(stream));
-    RETURN_IF_ERROR(JoinPrefetch(stream));
-  }
-  // What was prefetched and never used is wasted; the marks go with the slots.
-  SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchExpertCacheForgetPrefetches(cache_, stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cache_.slot_of, 0xFF, keys * sizeof(int32_t), stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cache_.owner, 0xFF, cache_.n_slots * sizeof(int32_t), stream));
   return SPECGEN_CUDA_STATUS(cudaMemsetAsync(cache_.stamp, 0, cache_.n_slots * sizeof(uint32_t), stream));
@@ -378,12 +223,8 @@ absl::Status CudaStreamedExperts::EmptyCache() {
 
 absl::StatusOr<ExpertStreamStats> CudaStreamedExperts::Stats() {
   RETURN_IF_ERROR(backend_->Synchronize(SyncKind::kOther));
-  if (prefetch_ != nullptr) SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(prefetch_->side));
   kernels::ExpertCacheState st;
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpy(&st, cache_.state, sizeof(st), cudaMemcpyDeviceToHost));
-  std::vector<unsigned long long> marks(cache_.n_slots);
-  SPECGEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(marks.data(), cache_.prefetched, marks.size() * sizeof(marks[0]), cudaMemcpyDeviceToHost));
   ExpertStreamStats out;
   out.slots = cache_.n_slots;
   out.slot_bytes = cache_.slot_bytes;
@@ -392,11 +233,6 @@ absl::StatusOr<ExpertStreamStats> CudaStreamedExperts::Stats() {
   out.misses = static_cast<int64_t>(st.misses);
   out.evictions = static_cast<int64_t>(st.evictions);
   out.fetched_bytes = static_cast<int64_t>(st.bytes);
-  out.prefetched = static_cast<int64_t>(st.prefetches);
-  out.prefetched_bytes = static_cast<int64_t>(st.prefetch_bytes);
-  out.prefetch_useful_bytes = static_cast<int64_t>(st.prefetch_useful);
-  out.prefetch_wasted_bytes = static_cast<int64_t>(st.prefetch_wasted);
-  for (unsigned long long b : marks) out.prefetch_pending_bytes += static_cast<int64_t>(b);
   out.staged = staged_;
   out.staged_bytes = staged_bytes_;
   out.layer_passes = static_cast<int64_t>(st.clock);  // one decision per (pass, layer) on the device
