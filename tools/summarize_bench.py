@@ -234,13 +234,11 @@ SUITES = [
     ('Offload', 'A verification pass of synth:qwen3-30b-a3b at q4_k_m with its experts in pinned host RAM, '
      'streamed into a VRAM expert cache under the budget (streamed_bench); floor: the streamed bytes at '
      '55 GB/s of PCIe (docs/design.md §2). Case names: budget, positions, cold or warm cache, the '
-     'routing regime (routing 0: the model\'s own router, 1 uniform, 2 locality) and prefetch where given.', [
+     'routing regime (routing 0: the model\'s own router, 1 uniform, 2 locality).', [
          Table('', ['BM_StreamedVerifyPass', 'BM_StreamedDensePass'],
                [CASE, ('ms a pass', counter('ms_per_pass', '.2f')), ('MB streamed', counter('mb_streamed', '.0f')),
                 ('GB/s', counter('gb_per_s', '.1f')), ('of floor', counter('floor_ratio', '%')),
-                ('distinct experts', counter('distinct_experts', '.1f')), ('hit rate', counter('hit_rate', '.2f')),
-                ('prefetch useful MB', counter('prefetch_useful_mb', '.0f')),
-                ('prefetch wasted MB', counter('prefetch_wasted_mb', '.0f'))]),
+                ('distinct experts', counter('distinct_experts', '.1f')), ('hit rate', counter('hit_rate', '.2f'))]),
          Table('Generation with the streamed target (k 0: no draft; else a synth:qwen3-0.6b q8_0 draft)',
                ['BM_StreamedGeneration'],
                [CASE, ('tokens/s', counter('tokens_per_s', '.1f')), ('MB a token', counter('mb_per_token', '.0f')),
