@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
                                 *pair->backend, kv_type));
   // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
   // everything else or stream from host RAM into a cache of slots (docs/design.md §12).
-  int64_t expert_cache_slots = -1;
+  offload::TargetPlacement placement;
   if (pair->cuda != nullptr) {
     offload::OffloadRequest request;
     request.target = flags.model;
@@ -255,10 +255,10 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
     request.context = context;
     request.kv_element_bytes = static_cast<int>(Info(kv_type).block_bytes);
     request.vram_budget = vram_budget;
-    ASSIGN_OR_RETURN(expert_cache_slots, offload::PlanExpertCacheSlots(request));
+    ASSIGN_OR_RETURN(placement, offload::PlanTarget(request));
   }
   ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context, kv_type,
-                                                expert_cache_slots));
+                                                placement));
   if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadWithReport("draft", flags.draft, pair->backend.get(),
                                                  pair->target->max_context(), kv_type));

@@ -37,7 +37,8 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
     if (s.ok()) {
       streamed = Cat(", experts streamed from ", FormatBytes(static_cast<double>(s->host_bytes)),
                      " of pinned host RAM through ", s->slots, " VRAM slots (",
-                     FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)), ")");
+                     FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)),
+                     "), prompts fed in chunks of ", lm.prefill_chunk());
     }
   }
   return Cat(role, " ", spec.name.empty() ? std::string("model") : spec.name, ": ", backend_name, ", ",
@@ -48,7 +49,7 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             int64_t expert_cache_slots) {
+                                                             const offload::TargetPlacement& placement) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
@@ -58,7 +59,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
   TransformerOptions options;
   options.max_context = context;
   options.kv_type = kv_type;
-  options.expert_cache_slots = expert_cache_slots;
+  options.expert_cache_slots = placement.expert_cache_slots;
+  options.prefill_chunk = placement.prefill_chunk;
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;

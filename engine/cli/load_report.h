@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
+#include "engine/offload/run_plan.h"
 
 namespace specgen::cli {
 
@@ -21,9 +22,9 @@ namespace specgen::cli {
 std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
 
 // LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
-// `kv_type`, `expert_cache_slots`: TransformerOptions' (-1 slots: every expert resident).
+// `kv_type` and `placement` (the offload plan's slots and prefill chunk): TransformerOptions'.
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             int64_t expert_cache_slots = -1);
+                                                             const offload::TargetPlacement& placement = {});
 
 }  // namespace specgen::cli

@@ -9,8 +9,13 @@
 namespace specgen::offload {
 
 absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
+  ASSIGN_OR_RETURN(const TargetPlacement placement, PlanTarget(request));
+  return placement.expert_cache_slots;
+}
+
+absl::StatusOr<TargetPlacement> PlanTarget(const OffloadRequest& request) {
   ASSIGN_OR_RETURN(const ModelBytes target, ReadModelBytes(request.target));
-  if (target.n_moe_layers() == 0) return int64_t{-1};
+  if (target.n_moe_layers() == 0) return TargetPlacement();
   std::unique_ptr<ModelBytes> draft;
   if (!request.draft.empty()) {
     ASSIGN_OR_RETURN(ModelBytes d, ReadModelBytes(request.draft));
@@ -27,7 +32,10 @@ absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request) {
     return absl::Status(plan.status().code(),
                         Cat("VRAM budget: ", plan.status().message(), " (`specgen plan` shows the placement)"));
   }
-  return plan->expert_cache_slots;
+  TargetPlacement placement;
+  placement.expert_cache_slots = plan->expert_cache_slots;
+  placement.prefill_chunk = plan->prefill_chunk;
+  return placement;
 }
 
 }  // namespace specgen::offload

@@ -17,9 +17,16 @@ struct OffloadRequest {
   size_t vram_budget = 0;     // the CUDA backend's arena
 };
 
-// TransformerOptions::expert_cache_slots for the target: -1 when every expert fits beside everything
-// else, else the slots the planner leaves room for. Errors (the budget below the pair's minimum, too
-// little host RAM for the streamed part) state the sizes, before any weight is read.
+// What the target's TransformerOptions take from the plan.
+struct TargetPlacement {
+  int64_t expert_cache_slots = -1;  // -1: every expert fits beside everything else
+  int64_t prefill_chunk = 0;        // Plan::prefill_chunk (0 for a model without experts: the default)
+};
+
+// The target's placement under the request's budget. Errors (the budget below the pair's minimum,
+// too little host RAM for the streamed part) state the sizes, before any weight is read.
+absl::StatusOr<TargetPlacement> PlanTarget(const OffloadRequest& request);
+// PlanTarget's expert_cache_slots.
 absl::StatusOr<int64_t> PlanExpertCacheSlots(const OffloadRequest& request);
 
 }  // namespace specgen::offload
