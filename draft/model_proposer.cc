@@ -28,11 +28,12 @@ absl::Status ModelProposer::TruncateToCommonPrefix(std::span<const int32_t> cont
   return absl::OkStatus();
 }
 
-absl::Status ModelProposer::Feed(std::span<const int32_t> tokens) {
+absl::Status ModelProposer::Feed(std::span<const int32_t> tokens, bool read_last) {
   const int32_t draft_vocab = static_cast<int32_t>(draft_->vocab_size());
   std::vector<int32_t> mapped;
-  for (size_t begin = 0; begin < tokens.size(); begin += kPrefillChunk) {
-    const auto chunk = tokens.subspan(begin, std::min(kPrefillChunk, tokens.size() - begin));
+  const size_t chunk_max = draft_->prefill_chunk();
+  for (size_t begin = 0; begin < tokens.size(); begin += chunk_max) {
+    const auto chunk = tokens.subspan(begin, std::min(chunk_max, tokens.size() - begin));
     // With --allow-vocab-mismatch the target may emit ids the draft does not have. The draft reads
     // id 0 in their place: its guesses get worse there, but the output stays exact because the
     // target verifies every token. `cached_` keeps the real ids, so prefix matching is unaffected.
@@ -40,13 +41,17 @@ absl::Status ModelProposer::Feed(std::span<const int32_t> tokens) {
     for (int32_t& t : mapped) {
       if (t >= draft_vocab) t = 0;
     }
-    RETURN_IF_ERROR(draft_->Forward(mapped, &logits_));
+    if (read_last && begin + chunk.size() == tokens.size()) {
+      RETURN_IF_ERROR(draft_->ForwardLast(mapped, &logits_));
+    } else {
+      RETURN_IF_ERROR(draft_->Feed(mapped));
+    }
     cached_.insert(cached_.end(), chunk.begin(), chunk.end());
   }
+  if (!read_last) return absl::OkStatus();
   const size_t v = static_cast<size_t>(draft_->vocab_size());
-  const size_t last = logits_.size() / v - 1;
   row_.assign(static_cast<size_t>(target_vocab_), -std::numeric_limits<float>::infinity());
-  std::copy_n(logits_.begin() + last * v, std::min<size_t>(v, row_.size()), row_.begin());
+  std::copy_n(logits_.begin(), std::min<size_t>(v, row_.size()), row_.begin());
   return absl::OkStatus();
 }
 
@@ -55,7 +60,8 @@ absl::Status ModelProposer::Prefill(std::span<const int32_t> context) {
   if (context.size() < 2) return TruncateToCommonPrefix({});
   const auto head = context.first(context.size() - 1);
   RETURN_IF_ERROR(TruncateToCommonPrefix(head));
-  if (cached_.size() < head.size()) RETURN_IF_ERROR(Feed(head.subspan(cached_.size())));
+  // Propose feeds the last token and reads the logits after it: these are not read.
+  if (cached_.size() < head.size()) RETURN_IF_ERROR(Feed(head.subspan(cached_.size()), false));
   return absl::OkStatus();
 }
 

@@ -31,8 +31,9 @@ class ModelProposer : public Proposer {
  private:
   // Truncates the cache to its longest common prefix with `context`.
   absl::Status TruncateToCommonPrefix(std::span<const int32_t> context);
-  // Feeds `tokens` (chunked) and leaves the last row's logits, resized to the target vocab, in row_.
-  absl::Status Feed(std::span<const int32_t> tokens);
+  // Feeds `tokens` (chunked) and, with `read_last`, leaves the last row's logits, resized to the target
+  // vocab, in row_ (the head runs on that row alone; without `read_last` on none).
+  absl::Status Feed(std::span<const int32_t> tokens, bool read_last = true);
 
   CausalLm* draft_;
   int64_t target_vocab_;

@@ -69,6 +69,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
     row.mean_accepted_length = Counter(b, "mean_accepted_length");
     row.mean_draft_length = Counter(b, "mean_draft_length");
     row.time_to_first_token = Counter(b, "time_to_first_token");
+    row.h2d_bytes_per_token = Counter(b, "h2d_bytes_per_token");
+    row.expert_cache_hit_rate = Counter(b, "expert_cache_hit_rate");
     auto [it, inserted] = groups.try_emplace(run_name);
     if (inserted) order.push_back(run_name);
     Group& g = it->second;
@@ -86,6 +88,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
         r.mean_accepted_length += row.mean_accepted_length;
         r.mean_draft_length += row.mean_draft_length;
         r.time_to_first_token += row.time_to_first_token;
+        r.h2d_bytes_per_token += row.h2d_bytes_per_token;
+        r.expert_cache_hit_rate += row.expert_cache_hit_rate;
         if (r.error.empty()) r.error = row.error;
       }
       ++g.iterations;
@@ -103,6 +107,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
       r.mean_accepted_length /= n;
       r.mean_draft_length /= n;
       r.time_to_first_token /= n;
+      r.h2d_bytes_per_token /= n;
+      r.expert_cache_hit_rate /= n;
     }
     rows.push_back(std::move(r));
   }

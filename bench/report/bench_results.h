@@ -20,6 +20,8 @@ struct BenchRow {
   std::string error;   // the benchmark's error, if it failed (counters then 0)
   double tokens_per_second = 0, speedup = 0, acceptance_rate = 0, mean_accepted_length = 0,
          mean_draft_length = 0, time_to_first_token = 0;
+  // Offload (0 while nothing streamed): bytes streamed per token and the expert cache's hit rate.
+  double h2d_bytes_per_token = 0, expert_cache_hit_rate = 0;
 
   // "greedy" or "greedy @ 8GiB": one line of the chart, one column of the table.
   std::string Series() const { return budget.empty() ? pairing : pairing + " @ " + budget; }

@@ -78,6 +78,12 @@ std::string FormatReport(const std::vector<BenchRow>& rows) {
 
   std::vector<std::vector<std::string>> detail{{"pairing", "budget", "k", "tokens/s", "speedup",
                                                 "acceptance", "tokens/pass", "mean k", "TTFT ms"}};
+  // Offload columns only where some run streamed.
+  const bool streamed = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.h2d_bytes_per_token > 0; });
+  if (streamed) {
+    detail[0].push_back("MiB/token");
+    detail[0].push_back("hit rate");
+  }
   std::vector<std::string> errors;
   for (const BenchRow& r : rows) {
     if (!r.error.empty()) {
@@ -91,6 +97,10 @@ std::string FormatReport(const std::vector<BenchRow>& rows) {
                       absl::StrFormat("%.2f", r.mean_accepted_length),
                       absl::StrFormat("%.2f", r.mean_draft_length),
                       absl::StrFormat("%.1f", 1000 * r.time_to_first_token)});
+    if (streamed) {
+      detail.back().push_back(absl::StrFormat("%.2f", r.h2d_bytes_per_token / 1048576.0));
+      detail.back().push_back(r.h2d_bytes_per_token > 0 ? absl::StrFormat("%.3f", r.expert_cache_hit_rate) : "-");
+    }
   }
   std::string out = "tokens/s, speedup over the target alone, acceptance rate:\n\n" + Table(side) + "\n" +
                     Table(detail);

@@ -1,5 +1,7 @@
 #include "bench/runner/model_cache.h"
 
+#include <algorithm>
+
 #include "engine/backend/make_backend.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
@@ -21,6 +23,7 @@ absl::Status ModelCache::UseBackend(const BackendKey& key) {
   lms_.clear();
   backend_.reset();
   cuda_ = nullptr;
+  vram_budget_ = 0;
   backend_key_.reset();
   BackendOptions options;
   options.cpu_threads = key.threads;
@@ -30,13 +33,25 @@ absl::Status ModelCache::UseBackend(const BackendKey& key) {
   ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(key.device, options));
   backend_ = std::move(made.backend);
   cuda_ = made.cuda;
+  vram_budget_ = made.vram_budget;
   backend_key_ = key;
   return absl::OkStatus();
 }
 
-absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::string& path, int64_t context) {
+void ModelCache::KeepOnly(const std::vector<LmKey>& keep) {
+  for (auto it = lms_.begin(); it != lms_.end();) {
+    if (std::find(keep.begin(), keep.end(), it->first) == keep.end()) {
+      it = lms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::string& path, int64_t context,
+                                          const offload::RunPlan& placement) {
   RETURN_IF_ERROR(UseBackend(key));
-  auto& slot = lms_[{path, context}];
+  auto& slot = lms_[LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk}];
   if (slot) return slot.get();
   auto& weights = weights_[path];
   if (!weights) {
@@ -48,7 +63,14 @@ absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::stri
   auto lm = std::make_unique<CachedLm>();
   TransformerOptions options;
   options.max_context = context;
-  ASSIGN_OR_RETURN(lm->lm, Transformer::Create(weights, backend_.get(), options));
+  options.expert_cache_slots = placement.expert_cache_slots;
+  options.prefill_chunk = placement.prefill_chunk;
+  absl::StatusOr<std::unique_ptr<Transformer>> made = Transformer::Create(weights, backend_.get(), options);
+  if (!made.ok()) {
+    lms_.erase(LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk});
+    return made.status();
+  }
+  lm->lm = *std::move(made);
   lm->tokenizer = tokenizers_[path].get();
   slot = std::move(lm);
   return slot.get();

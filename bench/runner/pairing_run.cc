@@ -1,5 +1,6 @@
 #include "bench/runner/pairing_run.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,9 @@ void RunTotals::Add(const RunTotals& o) {
   accepted += o.accepted;
   seconds += o.seconds;
   ttft_seconds += o.ttft_seconds;
+  offload += o.offload;
+  expert_cache_slots = o.expert_cache_slots;
+  prefill_chunk = o.prefill_chunk;
 }
 
 std::string BenchmarkName(const RunSpec& spec) {
@@ -60,9 +64,33 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const Cache
 
 }  // namespace
 
+offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
+  const Pairing& p = *spec.pairing;
+  offload::OffloadRequest request;
+  request.target = p.target;
+  request.draft = p.draft;
+  for (const DraftLength& l : p.draft_lengths) request.draft_max = std::max(request.draft_max, l.k);
+  if (request.draft_max == 0) request.draft.clear();
+  request.context = p.context;
+  request.kv_element_bytes = static_cast<int>(sizeof(float));  // TransformerOptions' default KV type
+  request.vram_budget = vram_budget;
+  return request;
+}
+
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
-  ASSIGN_OR_RETURN(CachedLm * target, cache.Get(spec.backend, p.target, p.context));
+  RETURN_IF_ERROR(cache.UseBackend(spec.backend));
+  offload::RunPlan placement;
+  if (cache.cuda() != nullptr) {
+    const absl::StatusOr<offload::RunPlan> planned =
+        offload::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
+    if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
+    placement = *planned;
+    std::vector<LmKey> keep = {{p.target, p.context, placement.expert_cache_slots, placement.prefill_chunk}};
+    if (spec.length.k > 0) keep.push_back({p.draft, p.context, -1, 0});
+    cache.KeepOnly(keep);
+  }
+  ASSIGN_OR_RETURN(CachedLm * target, cache.Get(spec.backend, p.target, p.context, placement));
   CachedLm* draft = nullptr;
   if (spec.length.k > 0) {
     ASSIGN_OR_RETURN(draft, cache.Get(spec.backend, p.draft, p.context));
@@ -97,6 +125,8 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
   }
   RunTotals totals;
+  totals.expert_cache_slots = placement.expert_cache_slots;
+  totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
@@ -115,6 +145,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     totals.drafted += s.drafted;
     totals.accepted += s.accepted;
     totals.seconds += s.total_seconds;
+    totals.offload += s.offload;
     totals.ttft_seconds += std::max(ttft, 0.0);
   }
   return totals;

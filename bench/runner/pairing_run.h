@@ -9,6 +9,8 @@
 #include "absl/status/statusor.h"
 #include "bench/runner/model_cache.h"
 #include "bench/runner/pairing_config.h"
+#include "engine/offload/run_plan.h"
+#include "engine/speculative/stats.h"
 
 namespace specgen::bench {
 
@@ -17,6 +19,9 @@ struct RunTotals {
   int64_t prompts = 0, tokens = 0, passes = 0, drafted = 0, accepted = 0;
   double seconds = 0;       // generation time, prefill excluded (as SpeculativeStats)
   double ttft_seconds = 0;  // summed: from the start of Generate to the first token out
+  OffloadCounters offload;  // summed: what the target streamed (zero while every expert is resident)
+  int64_t expert_cache_slots = -1;  // the target's placement (-1: every expert resident)
+  int64_t prefill_chunk = 0;
 
   void Add(const RunTotals& other);
   double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
@@ -25,6 +30,7 @@ struct RunTotals {
   double mean_draft_length() const { return passes ? double(drafted) / passes : 0.0; }
   double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
   double time_to_first_token() const { return prompts ? ttft_seconds / prompts : 0.0; }
+  double per_token(int64_t bytes) const { return tokens ? double(bytes) / tokens : 0.0; }
 };
 
 struct RunSpec {
@@ -42,6 +48,13 @@ RunSpec WithoutDraft(const RunSpec& spec);
 // Runs that share this key measure the same target-alone generation.
 std::string BaselineKey(const RunSpec& spec);
 
+// What the offload planner is asked for the run's target on a CUDA arena of `vram_budget` bytes: the
+// pairing's target and draft, its longest draft length (so that every run of the pairing, the target
+// alone included, shares one placement of the target), its context and the runner's fp32 KV cache.
+offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget);
+
+// On the GPU the target is placed as the planner says (experts streamed through a cache of slots when
+// the budget is below what holds them), and only the run's models stay on the backend.
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec);
 
 }  // namespace specgen::bench

@@ -9,6 +9,10 @@
 // time_to_first_token (seconds, prefill included), speedup (tokens_per_second over the same
 // pairing's target alone, same sampling and backend, measured once in this process) and
 // baseline_tokens_per_second, draft_length (k; the bound for adaptive) and adaptive (0 or 1).
+// Offload (on the GPU the target is placed by the planner under the budget, so a budget below what
+// holds every expert streams them; all 0 while nothing streams): expert_cache_slots (-1: every
+// expert resident), prefill_chunk, h2d_bytes_per_token, expert_cache_hit_rate, mean_distinct_experts
+// (per MoE layer per pass), prefetch_useful_bytes_per_token and prefetch_wasted_bytes_per_token.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -37,8 +41,6 @@ Process& TheProcess() {
   return *p;
 }
 
-// Where the offload counters (h2d_bytes_per_token, expert_cache_hit_rate) join these, from the
-// loop's stats, once the engine offloads experts.
 void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& t, double baseline_tps) {
   state.counters["acceptance_rate"] = t.acceptance_rate();
   state.counters["mean_accepted_length"] = t.mean_accepted_length();
@@ -49,6 +51,13 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   state.counters["speedup"] = baseline_tps > 0 ? t.tokens_per_second() / baseline_tps : 0.0;
   state.counters["draft_length"] = spec.length.k;
   state.counters["adaptive"] = spec.length.adaptive ? 1 : 0;
+  state.counters["expert_cache_slots"] = static_cast<double>(t.expert_cache_slots);
+  state.counters["prefill_chunk"] = static_cast<double>(t.prefill_chunk);
+  state.counters["h2d_bytes_per_token"] = t.per_token(t.offload.h2d_bytes);
+  state.counters["expert_cache_hit_rate"] = t.offload.hit_rate();
+  state.counters["mean_distinct_experts"] = t.offload.mean_distinct_experts();
+  state.counters["prefetch_useful_bytes_per_token"] = t.per_token(t.offload.prefetch_useful_bytes);
+  state.counters["prefetch_wasted_bytes_per_token"] = t.per_token(t.offload.prefetch_wasted_bytes);
 }
 
 void RunBenchmark(benchmark::State& state, RunSpec spec) {

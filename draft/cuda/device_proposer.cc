@@ -132,9 +132,10 @@ absl::Status DeviceProposer::Reset() {
 absl::Status DeviceProposer::Prefill(std::span<const int32_t> prompt, bool keep_cache) {
   const auto head = prompt.first(prompt.size() - 1);
   ASSIGN_OR_RETURN(const size_t common, KeepCachedPrefix(*draft_, &cached_, head, keep_cache));
-  for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
-    const auto chunk = head.subspan(begin, std::min(kPrefillChunk, head.size() - begin));
-    RETURN_IF_ERROR(draft_->ForwardResident(chunk).status());
+  const size_t chunk_max = draft_->prefill_chunk();
+  for (size_t begin = common; begin < head.size(); begin += chunk_max) {
+    const auto chunk = head.subspan(begin, std::min(chunk_max, head.size() - begin));
+    RETURN_IF_ERROR(draft_->ForwardResident(chunk, LogitRows::kNone).status());  // logits unread
   }
   valid_ = static_cast<int64_t>(head.size());
   return absl::OkStatus();
@@ -171,11 +172,20 @@ absl::Status DeviceProposer::Feed(const std::vector<int32_t>& sequence, const fl
     }
     return absl::OkStatus();
   }
-  std::vector<int32_t> positions(feed.size());
-  for (size_t i = 0; i < feed.size(); ++i) positions[i] = static_cast<int32_t>(valid_ + i);
-  ++transformer_passes_;
-  ASSIGN_OR_RETURN(const Buffer* logits, draft_->ForwardResident(feed, positions, {}));
-  *last = CudaBackend::Data(*logits) + (logits->rows() - 1) * logits->cols();
+  // Otherwise one batched pass (a catch-up after steps made without the draft: several, in prefill
+  // chunks, only past a chunk's length), the head on its last row alone.
+  const size_t chunk_max = draft_->prefill_chunk();
+  for (size_t begin = 0; begin < feed.size(); begin += chunk_max) {
+    const size_t n = std::min(chunk_max, feed.size() - begin);
+    const bool final_chunk = begin + n == feed.size();
+    std::vector<int32_t> positions(n);
+    for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(valid_ + begin + i);
+    ++transformer_passes_;
+    ASSIGN_OR_RETURN(const Buffer* logits,
+                     draft_->ForwardResident(std::span<const int32_t>(feed).subspan(begin, n), positions, {},
+                                             final_chunk ? LogitRows::kLast : LogitRows::kNone));
+    if (final_chunk) *last = CudaBackend::Data(*logits);
+  }
   return absl::OkStatus();
 }
 

@@ -68,6 +68,7 @@ nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
                         {"dense_layers", p.streamed_dense_layers}, {"dense_ring_layers", p.dense_ring_layers}}},
           {"host_bytes", p.host_bytes},
           {"expert_cache_slots", p.expert_cache_slots},
+          {"prefill_chunk", p.prefill_chunk},
           {"total_experts", p.total_experts},
           {"slot_bytes", p.slot_bytes},
           {"slot_share", p.slot_share},
@@ -104,9 +105,10 @@ void PrintText(const Plan& p, const PlanFlags& f) {
       std::printf("expert cache: every one of the %lld experts resident (expert_cache_slots -1)\n",
                   static_cast<long long>(p.total_experts));
     } else {
-      std::printf("expert cache: %lld slots of %s for %lld experts (%.1f%%)\n",
+      std::printf("expert cache: %lld slots of %s for %lld experts (%.1f%%); prompts fed in chunks of %lld\n",
                   static_cast<long long>(p.expert_cache_slots), Bytes(double(p.slot_bytes)).c_str(),
-                  static_cast<long long>(p.total_experts), 100.0 * p.slot_share);
+                  static_cast<long long>(p.total_experts), 100.0 * p.slot_share,
+                  static_cast<long long>(p.prefill_chunk));
     }
   }
   std::printf("verification pass of n positions, uniform routing (floor = streamed / %.0f GB/s + VRAM read / "

@@ -37,7 +37,8 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
     if (s.ok()) {
       streamed = Cat(", experts streamed from ", FormatBytes(static_cast<double>(s->host_bytes)),
                      " of pinned host RAM through ", s->slots, " VRAM slots (",
-                     FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)), ")");
+                     FormatBytes(static_cast<double>(s->slots) * static_cast<double>(s->slot_bytes)),
+                     "), prompts fed in chunks of ", lm.prefill_chunk());
     }
   }
   if (lm.streams_dense_layers()) {
@@ -57,6 +58,7 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 
 void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options) {
   options->expert_cache_slots = plan.expert_cache_slots;
+  if (plan.prefill_chunk > 0) options->prefill_chunk = plan.prefill_chunk;
   options->streamed_dense_layers = plan.streamed_dense_layers;
   if (!plan.streamed_dense_layers.empty()) options->dense_ring_layers = plan.dense_ring_layers;
 }

@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
                                                              Backend* backend, int64_t context, DType kv_type,
                                                              const offload::RunPlan& plan = {});
 
-// The TransformerOptions fields a plan sets: expert_cache_slots, streamed_dense_layers and
-// dense_ring_layers.
+// The TransformerOptions fields a plan sets: expert_cache_slots, prefill_chunk, streamed_dense_layers
+// and dense_ring_layers.
 void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options);
 
 }  // namespace specgen::cli

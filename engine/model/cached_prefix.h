@@ -11,10 +11,6 @@
 
 namespace specgen {
 
-// Prompts are fed in chunks of at most this many tokens: it bounds the logits and activations of a
-// long prompt's pass.
-inline constexpr size_t kPrefillChunk = 256;
-
 // Truncates `lm`'s KV cache to the longest prefix of `tokens` it already holds, as vouched for by
 // `cached` (the tokens it held when the last generation ended: trusted only while lm.n_past() still
 // equals cached->size(), and only when `reuse`), and returns that prefix's length. Clears `cached`:

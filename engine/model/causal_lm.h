@@ -3,14 +3,24 @@
 // logits, and roll the KV cache back. Transformer implements it; tests use hand-built distributions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/model_spec.h"
 
 namespace specgen {
+
+// Prompts are fed in chunks of at most this many tokens: it bounds the activations of a long
+// prompt's pass (engine/offload/planner.h reserves them as workspace).
+inline constexpr size_t kPrefillChunk = 256;
+// Rows of logits a model's pass buffer holds from its first pass on: a verification pass's (the draft
+// length bound, 16, plus one), so that passes of growing size do not reallocate it (a captured CUDA
+// graph holds its address). Prefill chunks ask for one row or none (Transformer, LogitRows).
+inline constexpr int64_t kLogitRowsReserved = 17;
 
 class CausalLm {
  public:
@@ -26,6 +36,24 @@ class CausalLm {
   // tokens of the batch), appends them to the cache and writes their logits, [n, V] row-major fp32,
   // into `logits` (resized). A position's logits do not depend on how many share the batch.
   virtual absl::Status Forward(std::span<const int32_t> tokens, std::vector<float>* logits) = 0;
+
+  // Forward that writes only the last position's logits [V] (a prompt's prefill reads no other row);
+  // they equal Forward's last row. The default runs Forward; a model overrides it to skip the head
+  // for the other rows.
+  virtual absl::Status ForwardLast(std::span<const int32_t> tokens, std::vector<float>* logits) {
+    RETURN_IF_ERROR(Forward(tokens, logits));
+    const size_t v = static_cast<size_t>(vocab_size());
+    logits->erase(logits->begin(), logits->end() - static_cast<std::ptrdiff_t>(v));
+    return absl::OkStatus();
+  }
+  // Forward whose logits are not wanted (a prefill chunk before the last token): the KV cache only.
+  virtual absl::Status Feed(std::span<const int32_t> tokens) {
+    std::vector<float> unused;
+    return Forward(tokens, &unused);
+  }
+  // The prompt chunk this model is fed in: kPrefillChunk, or what its offload plan chose
+  // (TransformerOptions::prefill_chunk).
+  virtual size_t prefill_chunk() const { return kPrefillChunk; }
 
   // Drops cache positions >= n (rollback after a rejected draft); n <= n_past().
   virtual absl::Status Truncate(int64_t n) = 0;

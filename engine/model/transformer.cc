@@ -40,12 +40,15 @@ struct Transformer::Scratch {
   std::unique_ptr<Buffer> router_logits;     // [n, E]
   std::unique_ptr<Buffer> ex_x, ex_y;        // [≤n, D] one expert's tokens in / out
   std::unique_ptr<Buffer> ex_g, ex_u;        // [≤n, F]
-  std::unique_ptr<Buffer> logits;            // [n, V]
+  // [rows, V]: its own capacity, since a prefill chunk of many rows asks for one row or none.
+  int64_t logit_capacity = 0;
+  std::unique_ptr<Buffer> logits;
 
-  std::vector<Buffer*> all() {
+  // The activation buffers (logits apart).
+  std::vector<Buffer*> activations() {
     std::vector<Buffer*> v_all;
     for (auto* p : {&h, &x, &q, &k, &v, &attn, &out, &ffn_g, &ffn_u, &router_logits, &ex_x, &ex_y,
-                    &ex_g, &ex_u, &logits}) {
+                    &ex_g, &ex_u}) {
       if (*p) v_all.push_back(p->get());
     }
     return v_all;
@@ -79,9 +82,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   const int64_t max_context =
       options.max_context > 0 ? options.max_context : std::min<int64_t>(spec.context_length, 4096);
   if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
+  if (options.prefill_chunk < 0) return InvalidArgument(model->source, ": prefill chunk ", options.prefill_chunk);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim(),
                                                       options.kv_type));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
+  if (options.prefill_chunk > 0) t->prefill_chunk_ = static_cast<size_t>(options.prefill_chunk);
   if (spec.rope_scaling.active()) {
     t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);
   }
@@ -289,11 +294,15 @@ Transformer::LayerRefs Transformer::layer_refs(int64_t layer) const {
           w.k_norm.get(), w.ffn_norm.get(), w.gate.get(), w.up.get(), w.down.get()};
 }
 
-absl::Status Transformer::EnsureScratch(int64_t n) {
+absl::Status Transformer::EnsureScratch(int64_t n, int64_t logit_rows) {
   const ModelSpec& spec = model_->spec;
   if (scratch_ == nullptr || scratch_->capacity < n) {
     auto s = std::make_unique<Scratch>();
     s->capacity = n;
+    if (scratch_ != nullptr) {  // the logits buffer stays as it is
+      s->logit_capacity = scratch_->logit_capacity;
+      s->logits = std::move(scratch_->logits);
+    }
     auto alloc = [&](int64_t cols, std::unique_ptr<Buffer>* dst) -> absl::Status {
       ASSIGN_OR_RETURN(*dst, backend_->NewBuffer(n, cols));
       return absl::OkStatus();
@@ -318,11 +327,20 @@ absl::Status Transformer::EnsureScratch(int64_t n) {
       RETURN_IF_ERROR(alloc(spec.expert_ffn_dim, &s->ex_g));
       RETURN_IF_ERROR(alloc(spec.expert_ffn_dim, &s->ex_u));
     }
-    RETURN_IF_ERROR(alloc(spec.vocab_size, &s->logits));
     scratch_ = std::move(s);
     ++scratch_generation_;
   }
-  for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
+  Scratch& s = *scratch_;
+  if (logit_rows > 0 && s.logit_capacity < logit_rows) {
+    s.logits.reset();  // before the new one: the arena may reuse its block
+    s.logit_capacity = 0;
+    const int64_t capacity = std::max(logit_rows, kLogitRowsReserved);
+    ASSIGN_OR_RETURN(s.logits, backend_->NewBuffer(capacity, spec.vocab_size));
+    s.logit_capacity = capacity;
+    ++scratch_generation_;
+  }
+  for (Buffer* b : s.activations()) RETURN_IF_ERROR(b->set_rows(n));
+  if (logit_rows > 0) RETURN_IF_ERROR(s.logits->set_rows(logit_rows));
   return absl::OkStatus();
 }
 
@@ -331,10 +349,19 @@ absl::Status Transformer::Forward(std::span<const int32_t> tokens, std::vector<f
   return ReadBack(*out, logits);
 }
 
-absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens) {
+absl::Status Transformer::ForwardLast(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  ASSIGN_OR_RETURN(const Buffer* out, ForwardResident(tokens, LogitRows::kLast));
+  return ReadBack(*out, logits);
+}
+
+absl::Status Transformer::Feed(std::span<const int32_t> tokens) {
+  return ForwardResident(tokens, LogitRows::kNone).status();
+}
+
+absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens, LogitRows rows) {
   std::vector<int32_t> positions(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int32_t>(n_past() + i);
-  return ForwardResident(tokens, positions, {});
+  return ForwardResident(tokens, positions, {}, rows);
 }
 
 absl::Status Transformer::ForwardMasked(std::span<const int32_t> tokens,
@@ -351,7 +378,7 @@ absl::Status Transformer::ReadBack(const Buffer& out, std::vector<float>* logits
 
 absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32_t> tokens,
                                                            std::span<const int32_t> positions,
-                                                           std::span<const uint8_t> mask) {
+                                                           std::span<const uint8_t> mask, LogitRows rows) {
   const ModelSpec& spec = model_->spec;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return InvalidArgument("forward: no tokens");
@@ -377,7 +404,8 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
     }
   }
 
-  RETURN_IF_ERROR(EnsureScratch(n));
+  const int64_t logit_rows = rows == LogitRows::kAll ? n : rows == LogitRows::kLast ? 1 : 0;
+  RETURN_IF_ERROR(EnsureScratch(n, logit_rows));
   Scratch& s = *scratch_;
   pass_positions_ = positions;
   RETURN_IF_ERROR(backend_->Embed(*token_embd_, tokens, s.h.get()));
@@ -394,10 +422,22 @@ absl::StatusOr<const Buffer*> Transformer::ForwardResident(std::span<const int32
     if (layers.ok()) layers = ended;
   }
   RETURN_IF_ERROR(layers);
-  RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
-  RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
+  if (logit_rows > 0) {
+    const Buffer* h = s.h.get();
+    if (logit_rows < n) {  // the last row alone, through the free block-output buffer
+      const int32_t last = static_cast<int32_t>(n - 1);
+      RETURN_IF_ERROR(s.out->set_rows(1));
+      RETURN_IF_ERROR(s.x->set_rows(1));
+      RETURN_IF_ERROR(backend_->GatherRows(*s.h, {&last, 1}, s.out.get()));
+      h = s.out.get();
+    }
+    // Row-wise norm, and a head product whose elements do not depend on the rows beside them
+    // (docs/design.md §6.6; on the GPU a pass of more than 16 rows is the one exception).
+    RETURN_IF_ERROR(backend_->RmsNorm(*h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
+    RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
+  }
   RETURN_IF_ERROR(cache_.Append(n));
-  return s.logits.get();
+  return logit_rows > 0 ? s.logits.get() : nullptr;
 }
 
 absl::Status Transformer::CheckRoom(int64_t n) const {
@@ -407,11 +447,12 @@ absl::Status Transformer::CheckRoom(int64_t n) const {
 }
 
 absl::StatusOr<const Buffer*> Transformer::CommitReplayedPass(int64_t n) {
-  if (scratch_ == nullptr || n <= 0 || n > scratch_->capacity) {
+  if (scratch_ == nullptr || n <= 0 || n > scratch_->capacity || n > scratch_->logit_capacity) {
     return absl::FailedPreconditionError(Cat("replayed pass of ", n, " positions: no captured pass of that size"));
   }
   RETURN_IF_ERROR(CheckRoom(n));
-  for (Buffer* b : scratch_->all()) RETURN_IF_ERROR(b->set_rows(n));
+  for (Buffer* b : scratch_->activations()) RETURN_IF_ERROR(b->set_rows(n));
+  RETURN_IF_ERROR(scratch_->logits->set_rows(n));
   RETURN_IF_ERROR(cache_.Append(n));
   if (dense_stream_ != nullptr) ++dense_replays_;  // the replayed pass copied the streamed layers again
   return scratch_->logits.get();

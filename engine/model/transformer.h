@@ -29,6 +29,10 @@ struct TransformerOptions {
   // and stream into at most this many VRAM cache slots (Backend::PrepareStreamedExperts; a backend
   // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
+  // Positions of a prompt chunk (CausalLm::prefill_chunk); 0: kPrefillChunk. A target whose experts
+  // stream takes the offload plan's (offload::Plan::prefill_chunk): each chunk streams nearly every
+  // expert, so fewer, larger chunks stream less.
+  int64_t prefill_chunk = 0;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> expert_copy_progress = {};
   // Dense layers (by index) whose FFN (gate, up, down) stays in pinned host memory and is copied, every
@@ -47,6 +51,14 @@ struct TransformerOptions {
   DType kv_type = DType::kF32;
 };
 
+// Which rows of a pass the output norm and head run on. A prompt's prefill reads at most its last row,
+// and the head (vocabulary × hidden) is the largest matrix a pass multiplies.
+enum class LogitRows {
+  kAll,   // every position (verification, perplexity, `specgen logits`)
+  kLast,  // the last position only: its logits equal kAll's last row
+  kNone,  // none: the pass only fills the KV cache
+};
+
 class Transformer : public CausalLm {
  public:
   // Validates the weights against the spec (a mismatch names the tensor) and uploads them to
@@ -63,6 +75,10 @@ class Transformer : public CausalLm {
 
   // Consecutive positions n_past() .. with a causal mask (CausalLm).
   absl::Status Forward(std::span<const int32_t> tokens, std::vector<float>* logits) override;
+  // The head on the last row only / on no row (CausalLm).
+  absl::Status ForwardLast(std::span<const int32_t> tokens, std::vector<float>* logits) override;
+  absl::Status Feed(std::span<const int32_t> tokens) override;
+  size_t prefill_chunk() const override { return prefill_chunk_; }
 
   // General form (token trees for speculative verification): token i is roped at positions[i], its K/V
   // go to cache row n_past()+i, and it attends to all committed rows plus the batch rows j with
@@ -73,11 +89,12 @@ class Transformer : public CausalLm {
 
   // ForwardMasked without the copy back: the logits [n, V] stay in backend memory (valid until the
   // next forward), for callers that process them where they are (the GPU-resident speculative step).
+  // `rows`: kLast gives [1, V] (the last position's), kNone gives null.
   absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens,
                                                 std::span<const int32_t> positions,
-                                                std::span<const uint8_t> mask);
+                                                std::span<const uint8_t> mask, LogitRows rows = LogitRows::kAll);
   // The same at consecutive positions n_past() .. with a causal mask (what Forward computes).
-  absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens);
+  absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens, LogitRows rows = LogitRows::kAll);
 
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
   // For a caller that replays a ForwardResident of n positions captured in a CUDA graph
@@ -139,7 +156,8 @@ class Transformer : public CausalLm {
   // The dense FFN layers TransformerOptions::streamed_dense_layers names: checked, then kept by the
   // backend in host memory (or uploaded where it keeps everything resident).
   absl::Status PrepareDenseStreaming(const TransformerOptions& options);
-  absl::Status EnsureScratch(int64_t n);
+  // Activations for n positions and a logits buffer of `logit_rows` rows.
+  absl::Status EnsureScratch(int64_t n, int64_t logit_rows);
   // A pass's logits left in backend memory, copied to the host (Forward, ForwardMasked).
   absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
   absl::Status AttentionBlock(int64_t layer, std::span<const int32_t> positions,
@@ -159,6 +177,7 @@ class Transformer : public CausalLm {
   std::unique_ptr<StreamedLayers> dense_stream_;  // the streamed dense layers' FFNs, when any stream
   int64_t dense_replays_ = 0;                     // replayed passes (each copied them again)
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
+  size_t prefill_chunk_ = kPrefillChunk;        // TransformerOptions::prefill_chunk
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
   std::map<DType, size_t> resident_bytes_;
   std::function<void(size_t, size_t)> upload_progress_;  // TransformerOptions::upload_progress

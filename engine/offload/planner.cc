@@ -47,8 +47,8 @@ size_t KvBytes(const ModelSpec& spec, int64_t context, int element_bytes) {
          static_cast<size_t>(context) * static_cast<size_t>(element_bytes);
 }
 
-size_t WorkspaceBytes(const ModelSpec& spec, int64_t context) {
-  const size_t rows = static_cast<size_t>(kWorkspaceRows);
+size_t WorkspaceBytes(const ModelSpec& spec, int64_t context, int64_t chunk_rows) {
+  const size_t rows = static_cast<size_t>(std::max<int64_t>(chunk_rows, 1));
   // fp32 activations per row: residual, normed input, attention and FFN outputs (4 × D); q, k, v;
   // gate, up and activation of the widest FFN a row runs (its k experts, or the dense FFN); router
   // logits.
@@ -57,7 +57,7 @@ size_t WorkspaceBytes(const ModelSpec& spec, int64_t context) {
                                                 spec.n_experts);
   const size_t activations = rows * row_floats * sizeof(float);
   const size_t scores = rows * static_cast<size_t>(spec.n_heads) * static_cast<size_t>(context) * sizeof(float);
-  const size_t logits = rows * static_cast<size_t>(spec.vocab_size) * sizeof(float);
+  const size_t logits = static_cast<size_t>(kWorkspaceLogitRows) * static_cast<size_t>(spec.vocab_size) * sizeof(float);
   return activations + scores + logits + kCublasWorkspaceBytes + kStagingRingBytes;
 }
 
@@ -162,6 +162,18 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
     plan.expert_cache_slots = -1;
     plan.slot_share = 1.0;
   } else {
+    // Streamed experts: each prompt chunk streams nearly every expert, so a larger chunk
+    // (kStreamedPrefillRows) streams the model fewer times per prompt. Its activations come out of
+    // the slots' room: taken when they cost at most 1 / kStreamedChunkRoomShare of it and leave one
+    // pass's union.
+    const size_t larger = WorkspaceBytes(spec, plan.context, kStreamedPrefillRows) -
+                          WorkspaceBytes(spec, plan.context, kWorkspaceRows);
+    const size_t union_slots = static_cast<size_t>(std::min(plan.total_experts, union_max)) * plan.slot_bytes;
+    if (larger * kStreamedChunkRoomShare <= room && larger + table + union_slots <= room) {
+      Put(plan, ResidentKind::kWorkspace, larger);
+      room -= larger;
+      plan.prefill_chunk = kStreamedPrefillRows;
+    }
     plan.expert_cache_slots =
         std::min<int64_t>(plan.total_experts - 1, static_cast<int64_t>((room - table) / plan.slot_bytes));
     Put(plan, ResidentKind::kExpertSlots, static_cast<size_t>(plan.expert_cache_slots) * plan.slot_bytes);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/causal_lm.h"
 #include "engine/offload/model_bytes.h"
 
 namespace specgen::offload {
@@ -23,8 +24,19 @@ inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 // The CUDA backend's pinned ring that stages small host arguments (ids, positions, masks) per model
 // (CudaBackendOptions::staging_bytes).
 inline constexpr size_t kStagingRingBytes = size_t{8} << 20;
-// Rows of the largest pass a model runs: a prefill chunk (engine/model/cached_prefix.h).
-inline constexpr int64_t kWorkspaceRows = 256;
+// Rows of the largest pass a model runs: a prefill chunk (engine/model/causal_lm.h).
+inline constexpr int64_t kWorkspaceRows = static_cast<int64_t>(kPrefillChunk);
+// The prefill chunk of a target whose experts stream, where the budget has room for it (MakePlan):
+// a chunk of a few hundred positions routes to nearly every expert, so each chunk streams nearly the
+// whole model, and fewer, larger chunks stream less.
+inline constexpr int64_t kStreamedPrefillRows = 1024;
+// The larger chunk is taken when its extra workspace is at most this fraction's inverse of the room
+// left for expert slots (the slots serve every decode step; the chunk only prompts).
+inline constexpr size_t kStreamedChunkRoomShare = 8;
+// Rows of logits a model's passes hold: a verification pass's (prefill chunks compute the head on
+// their last row only), once for the pass's output and once for the processed distributions (the
+// target's p, the draft's q).
+inline constexpr int64_t kWorkspaceLogitRows = 2 * kLogitRowsReserved;
 // Device slot table of the expert cache: per (MoE layer, expert) a slot index and a last-use stamp.
 inline constexpr size_t kSlotTableBytesPerExpert = 16;
 // Dense layers that do not fit stream through a ring of this many layer buffers (layer L + 1
@@ -94,6 +106,9 @@ struct Plan {
   // The expert cache: what TransformerOptions::expert_cache_slots takes (-1: every expert resident).
   int64_t expert_cache_slots = -1;
   int64_t total_experts = 0;  // E times the MoE layers
+  // The target's prompt chunk (TransformerOptions::prefill_chunk): kWorkspaceRows, or
+  // kStreamedPrefillRows when the experts stream and the budget has room for its workspace.
+  int64_t prefill_chunk = kWorkspaceRows;
   size_t slot_bytes = 0;      // one slot: the largest expert's gate + up + down
   double slot_share = 1.0;    // slots / total_experts; 1 when every expert is resident (or there are none)
 
@@ -105,9 +120,9 @@ struct Plan {
 // replacement: E·(1 − (1 − k/E)^n).
 double ExpectedDistinctExperts(int64_t n_experts, int64_t top_k, int n);
 
-// Workspace bytes one model's passes need on the GPU (activations of kWorkspaceRows rows, attention
-// scores over `context` keys, logits, cuBLAS and the staging ring).
-size_t WorkspaceBytes(const ModelSpec& spec, int64_t context);
+// Workspace bytes one model's passes need on the GPU (activations of `rows` rows, their attention
+// scores over `context` keys, kWorkspaceLogitRows of logits, cuBLAS and the staging ring).
+size_t WorkspaceBytes(const ModelSpec& spec, int64_t context, int64_t rows = kWorkspaceRows);
 
 // Bytes of a model's K and V caches at `context` positions of `element_bytes` each.
 size_t KvBytes(const ModelSpec& spec, int64_t context, int element_bytes);

@@ -31,6 +31,7 @@ absl::StatusOr<RunPlan> PlanRun(const OffloadRequest& request) {
   run.streamed_dense_layers = plan->streamed_dense_layers;
   run.dense_ring_layers = plan->dense_ring_layers;
   run.streamed_dense_bytes = plan->streamed_dense;
+  run.prefill_chunk = plan->prefill_chunk;
   return run;
 }
 

@@ -29,6 +29,8 @@ struct RunPlan {
   std::vector<int> streamed_dense_layers;
   int dense_ring_layers = 0;
   size_t streamed_dense_bytes = 0;
+  // Plan::prefill_chunk: positions a prompt chunk takes (0 for a model without experts: the default).
+  int64_t prefill_chunk = 0;
 
   bool streams() const { return expert_cache_slots >= 0 || !streamed_dense_layers.empty(); }
 };

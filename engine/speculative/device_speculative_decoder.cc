@@ -94,7 +94,7 @@ absl::Status DeviceSpeculativeDecoder::BeginGeneration() {
 }
 
 absl::Status DeviceSpeculativeDecoder::FeedTarget(std::span<const int32_t> chunk) {
-  return target_lm_->ForwardResident(chunk).status();
+  return target_lm_->ForwardResident(chunk, LogitRows::kNone).status();
 }
 
 absl::Status DeviceSpeculativeDecoder::PrefillDraft(std::span<const int32_t> prompt) {

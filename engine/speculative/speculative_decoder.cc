@@ -27,7 +27,7 @@ SpeculativeDecoder::SpeculativeDecoder(CausalLm* target, std::unique_ptr<Propose
 }
 
 absl::Status SpeculativeDecoder::FeedTarget(std::span<const int32_t> chunk) {
-  return target_->Forward(chunk, &logits_);
+  return target_->Feed(chunk);
 }
 
 absl::Status SpeculativeDecoder::PrefillDraft(std::span<const int32_t> prompt) {

@@ -69,8 +69,9 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
   const auto t_prefill = std::chrono::steady_clock::now();
   const auto head = prompt.first(prompt.size() - 1);
   ASSIGN_OR_RETURN(const size_t common, KeepCachedPrefix(*target_, &target_cached_, head, options_.keep_cache));
-  for (size_t begin = common; begin < head.size(); begin += kPrefillChunk) {
-    RETURN_IF_ERROR(FeedTarget(head.subspan(begin, std::min(kPrefillChunk, head.size() - begin))));
+  const size_t chunk = target_->prefill_chunk();
+  for (size_t begin = common; begin < head.size(); begin += chunk) {
+    RETURN_IF_ERROR(FeedTarget(head.subspan(begin, std::min(chunk, head.size() - begin))));
   }
   last_prefill_fed_ = static_cast<int64_t>(head.size() - common);
   if (has_draft_ && options_.draft_max > 0) RETURN_IF_ERROR(PrefillDraft(prompt));
@@ -142,6 +143,7 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
       }
     }
     RETURN_IF_ERROR(AfterCommit(sequence, k));
+    if (stats_.passes == 0) stats_.ttft_seconds = SecondsSince(t_prefill);
 
     stats_.RecordPass(k, n_acc);
     stats_.draft_seconds += step.draft_seconds;

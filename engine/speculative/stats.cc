@@ -94,6 +94,7 @@ std::string SpeculativeStats::ToJson() const {
       {"prefetch_wasted_bytes", offload.prefetch_wasted_bytes},
       {"time",
        {{"prefill", prefill_seconds},
+        {"ttft", ttft_seconds},
         {"draft", draft_seconds},
         {"verify", verify_seconds},
         {"accept", accept_seconds},
@@ -116,14 +117,15 @@ std::string SpeculativeStats::ToText() const {
                            : adaptive     ? "adaptive, up to " + std::to_string(draft_max)
                                           : "fixed at " + std::to_string(draft_max);
   std::snprintf(buf, sizeof(buf),
-                "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s\n"
+                "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s, first "
+                "token after %.3f s\n"
                 "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tau %.3f (bonus "
                 "included), mean k %.2f (%s)\n"
                 "per-position acceptance [%s]\n"
                 "time: draft %.3f s, verify %.3f s, accept %.3f s\n"
                 "stopped: %s\n",
                 (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
-                prefill_seconds, (long long)passes, (long long)drafted, (long long)accepted,
+                prefill_seconds, ttft_seconds, (long long)passes, (long long)drafted, (long long)accepted,
                 acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
                 per_position.c_str(), draft_seconds, verify_seconds, accept_seconds,
                 StopReasonName(stop_reason));

@@ -55,6 +55,9 @@ struct SpeculativeStats {
   double verify_seconds = 0;   // target forward passes
   double accept_seconds = 0;   // logits processing and the acceptance rule
   double total_seconds = 0;    // generation, prefill excluded
+  // Time to first token: from the prefill's start until the first step's tokens were committed (the
+  // prefill and one step; 0 when no step ran).
+  double ttft_seconds = 0;
   // How the run chose its draft length: the bound (0: no draft, plain decoding) and whether the
   // adaptive controller chose k at each pass (else every pass drafted draft_max).
   int draft_max = 0;

@@ -61,6 +61,27 @@ TEST(ReportTableTest, FixedResultsGiveTheFixedTable) {
   EXPECT_EQ(FormatReport(FixedRows()), ReadFile(kData + "report_table.txt"));
 }
 
+// Runs that streamed experts add bytes per token and the cache's hit rate to the detail table (and
+// runs that did not show "-" there); without any, the table is the fixed one above.
+TEST(ReportTableTest, StreamedRunsAddOffloadColumns) {
+  const std::string json = R"({"benchmarks": [
+    {"name": "big/k:0/budget:8GiB/real_time", "run_type": "iteration", "tokens_per_second": 40,
+     "speedup": 1, "time_to_first_token": 0.5, "h2d_bytes_per_token": 3145728,
+     "expert_cache_hit_rate": 0.75},
+    {"name": "big/k:0/budget:80GiB/real_time", "run_type": "iteration", "tokens_per_second": 90,
+     "speedup": 1, "time_to_first_token": 0.1}]})";
+  auto rows = ParseBenchResults(json, "streamed.json");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_DOUBLE_EQ((*rows)[0].h2d_bytes_per_token, 3145728.0);
+  EXPECT_DOUBLE_EQ((*rows)[0].expert_cache_hit_rate, 0.75);
+  const std::string table = FormatReport(*rows);
+  EXPECT_THAT(table, ::testing::HasSubstr("MiB/token"));
+  EXPECT_THAT(table, ::testing::HasSubstr("| 3.00 "));
+  EXPECT_THAT(table, ::testing::HasSubstr("| 0.750 "));
+  EXPECT_EQ(FormatReport(FixedRows()).find("MiB/token"), std::string::npos);
+}
+
 // A minimal XML well-formedness check: every element closed in order, attributes quoted, no bare '&'
 // or '<' in text. Returns the element names in document order (empty on a malformed document).
 std::vector<std::string> Elements(const std::string& xml, std::string* error) {

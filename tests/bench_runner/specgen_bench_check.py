@@ -17,6 +17,10 @@ import xml.etree.ElementTree as ET
 
 COUNTERS = ["acceptance_rate", "mean_accepted_length", "mean_draft_length", "tokens_per_second",
             "time_to_first_token", "speedup", "baseline_tokens_per_second", "draft_length", "adaptive"]
+# The offload counters: on the CPU every expert is resident and nothing streams.
+OFFLOAD_COUNTERS = {"expert_cache_slots": -1, "h2d_bytes_per_token": 0, "expert_cache_hit_rate": 0,
+                    "mean_distinct_experts": 0, "prefetch_useful_bytes_per_token": 0,
+                    "prefetch_wasted_bytes_per_token": 0, "prefill_chunk": 256}
 
 
 def config_text(source):
@@ -125,6 +129,8 @@ def main():
                       f"{name}: tau {b['mean_accepted_length']} against mean k {b['mean_draft_length']}")
                 check(0 < b["mean_draft_length"] <= k, f"{name}: mean k {b['mean_draft_length']} > {k}")
             check(b["adaptive"] == (1 if "adaptive" in name else 0), f"{name}: adaptive {b['adaptive']}")
+            for counter, value in OFFLOAD_COUNTERS.items():
+                check(b.get(counter) == value, f"{name}: {counter} {b.get(counter)!r}, want {value} on the CPU")
 
         if len(sys.argv) > 3 and os.path.exists(out):
             check_report(sys.argv[3], out, tmp, check)

@@ -56,6 +56,8 @@ def main():
         check(p["resident"]["draft"] > 0 and p["resident"]["kv_draft"] > 0, "the draft is not resident")
         check(p["streamed"]["experts"] > 0 and p["host_bytes"] >= p["streamed"]["experts"], "experts stream")
         check(p["cache_type"] == "f16" and p["draft_max"] == 4 and p["context"] == 4096, "defaults")
+        # Streamed experts: prompts in larger chunks, each streaming nearly the whole model once.
+        check(p["prefill_chunk"] == 1024, f"prefill_chunk {p['prefill_chunk']} with streamed experts")
         passes = p["passes"]
         check([x["n"] for x in passes] == list(range(1, 17)), "passes are not n = 1..16")
         for a, b in zip(passes, passes[1:]):
@@ -80,6 +82,7 @@ def main():
     if p is not None:
         check(p["expert_cache_slots"] == -1 and p["host_bytes"] == 0, "80GiB does not hold everything")
         check(all(x["streamed_bytes"] == 0 for x in p["passes"]), "a resident plan streams")
+        check(p["prefill_chunk"] == 256, f"prefill_chunk {p['prefill_chunk']} with every expert resident")
 
     # A GGUF file plans as the preset it was written from.
     tmp = tempfile.mkdtemp(prefix="specgen_plan_")
@@ -87,8 +90,11 @@ def main():
         gguf = os.path.join(tmp, "tiny-moe.gguf")
         rc, _, err = run(specgen, ["synth", "--preset", "tiny-moe", "--type", "q8_0", "--out", gguf])
         check(rc == 0, f"synth tiny-moe: exit {rc}: {err.strip()}")
-        a = plan_json(specgen, ["-m", gguf, "--vram-budget", "45400000", "--host-ram", "1GiB"], "GGUF plan")
-        b = plan_json(specgen, ["-m", "synth:tiny-moe:q8_0", "--vram-budget", "45400000", "--host-ram", "1GiB"],
+        # A budget between the minimum and what holds every expert streams them.
+        probe = plan_json(specgen, ["-m", gguf, "--vram-budget", "1GiB"], "GGUF plan at 1GiB") or {}
+        budget = str((probe.get("minimum_budget", 0) + probe.get("resident_total", 0)) // 2)
+        a = plan_json(specgen, ["-m", gguf, "--vram-budget", budget, "--host-ram", "1GiB"], "GGUF plan")
+        b = plan_json(specgen, ["-m", "synth:tiny-moe:q8_0", "--vram-budget", budget, "--host-ram", "1GiB"],
                       "synth plan")
         if a is not None and b is not None:
             for key in ["resident", "expert_cache_slots", "host_bytes", "minimum_budget", "passes"]:

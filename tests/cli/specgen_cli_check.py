@@ -23,7 +23,7 @@ DESIGN_KEYS = ["tokens", "passes", "drafted", "accepted", "acceptance_rate", "me
 # Offload counters: 0 while nothing streams (every run here is fully resident).
 OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
                 "prefetch_useful_bytes", "prefetch_wasted_bytes"]
-TIME_KEYS = ["draft", "verify", "accept", "transfer_wait"]
+TIME_KEYS = ["prefill", "ttft", "draft", "verify", "accept", "transfer_wait"]
 
 failures = []
 
@@ -82,6 +82,9 @@ def main():
             check(key in stats, f"generate {name}: stats JSON lacks '{key}'")
         for key in TIME_KEYS:
             check(key in stats.get("time", {}), f"generate {name}: stats JSON lacks 'time.{key}'")
+        t = stats.get("time", {})
+        check(t.get("ttft", 0) > 0 and t.get("ttft", 0) >= t.get("prefill", 0),
+              f"generate {name}: time to first token {t.get('ttft')!r} is not after the prefill {t.get('prefill')!r}")
         for key in OFFLOAD_KEYS:
             check(stats.get(key) == 0, f"generate {name}: {key} {stats.get(key)!r} with nothing streamed")
         check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")

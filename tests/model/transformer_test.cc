@@ -141,6 +141,43 @@ TEST_P(TransformerVariants, BatchOfKEqualsKSingleStepsAndTruncateReplays) {
   EXPECT_FALSE(lm->Truncate(11).ok());
 }
 
+// A prefill reads only its last row: the head on that row alone gives Forward's last row bit for bit
+// (the norm is per row, and every head element is one dot product of the same values); a pass without
+// logits fills the KV cache as Forward does, so the passes after it are unchanged too.
+TEST_P(TransformerVariants, LastRowAndNoLogitPassesEqualTheAllRowsPass) {
+  const auto tokens = Tokens(20, v_, 3);
+  const auto full = Full(tokens);
+  for (const int n : {1, 7, 20}) {
+    auto lm = Make();
+    std::vector<float> last;
+    ASSERT_TRUE(lm->ForwardLast(std::span(tokens).first(n), &last).ok());
+    ASSERT_EQ(static_cast<int64_t>(last.size()), v_);
+    // Full's row n - 1 is the logits after tokens[0..n-1], whatever passes follow in that pass.
+    EXPECT_TRUE(BitEqual(last, Rows(full, v_, n - 1, n))) << "first " << n << " tokens";
+    EXPECT_EQ(lm->n_past(), n);
+  }
+  auto lm = Make();
+  ASSERT_TRUE(lm->Feed(std::span(tokens).first(12)).ok());
+  EXPECT_EQ(lm->n_past(), 12);
+  std::vector<float> rest;
+  ASSERT_TRUE(lm->Forward(std::span(tokens).subspan(12), &rest).ok());
+  EXPECT_TRUE(BitEqual(rest, Rows(full, v_, 12, 20)));
+  // The buffer-level form: kLast is one row, kNone none; the next all-rows pass has all its rows.
+  auto resident = Make();
+  auto one = resident->ForwardResident(std::span(tokens).first(9), LogitRows::kLast);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)->rows(), 1);
+  auto none = resident->ForwardResident(std::span(tokens).subspan(9, 3), LogitRows::kNone);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  auto all = resident->ForwardResident(std::span(tokens).subspan(12, 8));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)->rows(), 8);
+  std::vector<float> read(8 * v_);
+  ASSERT_TRUE(backend_.Read(**all, read).ok());
+  EXPECT_TRUE(BitEqual(read, Rows(full, v_, 12, 20)));
+}
+
 TEST_P(TransformerVariants, ExplicitCausalMaskAndTreeBranches) {
   const auto tokens = Tokens(9, v_, 2);
   const auto full = Full(tokens);

@@ -27,10 +27,12 @@ void ExpectConsistent(const Plan& p, const ModelBytes& target, const std::string
   EXPECT_LE(p.resident_total, p.vram_budget) << what;
   EXPECT_GE(p.vram_budget, p.minimum_budget) << what;
   if (p.expert_cache_slots < 0) {
+    EXPECT_EQ(p.prefill_chunk, kWorkspaceRows) << what;  // the larger chunk only where experts stream
     EXPECT_EQ(p.resident(ResidentKind::kExpertsResident), target.experts_total()) << what;
     EXPECT_EQ(p.streamed_experts, 0u) << what;
     EXPECT_EQ(p.slot_share, 1.0) << what;
   } else {
+    EXPECT_TRUE(p.prefill_chunk == kWorkspaceRows || p.prefill_chunk == kStreamedPrefillRows) << what;
     EXPECT_LT(p.expert_cache_slots, p.total_experts) << what;
     EXPECT_EQ(p.resident(ResidentKind::kExpertSlots), static_cast<size_t>(p.expert_cache_slots) * p.slot_bytes)
         << what;
@@ -138,6 +140,53 @@ TEST(PlannerTest, PlacesTheDraftAndBothKvCachesFirst) {
   absl::StatusOr<Plan> wide = MakePlan(target, &draft, o);
   ASSERT_TRUE(wide.ok());
   EXPECT_LT(wide->expert_cache_slots, p->expert_cache_slots);
+}
+
+// A target whose experts stream takes prompts in kStreamedPrefillRows-row chunks where the budget has
+// room: the extra rows' workspace comes out of the expert slots' room, and only then. Logits take a
+// verification pass's rows whatever the chunk (prefill computes the head on its last row alone).
+TEST(PlannerTest, AStreamedTargetTakesTheLargerPrefillChunkWhereItFits) {
+  const ModelBytes target = Synth("synth:qwen3-30b-a3b:q4_k");
+  const ModelBytes draft = Synth("synth:qwen3-0.6b:q8_0");
+  const ModelSpec& t = target.spec;
+  PlanOptions o;
+  o.context = 4096;
+  o.vram_budget = 80 * kGiB;
+  absl::StatusOr<Plan> resident = MakePlan(target, &draft, o);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  ASSERT_EQ(resident->expert_cache_slots, -1);
+  EXPECT_EQ(resident->prefill_chunk, kWorkspaceRows);
+  const size_t draft_ws = WorkspaceBytes(draft.spec, o.context);
+  EXPECT_EQ(resident->resident(ResidentKind::kWorkspace), draft_ws + WorkspaceBytes(t, o.context));
+
+  o.vram_budget = 8 * kGiB;
+  absl::StatusOr<Plan> streamed = MakePlan(target, &draft, o);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  ASSERT_GE(streamed->expert_cache_slots, 0);
+  EXPECT_EQ(streamed->prefill_chunk, kStreamedPrefillRows);
+  EXPECT_EQ(streamed->resident(ResidentKind::kWorkspace),
+            draft_ws + WorkspaceBytes(t, o.context, kStreamedPrefillRows));
+  // The difference is the extra rows' activations and attention scores, nothing else.
+  const size_t row_floats = 4 * t.hidden + t.q_dim() + 2 * t.kv_dim() + 3 * t.n_experts_used * t.expert_ffn_dim +
+                            t.n_experts;
+  const size_t extra = WorkspaceBytes(t, o.context, kStreamedPrefillRows) - WorkspaceBytes(t, o.context);
+  EXPECT_EQ(extra, static_cast<size_t>(kStreamedPrefillRows - kWorkspaceRows) *
+                       (row_floats + static_cast<size_t>(t.n_heads) * 4096) * sizeof(float));
+  // It costs the slots it displaces: the same budget without it would hold more.
+  const size_t slot_room = streamed->resident(ResidentKind::kExpertSlots) + extra;
+  EXPECT_LE(extra * kStreamedChunkRoomShare, slot_room + streamed->slot_bytes);
+
+  // At the minimum the room holds one pass's union and no more: the chunk stays kWorkspaceRows.
+  o.vram_budget = streamed->minimum_budget;
+  absl::StatusOr<Plan> at = MakePlan(target, &draft, o);
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->prefill_chunk, kWorkspaceRows);
+  EXPECT_EQ(at->resident(ResidentKind::kWorkspace), resident->resident(ResidentKind::kWorkspace));
+
+  // Logits: a verification pass's rows, twice (the output and the processed distributions).
+  EXPECT_EQ(WorkspaceBytes(t, 1, 1) - (row_floats + t.n_heads) * sizeof(float) - kCublasWorkspaceBytes -
+                kStagingRingBytes,
+            static_cast<size_t>(kWorkspaceLogitRows * t.vocab_size) * sizeof(float));
 }
 
 TEST(PlannerTest, HostRamTooSmallForTheStreamedPartIsAnError) {

@@ -4,7 +4,10 @@
 // (-n, end ids, context end) and bad input behave.
 #include "engine/speculative/speculative_decoder.h"
 
+#include <chrono>
+#include <numeric>
 #include <random>
+#include <thread>
 
 #include "draft/model_proposer.h"
 #include "engine/sampling/distribution.h"
@@ -299,5 +302,112 @@ TEST(SpeculativeDecoder, StreamsEachPassesTokensInOrder) {
   EXPECT_EQ(streamed, *out);
 }
 
+
+// A FakeLm that logs each pass's size and, like a model whose weights stream, takes time per position
+// (and reports the streamed prefill chunk when asked to).
+class TimedLm : public FakeLm {
+ public:
+  TimedLm(int64_t vocab, int64_t max_context, double perturbation, std::chrono::microseconds per_position,
+          size_t prefill_chunk = kPrefillChunk)
+      : FakeLm(vocab, max_context, 4.0, perturbation, 77), per_position_(per_position), chunk_(prefill_chunk) {}
+  absl::Status Forward(std::span<const int32_t> tokens, std::vector<float>* logits) override {
+    passes_.push_back(static_cast<int64_t>(tokens.size()));
+    if (per_position_.count() > 0) std::this_thread::sleep_for(per_position_ * tokens.size());
+    return FakeLm::Forward(tokens, logits);
+  }
+  size_t prefill_chunk() const override { return chunk_; }
+  const std::vector<int64_t>& passes() const { return passes_; }
+
+ private:
+  std::chrono::microseconds per_position_;
+  size_t chunk_;
+  std::vector<int64_t> passes_;
+};
+
+// The prompt goes to the target in its prefill_chunk() (larger when its weights stream), all but the
+// last token, logits unread; the first token's time (TTFT) covers the prefill and the first step.
+TEST(SpeculativeDecoder, PrefillFollowsTheTargetsChunkAndReportsTimeToFirstToken) {
+  std::vector<int32_t> prompt(700);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7 + 3) % kVocab);
+  for (const size_t chunk : {kPrefillChunk, size_t{1024}}) {  // the default, and a streamed plan's
+    TimedLm target(kVocab, 2048, 0.0, std::chrono::microseconds(0), chunk);
+    SpeculativeDecoder decoder(&target, nullptr, Options(SamplingParams::Greedy(), 0, false, AcceptMode::kRejection, 3));
+    ASSERT_TRUE(decoder.Generate(prompt).ok());
+    const size_t fed = prompt.size() - 1;
+    const size_t chunks = (fed + chunk - 1) / chunk;
+    ASSERT_EQ(target.passes().size(), chunks + 3) << "chunk " << chunk;  // then one pass per token
+    for (size_t i = 0; i < chunks; ++i) {
+      EXPECT_EQ(target.passes()[i], static_cast<int64_t>(std::min(chunk, fed - i * chunk))) << "chunk " << chunk;
+    }
+    const SpeculativeStats& s = decoder.stats();
+    EXPECT_GE(s.ttft_seconds, s.prefill_seconds);
+    EXPECT_LE(s.ttft_seconds, s.prefill_seconds + s.total_seconds);
+    EXPECT_GT(s.ttft_seconds, 0.0);
+  }
+}
+
+// Speculation that does not pay turns itself off, and then the draft does not decode: a draft that is
+// never right, beside a target whose passes cost time per position, makes the adaptive controller
+// choose k = 0. Steps at k = 0 run no draft pass; a step that drafts again feeds the draft everything
+// it lacks in ONE pass (then k - 1 single-token decodes), and greedy output stays the target's.
+TEST(SpeculativeDecoder, AtKZeroTheDraftIdlesAndCatchesUpInOnePass) {
+  const std::chrono::microseconds cost(2000);
+  TimedLm target(kVocab, kContext, 0.0, cost);
+  // A draft with its own random logits: its argmax agrees with the target's about once in kVocab.
+  TimedLm draft(kVocab, kContext, 50.0, cost);
+  auto options = Options(SamplingParams::Greedy(), 4, /*adaptive=*/true, AcceptMode::kRejection, 48);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  struct Pass {
+    int k;
+    int64_t len;         // the sequence's length when the step began
+    int64_t draft_held;  // positions the draft's cache held then
+    std::vector<int64_t> draft_passes;
+  };
+  std::vector<Pass> passes;
+  int64_t len = static_cast<int64_t>(prompt.size());
+  int64_t held = 0;
+  size_t seen = 0;
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  options.stop = [&] {  // asked before every step: the draft's state as the step begins
+    held = draft.n_past();
+    seen = draft.passes().size();
+    return false;
+  };
+  options.on_pass = [&](int k, const AcceptResult& r) {
+    passes.push_back({k, len, held, std::vector<int64_t>(draft.passes().begin() + seen, draft.passes().end())});
+    len += static_cast<int64_t>(r.tokens.size());
+  };
+  SpeculativeDecoder decoder(&target, &proposer, options);
+  auto out = decoder.Generate(prompt);
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  int zero = 0, resumed = 0;
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const Pass& p = passes[i];
+    if (p.k == 0) {
+      ++zero;
+      EXPECT_TRUE(p.draft_passes.empty()) << "pass " << i << " at k = 0 ran the draft";
+      continue;
+    }
+    // One pass feeds what the draft lacks of the sequence, then one decode per further draft.
+    ASSERT_EQ(p.draft_passes.size(), static_cast<size_t>(p.k)) << "pass " << i;
+    EXPECT_EQ(p.draft_passes[0], p.len - std::min(p.draft_held, p.len - 1)) << "pass " << i;
+    for (size_t j = 1; j < p.draft_passes.size(); ++j) EXPECT_EQ(p.draft_passes[j], 1) << "pass " << i;
+    if (i > 0 && passes[i - 1].k == 0) {
+      ++resumed;
+      EXPECT_GE(p.draft_passes[0], 2) << "pass " << i << " follows a step without the draft";
+    }
+  }
+  // The controller measures k = 4 and k = 0 first; after that plain decoding wins every choice but
+  // the explorations (one in 16 passes).
+  EXPECT_GE(zero, static_cast<int>(passes.size()) / 2);
+  EXPECT_GE(resumed, 1);
+  EXPECT_LT(std::accumulate(draft.passes().begin(), draft.passes().end(), int64_t{0}),
+            static_cast<int64_t>(prompt.size() + out->size()) + 4 * static_cast<int64_t>(passes.size() - zero));
+  // Exact all the same.
+  EXPECT_EQ(*out, Generate(prompt, Options(SamplingParams::Greedy(), 0, false, AcceptMode::kRejection, 48), 0.0,
+                           /*with_draft=*/false)
+                      .tokens);
+}
 }  // namespace
 }  // namespace specgen

@@ -49,5 +49,15 @@ TEST(StatsTest, OffloadCountersAddUpAndShow) {
       << text;
 }
 
+TEST(StatsTest, TimeToFirstTokenIsInJsonAndText) {
+  SpeculativeStats s;
+  s.prefill_seconds = 0.25;
+  s.ttft_seconds = 0.375;
+  const nlohmann::json j = nlohmann::json::parse(s.ToJson());
+  EXPECT_DOUBLE_EQ(j["time"]["ttft"].get<double>(), 0.375);
+  EXPECT_DOUBLE_EQ(j["time"]["prefill"].get<double>(), 0.25);
+  EXPECT_NE(s.ToText().find("prefilled in 0.250 s, first token after 0.375 s"), std::string::npos) << s.ToText();
+}
+
 }  // namespace
 }  // namespace specgen

@@ -34,6 +34,9 @@ class DeviceArena {
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }
   size_t peak() const { return peak_; }
+  // Live allocations: each pads its size up to kAlignment, so used() exceeds the bytes asked for by
+  // less than kAlignment times this.
+  size_t blocks() const { return live_.size(); }
 
  private:
   DeviceArena(char* base, size_t capacity) : base_(base), capacity_(capacity) {}
