@@ -5,18 +5,9 @@
 #include <unordered_map>
 
 #include "engine/core/status_macros.h"
+#include "engine/offload/split_mix.h"
 
 namespace specgen::offload {
-namespace {
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 absl::StatusOr<LocalityRouting> LocalityRouting::Create(const LocalityRoutingOptions& o) {
   if (o.n_layers <= 0 || o.n_experts <= 0 || o.top_k <= 0 || o.top_k > o.n_experts) {

@@ -5,16 +5,10 @@
 
 #include "engine/core/status_macros.h"
 #include "engine/offload/locality_routing.h"
+#include "engine/offload/split_mix.h"
 
 namespace specgen::offload {
 namespace {
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // A uniform draw from [0, bound) without modulo bias (Lemire's method, bound small next to 2^64).
 uint64_t Below(uint64_t& state, uint64_t bound) {
