@@ -509,15 +509,21 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
                          bool accumulate, cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  // An expert has at most n tokens: kernels for 1 (decode), up to 4 and up to 16.
-  // An expert has at most n tokens: kernels for 1 (decode), up to 4 and up to 16; x staged where its
-  // tokens fit the shared memory beside a second block (the 16-token kernel's would not).
-  const bool staged = n <= 4 && StagedExpertBytes(n <= 1 ? 1 : 4, std::max(tab.hidden, tab.ffn)) <= kStagedExpertMaxBytes;
-  cudaError_t e = staged   ? (n <= 1 ? LaunchPackedStagedN<1>(tab, x, ys, plan, stream, pdl)
-                                     : LaunchPackedStagedN<4>(tab, x, ys, plan, stream, pdl))
-                  : n <= 1 ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
-                  : n <= 4 ? LaunchPackedN<4>(tab, x, ys, plan, stream, pdl)
-                           : LaunchPackedN<kMaxT>(tab, x, ys, plan, stream, pdl);
+  // An expert has at most n tokens: kernels sized for 1 (decode), 4, 8 (a verification of up to 7
+  // drafts) and 16 tokens; x staged where its tokens fit kStagedExpertMaxBytes (16 tokens' would not
+  // leave room for a second block).
+  const int staged_n = n <= 1 ? 1 : n <= 4 ? 4 : 8;
+  const bool staged = n <= 8 && StagedExpertBytes(staged_n, std::max(tab.hidden, tab.ffn)) <= kStagedExpertMaxBytes;
+  cudaError_t e;
+  if (staged) {
+    e = staged_n == 1   ? LaunchPackedStagedN<1>(tab, x, ys, plan, stream, pdl)
+        : staged_n == 4 ? LaunchPackedStagedN<4>(tab, x, ys, plan, stream, pdl)
+                        : LaunchPackedStagedN<8>(tab, x, ys, plan, stream, pdl);
+  } else {
+    e = n <= 1   ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
+        : n <= 4 ? LaunchPackedN<4>(tab, x, ys, plan, stream, pdl)
+                 : LaunchPackedN<kMaxT>(tab, x, ys, plan, stream, pdl);
+  }
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
                            tab.hidden, out, accumulate);

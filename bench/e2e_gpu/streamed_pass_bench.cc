@@ -12,8 +12,8 @@
 // layer per pass), hit_rate, gb_per_s (streamed bytes over the pass's time) and floor_ratio = floor(n)
 // / time, floor(n) = streamed bytes / kPcieBytesPerSecond.
 // BM_StreamedGeneration: greedy generation through the GPU-resident loop with the streamed target,
-// without a draft (k 0) and with synth:qwen3-0.6b q8_0 drafting k tokens, the budget planned for the
-// pair. Each generation routes by a trace of its own seed (a regime's trace would otherwise repeat the
+// without a draft (k 0) and with synth:qwen3-0.6b q8_0 drafting up to k tokens (the adaptive
+// controller, as generate's default), the budget planned for the pair. Each generation routes by a trace of its own seed (a regime's trace would otherwise repeat the
 // last generation's routing at the same positions). Counters: tokens_per_s, mb_per_token and hit_rate
 // (the decode and verification passes: the prompt routes on the host), acceptance, distinct_experts.
 // Needs about 40 GB of host memory (the generated weights and the pinned copy of the experts); skips,
@@ -243,6 +243,7 @@ void BM_StreamedGeneration(benchmark::State& state) {
   state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
   SpeculativeOptions opt;
   opt.draft_max = k;
+  opt.adaptive = k > 0;  // as generate's default: k is the controller's bound
   opt.max_new_tokens = 128;
   opt.sampling = SamplingParams::Greedy();
   auto dec = DeviceSpeculativeDecoder::Create(s.backend.get(), &lm, k > 0 ? s.draft.get() : nullptr, opt);

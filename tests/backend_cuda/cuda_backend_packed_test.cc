@@ -234,7 +234,7 @@ TEST_F(CudaPacked, RoutedExpertsWithPerRoleTypesEqualHostRouting) {
     auto set = gpu_->PrepareExperts(refs);
     ASSERT_TRUE(set.ok()) << set.status();
     ASSERT_NE(*set, nullptr) << types << ": per-role packed types must stay on the device path";
-    for (int n : {1, 3, 16}) {
+    for (int n : {1, 3, 6, 16}) {  // each kernel size: 1, up to 4, up to 8 (x staged), 16
       const int k = 4;
       const std::string what = types + " n=" + std::to_string(n);
       const std::vector<float> nan(size_t(n) * hidden, std::nanf(""));
