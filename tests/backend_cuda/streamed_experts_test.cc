@@ -35,6 +35,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
+#include "tests/common/streamed_equality.h"
 
 namespace specgen {
 namespace {
@@ -204,33 +205,11 @@ TEST(ExpertCacheKernel, DecisionsMatchTheHostModel) {
 
 // ---------------------------------------------------------------- streamed == resident
 
-std::shared_ptr<const LoadedModel> Load(const std::string& path) {
-  auto m = LoadModel(path);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::shared_ptr<const LoadedModel>(std::move(m).value()) : nullptr;
-}
+using testing::Argmax;
+using testing::FirstDifference;
+using testing::PassIds;
 
-std::vector<int32_t> Ids(int64_t from, int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((131 * (from + i) + 17) % vocab);
-  return ids;
-}
-
-// The first differing element of two logits vectors, for the failure message.
-std::string FirstDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return "element " + std::to_string(i) + ": resident " + std::to_string(a[i]) + ", streamed " + std::to_string(b[i]);
-    }
-  }
-  return "";
-}
-
-int Argmax(const std::vector<float>& row_major, int64_t vocab, int64_t row) {
-  const float* r = row_major.data() + row * vocab;
-  return static_cast<int>(std::max_element(r, r + vocab) - r);
-}
+std::shared_ptr<const LoadedModel> Load(const std::string& path) { return testing::LoadShared(path); }
 
 void CheckStreamedEqualsResident(const char* what, std::shared_ptr<const LoadedModel> model) {
   ASSERT_NE(model, nullptr);
@@ -274,27 +253,10 @@ void CheckStreamedEqualsResident(const char* what, std::shared_ptr<const LoadedM
     ASSERT_TRUE(r->Truncate(0).ok());
     // A prefill longer than 16 (routed on the host, experts staged), then verify-sized passes (the
     // GPU-driven cache where the union fits the slots), then greedy decoding.
-    std::vector<int> passes = {37, 1, 4, 16, 2, 1, 8, 3, 16, 5, 1};
-    for (size_t p = 0; p < passes.size(); ++p) {
-      const auto ids = Ids(r->n_past(), passes[p], vocab);
-      std::vector<float> lr, ls;
-      ASSERT_TRUE(r->Forward(ids, &lr).ok());
-      auto st = s->Forward(ids, &ls);
-      ASSERT_TRUE(st.ok()) << st;
-      ASSERT_EQ(FirstDifference(lr, ls), "") << "pass " << p << " of " << passes[p] << " positions";
-    }
-    std::vector<int32_t> gr, gs;
-    int32_t tr = 1, ts = 1;
-    for (int i = 0; i < 12; ++i) {
-      std::vector<float> lr, ls;
-      ASSERT_TRUE(r->Forward({&tr, 1}, &lr).ok());
-      ASSERT_TRUE(s->Forward({&ts, 1}, &ls).ok());
-      tr = Argmax(lr, vocab, 0);
-      ts = Argmax(ls, vocab, 0);
-      gr.push_back(tr);
-      gs.push_back(ts);
-    }
-    EXPECT_EQ(gr, gs) << "greedy";
+    const int passes[] = {37, 1, 4, 16, 2, 1, 8, 3, 16, 5, 1};
+    testing::ExpectSamePasses(*r, *s, passes);
+    if (::testing::Test::HasFatalFailure()) return;
+    testing::ExpectSameGreedy(*r, *s, 12);
     auto stats = s->expert_stream_stats();
     ASSERT_TRUE(stats.ok()) << stats.status();
     std::printf("%s, %lld slots of %zu bytes (host copy %zu bytes): %lld hits, %lld misses, %lld evictions, "
@@ -320,7 +282,7 @@ void CheckStreamedEqualsResident(const char* what, std::shared_ptr<const LoadedM
       EXPECT_LE(stats->misses, e_all);
       // The same pass again: every expert is cached, nothing is fetched, every union member is a hit.
       const int64_t len = s->n_past();
-      const auto ids = Ids(len, 4, vocab);
+      const auto ids = PassIds(len, 4, vocab);
       std::vector<float> l1, l2;
       ASSERT_TRUE(s->Forward(ids, &l1).ok());
       auto mid = s->expert_stream_stats();

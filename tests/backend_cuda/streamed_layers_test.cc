@@ -36,6 +36,7 @@
 #include "kernels/attention.cuh"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
+#include "tests/common/streamed_equality.h"
 
 namespace specgen {
 namespace {
@@ -198,11 +199,11 @@ TEST(StreamedLayers, CallsOutOfOrderAreErrors) {
 
 // ---------------------------------------------------------------- streamed == resident
 
-std::shared_ptr<const LoadedModel> Load(const std::string& path) {
-  auto m = LoadModel(path);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::shared_ptr<const LoadedModel>(std::move(m).value()) : nullptr;
-}
+using testing::Argmax;
+using testing::FirstDifference;
+using testing::PassIds;
+
+std::shared_ptr<const LoadedModel> Load(const std::string& path) { return testing::LoadShared(path); }
 
 // tiny-moe's shape with six layers, four of them dense (0, 2, 3, 5): streamed layers that are not
 // consecutive, beside MoE layers. Heads of 32 (the test presets' 16 has no decode attention kernel,
@@ -225,27 +226,6 @@ std::vector<int> DenseLayers(const ModelSpec& spec) {
     if (!spec.layer_is_moe[l]) out.push_back(l);
   }
   return out;
-}
-
-std::vector<int32_t> Ids(int64_t from, int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((131 * (from + i) + 17) % vocab);
-  return ids;
-}
-
-std::string FirstDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return "element " + std::to_string(i) + ": resident " + std::to_string(a[i]) + ", streamed " + std::to_string(b[i]);
-    }
-  }
-  return "";
-}
-
-int Argmax(const std::vector<float>& row_major, int64_t vocab, int64_t row) {
-  const float* r = row_major.data() + row * vocab;
-  return static_cast<int>(std::max_element(r, r + vocab) - r);
 }
 
 struct DenseCase {
@@ -294,26 +274,9 @@ void CheckDenseStreamedEqualsResident(const char* what, std::shared_ptr<const Lo
 
   // Eager: a prefill longer than 16 (cuBLAS), then verify-sized passes (the GEMV), then greedy.
   const std::vector<int> passes = {37, 1, 4, 16, 2, 1, 8, 3};
-  for (size_t p = 0; p < passes.size(); ++p) {
-    const auto ids = Ids(r->n_past(), passes[p], vocab);
-    std::vector<float> lr, ls;
-    ASSERT_TRUE(r->Forward(ids, &lr).ok());
-    auto st = s->Forward(ids, &ls);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_EQ(FirstDifference(lr, ls), "") << "eager pass " << p << " of " << passes[p] << " positions";
-  }
-  std::vector<int32_t> gr, gs;
-  int32_t tr = 1, ts = 1;
-  for (int i = 0; i < 10; ++i) {
-    std::vector<float> lr, ls;
-    ASSERT_TRUE(r->Forward({&tr, 1}, &lr).ok());
-    ASSERT_TRUE(s->Forward({&ts, 1}, &ls).ok());
-    tr = Argmax(lr, vocab, 0);
-    ts = Argmax(ls, vocab, 0);
-    gr.push_back(tr);
-    gs.push_back(ts);
-  }
-  EXPECT_EQ(gr, gs) << "greedy";
+  testing::ExpectSamePasses(*r, *s, passes);
+  if (::testing::Test::HasFatalFailure()) return;
+  testing::ExpectSameGreedy(*r, *s, 10);
 
   // Replayed from CUDA graphs: passes of 1 and 4 positions, each size captured once and replayed
   // several times, against the resident model's eager passes at the same positions. A model whose
@@ -326,7 +289,7 @@ void CheckDenseStreamedEqualsResident(const char* what, std::shared_ptr<const Lo
   ASSERT_TRUE(graphed.ok()) << graphed.status();
   for (int step = 0; step < 8; ++step) {
     const int n = step % 2 == 0 ? 1 : 4;
-    const auto ids = Ids(r->n_past() + 1000, n, vocab);
+    const auto ids = PassIds(r->n_past() + 1000, n, vocab);
     CUDA_OK(cudaMemcpy(d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
     std::vector<float> lr, ls(static_cast<size_t>(n * vocab));
     ASSERT_TRUE(r->Forward(ids, &lr).ok());
