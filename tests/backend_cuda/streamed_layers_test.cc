@@ -420,20 +420,7 @@ TEST(StreamedLayers, SpeculativeGreedyEqualsTargetOnlyWithOneWaitAStep) {
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   const std::vector<std::vector<int32_t>> prompts = {{1, 17, 42, 99, 5, 250, 31}, {1, 200, 3, 3, 77}};
   auto run = [&](Transformer* target, int k, StepSyncStats* syncs, VerifyPassStats* vstats) {
-    const SpeculativeOptions so =
-        testing::MakeSpeculativeOptions(SamplingParams::Greedy(), k, false, AcceptMode::kRejection, 32);
-    auto dec = DeviceSpeculativeDecoder::Create(be.get(), target, k > 0 ? draft->get() : nullptr, so, {});
-    EXPECT_TRUE(dec.ok()) << dec.status();
-    if (!dec.ok()) return std::vector<int32_t>{};
-    std::vector<int32_t> out;
-    for (const auto& p : prompts) {
-      auto got = (*dec)->Generate(p);
-      EXPECT_TRUE(got.ok()) << got.status();
-      if (got.ok()) out.insert(out.end(), got->begin(), got->end());
-    }
-    if (syncs) *syncs = (*dec)->syncs();
-    if (vstats) *vstats = (*dec)->verify_pass_stats();
-    return out;
+    return testing::DeviceGreedyTokens(be.get(), target, draft->get(), k, prompts, syncs, vstats);
   };
   const auto plain = run(resident->get(), 0, nullptr, nullptr);
   ASSERT_FALSE(plain.empty());

@@ -11,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
+#include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
+#include "tests/common/speculative_options.h"
 
 namespace specgen::testing {
 
@@ -77,6 +80,26 @@ inline void ExpectSameGreedy(Transformer& resident, Transformer& streamed, int s
     gs.push_back(ts);
   }
   EXPECT_EQ(gr, gs) << "greedy";
+}
+
+// The greedy tokens of `prompts` through the GPU-resident loop with `target` (and `draft` drafting k
+// when k > 0), appended in order; the loop's host waits and verification passes where asked.
+inline std::vector<int32_t> DeviceGreedyTokens(CudaBackend* backend, Transformer* target, Transformer* draft, int k,
+                                               const std::vector<std::vector<int32_t>>& prompts,
+                                               StepSyncStats* syncs = nullptr, VerifyPassStats* vstats = nullptr) {
+  const SpeculativeOptions so = MakeSpeculativeOptions(SamplingParams::Greedy(), k, false, AcceptMode::kRejection, 32);
+  auto dec = DeviceSpeculativeDecoder::Create(backend, target, k > 0 ? draft : nullptr, so, {});
+  EXPECT_TRUE(dec.ok()) << dec.status();
+  if (!dec.ok()) return {};
+  std::vector<int32_t> out;
+  for (const auto& p : prompts) {
+    auto got = (*dec)->Generate(p);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (got.ok()) out.insert(out.end(), got->begin(), got->end());
+  }
+  if (syncs) *syncs = (*dec)->syncs();
+  if (vstats) *vstats = (*dec)->verify_pass_stats();
+  return out;
 }
 
 }  // namespace specgen::testing
