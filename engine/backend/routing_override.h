@@ -43,15 +43,19 @@ class RoutingOverrideState {
     return absl::OkStatus();
   }
 
-  // The armed site, disarmed; nullopt when none. A routing call of `rows` rows and top-`k` must match
-  // the site's positions and the trace's k.
-  absl::StatusOr<std::optional<Site>> Take(std::string_view backend, int64_t rows, int64_t k) {
+  // The armed site, disarmed; nullopt when none. A routing call of `rows` rows over `experts` experts
+  // and top-`k` must match the site's positions and the trace's experts and k.
+  absl::StatusOr<std::optional<Site>> Take(std::string_view backend, int64_t rows, int64_t experts, int64_t k) {
     std::optional<Site> site;
     std::swap(site, armed_);
     if (!site) return site;
     if (static_cast<int64_t>(site->positions.size()) != rows || k != site->trace->top_k()) {
       return InvalidArgument(backend, " routing override: ", rows, " rows of top-", k, " routed, the override has ",
                              site->positions.size(), " positions of top-", site->trace->top_k());
+    }
+    if (site->trace->n_experts() != experts) {
+      return InvalidArgument(backend, " routing override: a trace of ", site->trace->n_experts(),
+                             " experts for a router of ", experts);
     }
     return site;
   }

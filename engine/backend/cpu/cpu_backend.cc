@@ -352,11 +352,7 @@ absl::Status CpuBackend::OverrideNextRouting(int layer, std::span<const int32_t>
 absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
   const int64_t n = logits.rows(), e = logits.cols();
   RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
-  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, k));
-  if (site && site->trace->n_experts() != e) {
-    return InvalidArgument("cpu routing override: a trace of ", site->trace->n_experts(),
-                           " experts for a router of ", e);
-  }
+  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, e, k));
   routing->n_tokens = n;
   routing->k = k;
   routing->expert.assign(n * k, 0);

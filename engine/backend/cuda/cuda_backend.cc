@@ -641,12 +641,12 @@ absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buff
                                        : norm == RouterNorm::kSoftmaxTopKRenormalize
                                              ? kernels::RouterMode::kSoftmaxTopKRenorm
                                              : kernels::RouterMode::kTopKSoftmax;
-  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cuda", n, k));
+  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cuda", n, e, k));
   if (n == 0) return r;
   CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
                                                  static_cast<int>(e), static_cast<int>(k), mode, r.weights,
                                                  r.ids, stream_));
-  if (site) RETURN_IF_ERROR(OverrideRouting(*site, e, r.ids));
+  if (site) RETURN_IF_ERROR(OverrideRouting(*site, r.ids));
   return r;
 }
 
@@ -680,12 +680,8 @@ absl::Status CudaBackend::OverrideNextRouting(int layer, std::span<const int32_t
   return routing_override_.Arm("cuda", layer, positions);
 }
 
-absl::Status CudaBackend::OverrideRouting(const RoutingOverrideState::Site& site, int64_t experts, int32_t* ids) {
+absl::Status CudaBackend::OverrideRouting(const RoutingOverrideState::Site& site, int32_t* ids) {
   const offload::RoutingTrace& trace = *site.trace;
-  if (trace.n_experts() != experts) {
-    return InvalidArgument("cuda routing override: a trace of ", trace.n_experts(), " experts for a router of ",
-                           experts);
-  }
   const int n = static_cast<int>(site.positions.size());
   const int32_t* d_positions = nullptr;
   if (device_length_ != nullptr) {  // a captured pass: consecutive positions from the device's length

@@ -175,7 +175,7 @@ class CudaBackend : public Backend {
   };
   absl::StatusOr<DeviceRouting> RouteOnDevice(const Buffer& logits, int64_t k, RouterNorm norm);
   // The armed routing override applied to RouteOnDevice's ids.
-  absl::Status OverrideRouting(const RoutingOverrideState::Site& site, int64_t experts, int32_t* ids);
+  absl::Status OverrideRouting(const RoutingOverrideState::Site& site, int32_t* ids);
 
   int device_ = 0;
   std::unique_ptr<DeviceArena> arena_;
