@@ -9,9 +9,9 @@ namespace {
 Registrar kVersion{{"version", "Print the version and the backends compiled in", [](CLI::App&) {
                       return []() -> absl::Status {
 #ifdef SPECGEN_WITH_CUDA
-                        std::printf("specgen 0.1 (backends: cpu, cuda)\n");
+                        std::printf("specgen %s (backends: cpu, cuda)\n", kSpecgenVersion);
 #else
-                        std::printf("specgen 0.1 (backends: cpu)\n");
+                        std::printf("specgen %s (backends: cpu)\n", kSpecgenVersion);
 #endif
                         return absl::OkStatus();
                       };

@@ -12,6 +12,9 @@
 
 namespace specgen::cli {
 
+// What `specgen --version`, `specgen version` and the stats JSON report.
+inline constexpr const char* kSpecgenVersion = "0.1";
+
 struct Command {
   std::string name;
   std::string summary;

@@ -14,4 +14,9 @@ namespace specgen::cli {
 // skipped; so is everything after `--`.
 std::optional<std::string> ForeignFlagMessage(std::span<char* const> args);
 
+// For a model flag (-m, -md and their long names) whose value reads like a Hugging Face repository
+// (`Org/Repo`) and is no file or directory here: a message saying that specgen does not download and
+// how to point -m at a downloaded file. nullopt otherwise.
+std::optional<std::string> HubRepoMessage(std::span<char* const> args);
+
 }  // namespace specgen::cli

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       "synth:PRESET (random weights of a real model's shape, e.g. synth:qwen3-30b-a3b).",
       "specgen"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "specgen 0.1");
+  app.set_version_flag("--version", std::string("specgen ") + specgen::cli::kSpecgenVersion);
   std::vector<Command> commands = specgen::cli::Registry();
   std::sort(commands.begin(), commands.end(),
             [](const Command& a, const Command& b) { return a.name < b.name; });
@@ -85,7 +86,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (auto message = specgen::cli::ForeignFlagMessage({argv + 1, static_cast<size_t>(argc - 1)})) {
+  std::optional<std::string> message = specgen::cli::ForeignFlagMessage({argv + 1, static_cast<size_t>(argc - 1)});
+  if (!message) message = specgen::cli::HubRepoMessage({argv + 1, static_cast<size_t>(argc - 1)});
+  if (message) {
     std::fprintf(stderr, "specgen%s%s: error: %s\n", argc > 1 && argv[1][0] != '-' ? " " : "",
                  argc > 1 && argv[1][0] != '-' ? argv[1] : "", message->c_str());
     return 1;
