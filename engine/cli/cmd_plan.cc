@@ -1,17 +1,23 @@
 // `specgen plan -m TARGET [-md DRAFT] --vram-budget SIZE [-c N] [--draft-max K] [--cache-type T]
-// [--json]`: the offload plan (engine/offload/planner.h) of a target and its draft under a VRAM budget,
-// computed from the models' headers alone (synth presets from their shapes): what is resident and what
-// streams, the expert-cache slots, and the predicted bytes and floor time of a verification pass of
-// n = 1..16 positions under uniform routing. Nothing is loaded or allocated.
+// [--acceptance A] [--json]`: the offload plan (engine/offload/planner.h) of a target and its draft under
+// a VRAM budget, computed from the models' headers alone (synth presets from their shapes): what is
+// resident and what streams, the expert-cache slots, the host RAM pinned, the predicted tokens/s with
+// and without the draft (engine/offload/speed_prediction.h) and the bytes and least time of a
+// verification pass of up to --draft-max + 1 positions. Nothing is loaded or allocated. The text
+// speaks the user's words; the JSON keeps the planner's names.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/offload/planner.h"
+#include "engine/offload/speed_prediction.h"
 #include "nlohmann/json.hpp"
 
 namespace specgen::cli {
@@ -28,6 +34,7 @@ struct PlanFlags {
   int64_t context = 0;
   int draft_max = 4;
   std::string cache_type = "f16";
+  std::string acceptance = "typical";
   bool json = false;
 };
 
@@ -39,7 +46,28 @@ absl::StatusOr<int> KvElementBytes(const std::string& cache_type) {
 
 std::string Bytes(double b) { return FormatBytes(b); }
 
-nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
+nlohmann::json SpeedJson(const offload::SpeedPrediction& s) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const offload::SpeedRow& r : s.rows) {
+    rows.push_back({{"draft_length", r.k},
+                    {"tokens_per_pass", r.tokens_per_pass},
+                    {"tokens_per_second_uniform", r.tokens_per_second_uniform()},
+                    {"tokens_per_second_locality", r.tokens_per_second_locality()},
+                    {"hit_rate_uniform", r.hit_rate_uniform},
+                    {"hit_rate_locality", r.hit_rate_locality}});
+  }
+  return {{"by_draft_length", rows},
+          {"best_draft_length_uniform", s.best_k_uniform},
+          {"best_draft_length_locality", s.best_k_locality},
+          {"acceptance", {{"name", s.acceptance.name}, {"by_depth", s.acceptance.by_depth}}},
+          {"rates", {{"source", s.rates.source},
+                     {"link_bytes_per_second", s.rates.link_bytes_per_second},
+                     {"pass_bytes_per_second", s.rates.pass_bytes_per_second},
+                     {"extra_position_share", s.rates.extra_position_share},
+                     {"draft_token_seconds", s.draft_token_seconds}}}};
+}
+
+nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction& speed) {
   nlohmann::json resident = nlohmann::json::object();
   for (int k = 0; k < offload::kResidentKinds; ++k) {
     resident[std::string(offload::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
@@ -72,53 +100,137 @@ nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
           {"total_experts", p.total_experts},
           {"slot_bytes", p.slot_bytes},
           {"slot_share", p.slot_share},
-          {"passes", passes}};
+          {"passes", passes},
+          {"speed", SpeedJson(speed)}};
 }
 
-void PrintText(const Plan& p, const PlanFlags& f) {
+// What a user calls each resident kind (the JSON keeps the planner's names).
+const char* ResidentLabel(ResidentKind k) {
+  switch (k) {
+    case ResidentKind::kDraft: return "draft model";
+    case ResidentKind::kKvTarget: return "target's KV cache";
+    case ResidentKind::kKvDraft: return "draft's KV cache";
+    case ResidentKind::kWorkspace: return "working memory";
+    case ResidentKind::kEmbedding: return "embedding";
+    case ResidentKind::kHead: return "output head";
+    case ResidentKind::kNorms: return "norms";
+    case ResidentKind::kRouters: return "routers";
+    case ResidentKind::kAttention: return "attention";
+    case ResidentKind::kDenseLayers: return "dense layers";
+    case ResidentKind::kDenseRing: return "dense-layer ring";
+    case ResidentKind::kExpertsResident: return "experts (all)";
+    case ResidentKind::kExpertSlots: return "expert cache";
+    case ResidentKind::kSlotTable: return "cache index";
+  }
+  return "?";
+}
+
+std::string Rate(double tokens_per_second) {
+  char b[32];
+  std::snprintf(b, sizeof b, tokens_per_second >= 100 ? "%.0f" : "%.1f", tokens_per_second);
+  return b;
+}
+
+// "54-153" (uniform routing, the worst case, to locality), or one figure when they agree.
+std::string RateRange(double uniform, double locality) {
+  const std::string a = Rate(uniform), b = Rate(locality);
+  return a == b ? a : a + "-" + b;
+}
+
+void PrintSpeed(const offload::SpeedPrediction& s, bool streams) {
+  const offload::SpeedRow& alone = s.rows[0];
+  std::printf("how fast (predicted tokens/s%s)\n",
+              streams ? "; a range from uniform routing, the worst case for the expert cache, to the "
+                        "locality of a trained model"
+                      : "");
+  std::printf("  target alone          %s tokens/s\n",
+              RateRange(alone.tokens_per_second_uniform(), alone.tokens_per_second_locality()).c_str());
+  if (s.rows.size() > 1) {
+    const offload::SpeedRow& u = s.rows[s.best_k_uniform];
+    const offload::SpeedRow& l = s.rows[s.best_k_locality];
+    std::printf("  with the draft        %s tokens/s (best draft length %s)%s\n",
+                RateRange(u.tokens_per_second_uniform(), l.tokens_per_second_locality()).c_str(),
+                u.k == l.k ? std::to_string(u.k).c_str()
+                           : (std::to_string(u.k) + " to " + std::to_string(l.k)).c_str(),
+                u.tokens_per_second_uniform() < alone.tokens_per_second_uniform() &&
+                        l.tokens_per_second_locality() < alone.tokens_per_second_locality()
+                    ? ": slower than the target alone at this acceptance"
+                    : "");
+    std::printf("  %12s %15s %16s%s\n", "draft length", "tokens a pass", "tokens/s",
+                streams ? "  expert-cache hits" : "");
+    for (const offload::SpeedRow& r : s.rows) {
+      std::printf("  %12d %15.2f %16s", r.k, r.tokens_per_pass,
+                  RateRange(r.tokens_per_second_uniform(), r.tokens_per_second_locality()).c_str());
+      if (streams) std::printf("  %3.0f%%-%3.0f%%", 100 * r.hit_rate_uniform, 100 * r.hit_rate_locality);
+      std::printf("\n");
+    }
+    std::string profile;
+    for (size_t i = 0; i < s.acceptance.by_depth.size(); ++i) {
+      char b[16];
+      std::snprintf(b, sizeof b, "%g", s.acceptance.by_depth[i]);
+      const bool last = i + 1 == s.acceptance.by_depth.size();
+      profile += (i == 0 ? "" : last ? ", then " : ", ") + std::string(b);
+    }
+    std::printf("  assumed acceptance: %s (the chance that a drafted token is accepted, by its place in the "
+                "draft: %s%s; --acceptance 0.6|0.9|typical)\n",
+                s.acceptance.name.c_str(), profile.c_str(), s.acceptance.by_depth.size() > 1 ? " for deeper ones" : " at every place");
+  }
+  std::printf("  assumed rates, %s: host-to-GPU copies %.0f GB/s; a one-token pass reads its weights at "
+              "%.0f GB/s, each further token of a pass adds %.0f%% of it",
+              s.rates.source.c_str(), s.rates.link_bytes_per_second / 1e9, s.rates.pass_bytes_per_second / 1e9,
+              100 * s.rates.extra_position_share);
+  if (s.draft_token_seconds > 0) std::printf("; a draft token %.2f ms", 1e3 * s.draft_token_seconds);
+  std::printf(".\n  A slower GPU or link runs slower; `specgen_bench` measures yours (README).\n");
+}
+
+void PrintText(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction& speed) {
   std::printf("plan for %s%s\n", f.model.c_str(), f.draft.empty() ? "" : (" drafted by " + f.draft).c_str());
-  std::printf("  VRAM budget %s (minimum %s), context %lld, draft length bound %d, KV cache %s\n",
+  std::printf("  GPU memory budget %s (the least this pair can run in: %s), context %lld tokens, draft length "
+              "up to %d, KV cache as %s\n",
               Bytes(double(p.vram_budget)).c_str(), Bytes(double(p.minimum_budget)).c_str(),
               static_cast<long long>(p.context), f.draft.empty() ? 0 : f.draft_max, f.cache_type.c_str());
-  std::printf("resident in VRAM\n");
+  std::printf("in GPU memory\n");
   for (int k = 0; k < offload::kResidentKinds; ++k) {
     if (p.resident_bytes[k] == 0) continue;
-    std::printf("  %-16s %12s\n", std::string(offload::ResidentKindName(static_cast<ResidentKind>(k))).c_str(),
-                Bytes(double(p.resident_bytes[k])).c_str());
+    std::printf("  %-18s %12s\n", ResidentLabel(static_cast<ResidentKind>(k)), Bytes(double(p.resident_bytes[k])).c_str());
   }
-  std::printf("  %-16s %12s\n", "total", Bytes(double(p.resident_total)).c_str());
+  std::printf("  %-18s %12s\n", "total", Bytes(double(p.resident_total)).c_str());
   std::printf("streamed from pinned host RAM\n");
   if (p.host_bytes == 0) {
-    std::printf("  nothing: every weight is resident\n");
+    std::printf("  nothing: every weight fits in GPU memory; no host RAM is pinned\n");
   } else {
-    if (p.streamed_experts > 0) std::printf("  %-16s %12s\n", "experts", Bytes(double(p.streamed_experts)).c_str());
+    if (p.streamed_experts > 0) std::printf("  %-18s %12s\n", "experts", Bytes(double(p.streamed_experts)).c_str());
     if (p.streamed_dense > 0) {
       std::string layers;
       for (int l : p.streamed_dense_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-      std::printf("  %-16s %12s (layers %s, through a ring of %d layer buffers)\n", "dense layers",
+      std::printf("  %-18s %12s (layers %s, through %d layer buffers in GPU memory)\n", "dense layers",
                   Bytes(double(p.streamed_dense)).c_str(), layers.c_str(), p.dense_ring_layers);
     }
-    std::printf("  %-16s %12s\n", "host RAM", Bytes(double(p.host_bytes)).c_str());
+    std::printf("  %-18s %12s of host RAM, pinned at start (--host-ram: plan for another machine's RAM)\n",
+                "pins", Bytes(double(p.host_bytes)).c_str());
   }
   if (p.total_experts > 0) {
     if (p.expert_cache_slots < 0) {
-      std::printf("expert cache: every one of the %lld experts resident (expert_cache_slots -1)\n",
-                  static_cast<long long>(p.total_experts));
+      std::printf("experts: all %lld fit in GPU memory; nothing streams\n", static_cast<long long>(p.total_experts));
     } else {
-      std::printf("expert cache: %lld slots of %s for %lld experts (%.1f%%); prompts fed in chunks of %lld\n",
-                  static_cast<long long>(p.expert_cache_slots), Bytes(double(p.slot_bytes)).c_str(),
-                  static_cast<long long>(p.total_experts), 100.0 * p.slot_share,
-                  static_cast<long long>(p.prefill_chunk));
+      std::printf("expert cache: room for %lld of the %lld experts (%.1f%%), %s each; prompts are read in "
+                  "chunks of %lld tokens\n",
+                  static_cast<long long>(p.expert_cache_slots), static_cast<long long>(p.total_experts),
+                  100.0 * p.slot_share, Bytes(double(p.slot_bytes)).c_str(), static_cast<long long>(p.prefill_chunk));
     }
   }
-  std::printf("verification pass of n positions, uniform routing (floor = streamed / %.0f GB/s + VRAM read / "
-              "%.1f TB/s)\n", offload::kPcieBytesPerSecond / 1e9, offload::kHbmBytesPerSecond / 1e12);
-  std::printf("  %3s %9s %9s %12s %12s %10s\n", "n", "distinct", "missed", "streamed", "VRAM read", "floor ms");
+  PrintSpeed(speed, p.expert_cache_slots >= 0 && p.total_experts > 0);
+  const int shown = 1 + (f.draft.empty() ? 0 : f.draft_max);
+  std::printf("a verification pass of n tokens, uniform routing (least time the links allow: streamed bytes / %.0f "
+              "GB/s + GPU memory read / %.1f TB/s)\n", offload::kPcieBytesPerSecond / 1e9,
+              offload::kHbmBytesPerSecond / 1e12);
+  std::printf("  %3s %9s %9s %12s %12s %10s\n", "n", "experts", "fetched", "streamed", "GPU read", "least ms");
   for (const offload::PassPrediction& x : p.passes) {
+    if (x.n > shown) break;
     std::printf("  %3d %9.2f %9.2f %12s %12s %10.3f\n", x.n, x.distinct_experts, x.missed_experts,
                 Bytes(x.streamed_bytes).c_str(), Bytes(x.hbm_bytes).c_str(), 1e3 * x.floor_seconds);
   }
-  if (p.total_experts > 0) std::printf("  (distinct and missed: experts per MoE layer)\n");
+  if (p.total_experts > 0) std::printf("  (experts: distinct experts a layer uses; fetched: of them, not in the cache)\n");
 }
 
 absl::Status RunPlan(const PlanFlags& f) {
@@ -126,6 +238,7 @@ absl::Status RunPlan(const PlanFlags& f) {
   ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
   if (budget == 0) return InvalidArgument("--vram-budget ", f.vram_budget, ": must be more than 0 bytes");
   ASSIGN_OR_RETURN(const int kv_bytes, KvElementBytes(f.cache_type));
+  ASSIGN_OR_RETURN(const offload::AcceptanceProfile acceptance, offload::ParseAcceptance(f.acceptance));
   if (f.draft_max < 0 || f.draft_max > offload::kMaxPredictedPositions - 1) {
     return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", offload::kMaxPredictedPositions - 1,
                            "]");
@@ -154,16 +267,37 @@ absl::Status RunPlan(const PlanFlags& f) {
     }
     draft = std::make_unique<offload::ModelBytes>(std::move(d));
   }
-  ASSIGN_OR_RETURN(const Plan plan, offload::MakePlan(target, draft.get(), o));
+  absl::StatusOr<Plan> made = offload::MakePlan(target, draft.get(), o);
+  if (absl::IsResourceExhausted(made.status()) && o.host_available > 0 &&
+      absl::StrContains(made.status().message(), "host RAM")) {
+    // The planner speaks of this machine; plan's user may be planning for another one.
+    std::string message(made.status().message());
+    if (!f.host_ram.empty()) absl::StrReplaceAll({{"(MemAvailable)", "(--host-ram)"}}, &message);
+    return absl::ResourceExhaustedError(Cat(message, "; to plan for a machine with more RAM, give its RAM with ",
+                                            "--host-ram SIZE"));
+  }
+  if (!made.ok()) return made.status();
+  const Plan& plan = *made;
+  // The target alone runs without the draft in VRAM, so with more room for the expert cache.
+  std::optional<Plan> alone_plan;
+  if (draft != nullptr) {
+    offload::PlanOptions alone = o;
+    alone.draft_max = 0;
+    ASSIGN_OR_RETURN(alone_plan, offload::MakePlan(target, nullptr, alone));
+  }
+  ASSIGN_OR_RETURN(const offload::SpeedPrediction speed,
+                   offload::PredictSpeed(plan, target, draft.get(), f.draft_max, acceptance, {},
+                                         alone_plan ? &*alone_plan : nullptr));
   if (f.json) {
-    std::printf("%s\n", PlanJson(plan, f).dump().c_str());
+    std::printf("%s\n", PlanJson(plan, f, speed).dump().c_str());
   } else {
-    PrintText(plan, f);
+    PrintText(plan, f, speed);
   }
   return absl::OkStatus();
 }
 
-Registrar kPlan{{"plan", "Show what a VRAM budget holds of a target and its draft, and what streams",
+Registrar kPlan{{"plan", "Show what a GPU memory budget holds of a target and its draft, what streams, and how fast it "
+                 "should run",
                  [](CLI::App& app) {
                    auto f = std::make_shared<PlanFlags>();
                    app.add_option("-m,--model", f->model,
@@ -187,6 +321,11 @@ Registrar kPlan{{"plan", "Show what a VRAM budget holds of a target and its draf
                    app.add_option("--host-ram", f->host_ram,
                                   "host RAM to plan for instead of this machine's MemAvailable, e.g. 64GiB "
                                   "(to plan for another machine); the streamed part must fit in it");
+                   app.add_option("--acceptance", f->acceptance,
+                                  "acceptance assumed for the predicted speed with the draft: 'typical' (0.8, "
+                                  "0.75, 0.7, 0.65, 0.6, then 0.55 by the token's place in the draft) or the "
+                                  "chance that any drafted token is accepted, e.g. 0.6 or 0.9")
+                       ->capture_default_str();
                    app.add_flag("--json", f->json, "print the plan as one JSON object (bytes as integers)");
                    return [f]() { return RunPlan(*f); };
                  }}};

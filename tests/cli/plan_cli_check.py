@@ -74,9 +74,43 @@ def main():
 
     rc, out, err = run(specgen, ["plan"] + pair + ["--vram-budget", "8GiB"])
     check(rc == 0, f"text plan: exit {rc}, stderr: {err.strip()}")
-    for words in ["resident in VRAM", "streamed from pinned host RAM", "expert cache:", "floor ms"]:
+    for words in ["in GPU memory", "streamed from pinned host RAM", "expert cache:", "least ms", "how fast",
+                  "target alone", "with the draft", "of host RAM, pinned", "assumed rates", "NVIDIA H200",
+                  "assumed acceptance: typical"]:
         check(words in out, f"text plan lacks '{words}':\n{out}")
-    check(len([l for l in out.splitlines() if l.split()[:1] == ["16"]]) == 1, f"text plan has no n = 16 row:\n{out}")
+    # User words, not the planner's internal names (the JSON keeps those).
+    for internal in ["kv_target", "kv_draft", "slot_table", "expert_cache_slots", "expert_slots", "slots -1"]:
+        check(internal not in out, f"text plan says '{internal}':\n{out}")
+    # Pass sizes up to --draft-max + 1 (4 + 1), not 16; draft lengths 0..4 in the speed table.
+    rows = [l.split() for l in out.splitlines() if l.startswith("  ") and l.split()[:1] and l.split()[0].isdigit()]
+    check(sum(1 for r in rows if r[0] == "5") >= 1 and not any(r[0] == "16" for r in rows),
+          f"text plan's tables do not stop at n = 5:\n{out}")
+    rc, out6, _ = run(specgen, ["plan"] + pair + ["--vram-budget", "8GiB", "--draft-max", "6"])
+    check(rc == 0 and any(l.split()[:1] == ["7"] for l in out6.splitlines()), f"--draft-max 6 shows no n = 7:\n{out6}")
+
+    # The speed prediction: locality is never slower than uniform, a draft at acceptance 0.9 beats one at
+    # 0.6, and the rows cover draft lengths 0..--draft-max.
+    sp = {}
+    for acc in ("typical", "0.6", "0.9"):
+        q = plan_json(specgen, pair + ["--vram-budget", "8GiB", "--acceptance", acc], f"--acceptance {acc}")
+        if q is None:
+            continue
+        s = q["speed"]
+        check([r["draft_length"] for r in s["by_draft_length"]] == list(range(5)), f"{acc}: rows {s}")
+        for r in s["by_draft_length"]:
+            check(r["tokens_per_second_locality"] >= r["tokens_per_second_uniform"] > 0, f"{acc}: row {r}")
+        check(s["rates"]["source"].find("H200") >= 0, f"{acc}: the rates' source is not named: {s['rates']}")
+        sp[acc] = s
+    if "0.6" in sp and "0.9" in sp:
+        k4 = lambda s: s["by_draft_length"][4]
+        check(k4(sp["0.9"])["tokens_per_pass"] > k4(sp["0.6"])["tokens_per_pass"], "0.9 yields no more than 0.6")
+        check(abs(k4(sp["0.9"])["tokens_per_pass"] - (1 - 0.9 ** 5) / 0.1) < 1e-9, "tokens per pass at 0.9, k 4")
+    if "typical" in sp:
+        check(sp["typical"]["acceptance"]["by_depth"] == [0.8, 0.75, 0.7, 0.65, 0.6, 0.55], "the typical profile")
+    # Without a draft: the target alone, one row.
+    q = plan_json(specgen, ["-m", target, "--host-ram", "256GiB", "--vram-budget", "8GiB"], "no draft")
+    if q is not None:
+        check(len(q["speed"]["by_draft_length"]) == 1, f"no draft: {q['speed']}")
 
     p = plan_json(specgen, pair + ["--vram-budget", "80GiB"], "plan at 80GiB")
     if p is not None:
@@ -112,6 +146,9 @@ def main():
     for args, words in [
         (pair + ["--vram-budget", "100MiB"], "below the minimum of"),
         (["-m", target, "--vram-budget", "8GiB", "--host-ram", "1GiB"], "host RAM"),
+        (["-m", target, "--vram-budget", "8GiB", "--host-ram", "1GiB"], "--host-ram"),
+        (pair + ["--vram-budget", "8GiB", "--acceptance", "often"], "--acceptance"),
+        (pair + ["--vram-budget", "8GiB", "--acceptance", "1.5"], "--acceptance"),
         (["-m", target], "--vram-budget"),
         (["-m", target, "--vram-budget", "lots"], "lots"),
         (["-m", target, "--vram-budget", "8GiB", "--cache-type", "q4"], "--cache-type"),
@@ -129,7 +166,7 @@ def main():
     rc, out, _ = run(specgen, ["plan", "--help"])
     check(rc == 0, f"plan --help: exit {rc}")
     for flag in ["--model", "--model-draft", "--vram-budget", "--ctx-size", "--draft-max", "--cache-type",
-                 "--host-ram", "--json"]:
+                 "--host-ram", "--acceptance", "--json"]:
         check(flag in out, f"plan --help does not explain {flag}")
 
     if failures:
