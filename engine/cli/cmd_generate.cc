@@ -15,6 +15,8 @@
 #include "engine/cli/generation_flags.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/speculative_loop.h"
+#include "engine/io/model_loader.h"
+#include "engine/tokenizer/stop_strings.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 
 namespace specgen::cli {
@@ -24,6 +26,7 @@ namespace {
 struct GenerateFlags {
   GenerationFlags common;
   std::string prompt, prompt_file, prompt_ids;
+  std::vector<std::string> stop;  // --stop / -r / --reverse-prompt
   bool print_ids = false;
 };
 
@@ -59,6 +62,12 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
     ASSIGN_OR_RETURN(prompt, ParseIdList("--prompt-ids", flags.prompt_ids));
   }
 
+  // Synth presets have no tokenizer; say so before generating gigabytes of random weights.
+  if (prompt.empty() && SourceKind(flags.common.model) == ModelSourceKind::kSynth) {
+    return InvalidArgument("-m ", flags.common.model, ": synthetic models have no tokenizer, so ",
+                           flags.prompt_file.empty() ? "-p TEXT" : "-f FILE",
+                           " cannot be turned into tokens; give token ids with --prompt-ids 1,2,3");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedPair> pair, LoadPair(flags.common));
   const Tokenizer* target_tok = pair->target_tok.get();
   if (prompt.empty()) {
@@ -75,6 +84,11 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   }
 
   const bool text_out = target_tok != nullptr && !flags.print_ids;
+  StopStrings stops(flags.stop);
+  if (!stops.empty() && !text_out) {
+    return InvalidArgument("--stop matches text, and this run prints ",
+                           flags.print_ids ? "token ids (--print-ids)" : "token ids (the model has no tokenizer)");
+  }
   std::unique_ptr<StreamingDetokenizer> detok;
   if (text_out) detok = std::make_unique<StreamingDetokenizer>(*target_tok);
   absl::Status sink_status = absl::OkStatus();
@@ -87,7 +101,7 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
           sink_status.Update(piece.status());
           continue;
         }
-        std::fputs(piece->c_str(), stdout);
+        std::fputs(stops.Add(*piece).c_str(), stdout);
       } else {
         std::printf(first_id ? "%d" : " %d", t);
         first_id = false;
@@ -101,9 +115,16 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
     std::fputs(prompt_text.c_str(), stdout);
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, pair->options));
+  SpeculativeOptions options = pair->options;
+  // A stop string ends generation before the next step; tokens of the step that completed it are not
+  // printed past it.
+  if (!stops.empty()) options.stop = [&stops] { return stops.stopped(); };
+  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, options));
   ASSIGN_OR_RETURN(std::vector<int32_t> generated, decoder->Generate(prompt, sink));
-  if (text_out) std::fputs(detok->Finish().c_str(), stdout);
+  if (text_out) {
+    std::string tail = stops.Add(detok->Finish());
+    std::fputs((tail + stops.Finish()).c_str(), stdout);
+  }
   std::fputs("\n", stdout);
   RETURN_IF_ERROR(sink_status);
   PrintStats(flags.common, *pair, decoder->stats());
@@ -119,6 +140,12 @@ Registrar kGenerate{
        app.add_option("-f,--file", f->prompt_file, "read the prompt text from this file");
        app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids");
        app.add_flag("--print-ids", f->print_ids, "print token ids instead of text");
+       app.add_option("--stop,-r,--reverse-prompt", f->stop,
+                      "stop when the output contains TEXT, printing nothing of it; repeat for several "
+                      "(llama.cpp's -r / --reverse-prompt)")
+           ->type_name("TEXT")
+           ->expected(1)
+           ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
        return [f]() { return RunGenerate(*f); };
      }}};
 

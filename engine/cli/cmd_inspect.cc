@@ -108,14 +108,24 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
   std::string dtype_note;
   if (kind == ModelSourceKind::kSynth) {
     ASSIGN_OR_RETURN(spec, LoadModelSpec(path));
-    // A dtype (every matrix in it, as synth:PRESET:TYPE loads) or a mix (q4_k_m).
-    ExportType t;
-    if (absl::StatusOr<DType> d = ParseDType(type_text); d.ok()) {
-      t = PureExportType(*d);
-    } else {
-      ASSIGN_OR_RETURN(t, ParseExportType(type_text));
+    // The type as generate and plan take it: the path's TYPE (synth:PRESET:TYPE), else --type, else
+    // the path's default (f32). A dtype (every matrix in it) or a mix (q4_k_m).
+    ASSIGN_OR_RETURN(const SynthPath sp, ParseSynthPath(path));
+    const bool path_has_type = std::count(path.begin(), path.end(), ':') >= 2;
+    ExportType t = sp.type;
+    if (!type_text.empty()) {
+      if (absl::StatusOr<DType> d = ParseDType(type_text); d.ok()) {
+        t = PureExportType(*d);
+      } else {
+        ASSIGN_OR_RETURN(t, ParseExportType(type_text));
+      }
+      if (path_has_type && t.name != sp.type.name) {
+        return InvalidArgument("--type ", type_text, " and the type in ", path, " disagree; give one of them");
+      }
     }
-    dtype_note = Cat(" (sizes as ", t.name, ", --type)");
+    dtype_note = Cat(" (sizes as ", t.name, path_has_type ? ", from the model path)"
+                                                  : type_text.empty() ? ", the default; --type or synth:PRESET:TYPE)"
+                                                                      : ", --type)");
     for (const ExpectedTensor& e : ExpectedTensors(spec)) {
       if (IsExpert(e.key.role) && e.key.expert > 0) continue;
       Row r{e.key, KeyString(e.key), ChooseTensorType(t, spec, e.key, e.shape.back()).dtype, e.shape};
@@ -241,7 +251,7 @@ Registrar kInspect{{"inspect", "Show a model's architecture, hyper-parameters, p
                     [](CLI::App& app) {
                       auto model = std::make_shared<std::string>();
                       auto tensors = std::make_shared<bool>(false);
-                      auto type = std::make_shared<std::string>("bf16");
+                      auto type = std::make_shared<std::string>();
                       app.add_option("MODEL", *model,
                                      "A GGUF file, a Hugging Face directory (config.json + *.safetensors), or "
                                      "synth:PRESET (inspected from its shape alone; nothing is generated)")
@@ -251,8 +261,9 @@ Registrar kInspect{{"inspect", "Show a model's architecture, hyper-parameters, p
                                    "(experts of a layer collapsed into one row)");
                       app.add_option("--type", *type,
                                      Cat("For synth: presets only, the type the byte sizes assume: a dtype, or a "
-                                         "mix of convert --type (", kExportTypes, "); files report their own"))
-                          ->capture_default_str();
+                                         "mix of convert --type (", kExportTypes, "); default: the model path's "
+                                         "TYPE (synth:PRESET:TYPE), else f32 as generate and plan take it; files "
+                                         "report their own"));
                       return [=]() { return Inspect(*model, *tensors, *type); };
                     }}};
 

@@ -14,7 +14,7 @@ enum class StopReason {
   kEndToken,     // the target emitted an end-of-generation token
   kMaxTokens,    // -n tokens were generated
   kContextFull,  // the sequence filled the target's context
-  kStopped,      // SpeculativeOptions::stop asked to stop (the chat's Ctrl-C)
+  kStopped,      // SpeculativeOptions::stop asked to stop (the chat's Ctrl-C, generate's --stop)
 };
 const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "context_full", "stopped", "none"
 

@@ -4,9 +4,14 @@
 usage: newcomer_check.py SPECGEN SOURCE_DIR
 
 Each section is one item of the issue: llama.cpp's offload and download flags answered with the specgen
-way (never help with exit 0, never "arguments were not expected").
+way (never help with exit 0, never "arguments were not expected"); the README's recipe commands, run on
+the bundled pair and the synth presets of the same shapes; stop strings; synth models' one default type
+and their early refusal of text; the CPU's word on --vram-budget; the stats JSON's names; --reasoning.
 """
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -59,12 +64,61 @@ def llama_offload_flags(specgen, target):
     check(rc == 0, f"tokenize -m {target}: exit {rc}: {err.strip()[:300]}")
 
 
+
+
+
+def synth_models(specgen):
+    # One default type: inspect, plan and generate take synth:PRESET as f32, synth:PRESET:TYPE as TYPE.
+    rc, out, err = run(specgen, ["inspect", "synth:tiny-moe"])
+    check(rc == 0 and "sizes as f32, the default" in out, f"inspect synth:tiny-moe: {rc} {out[-400:]} {err[-200:]}")
+    rc, out, err = run(specgen, ["inspect", "synth:tiny-moe:q8_0"])
+    check(rc == 0 and "sizes as q8_0, from the model path" in out, f"inspect synth:tiny-moe:q8_0 ignores TYPE: {out[-400:]}")
+    expect_error(specgen, ["inspect", "synth:tiny-moe:q8_0", "--type", "q4_k"], ["--type q4_k", "disagree"])
+    # Plan's bytes follow the same type: q8_0 takes about 8.5/32 of f32's expert bytes.
+    a = json.loads(run(specgen, ["plan", "-m", "synth:tiny-moe", "--vram-budget", "8GiB", "--json"])[1])
+    b = json.loads(run(specgen, ["plan", "-m", "synth:tiny-moe:q8_0", "--vram-budget", "8GiB", "--json"])[1])
+    ratio = b["resident"]["experts"] / a["resident"]["experts"]
+    check(abs(ratio - 34 / 128) < 0.01, f"plan: q8_0 experts are {ratio:.3f} of f32's, want 34/128 (bytes/32 weights)")
+    # Text for a model without a tokenizer: refused before gigabytes of weights are made.
+    import time
+    t0 = time.time()
+    expect_error(specgen, ["generate", "-m", "synth:qwen3-235b-a22b", "-p", "hello"],
+                 ["synth:qwen3-235b-a22b", "no tokenizer", "--prompt-ids"])
+    check(time.time() - t0 < 20, f"generate -m synth:qwen3-235b-a22b -p: took {time.time() - t0:.0f} s to refuse")
+
+
+def pair_args(target, draft):
+    return ["-m", target, "-md", draft, "--device", "cpu", "--temp", "0"]
+
+
+def stop_strings(specgen, target, draft):
+    pair = pair_args(target, draft)
+    # A stop string ends the output just before it; -r and --reverse-prompt are the same flag.
+    rc, full, err = run(specgen, ["generate"] + pair + ["-p", "def fibonacci(n):", "-n", "48", "--ignore-eos"])
+    check(rc == 0, f"generate: exit {rc}: {err[-300:]}")
+    body = full[len("def fibonacci(n):"):]
+    stop = body.strip()[:3] if body.strip() else "x"
+    cut = body.index(stop)
+    for flag in ("--stop", "-r", "--reverse-prompt"):
+        rc, out, err = run(specgen, ["generate"] + pair + ["-p", "def fibonacci(n):", "-n", "48", "--ignore-eos",
+                                                          flag, stop, "--stats", "json"])
+        lines = out.rstrip("\n").split("\n")
+        stats = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+        text = "\n".join(lines[:-1])
+        check(rc == 0 and text == "def fibonacci(n):" + body[:cut], f"{flag} {stop!r}: {text!r}, want "
+              f"{'def fibonacci(n):' + body[:cut]!r}")
+        check(stats.get("stop_reason") == "stopped" and stats.get("tokens", 99) < 48, f"{flag}: stats {stats}")
+    expect_error(specgen, ["generate"] + pair + ["-p", "x", "--print-ids", "--stop", "y"], ["--stop", "--print-ids"])
+
+
 def main():
     specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
     # Relative paths as a user types them from the source tree (models/tiny-target has one slash).
     os.chdir(source)
     target = "models/tiny-target"
     llama_offload_flags(specgen, target)
+    synth_models(specgen)
+    stop_strings(specgen, target, "models/tiny-draft")
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
