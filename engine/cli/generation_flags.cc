@@ -5,6 +5,8 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
+#include "engine/cli/command.h"
+#include "nlohmann/json.hpp"
 #include "engine/backend/make_backend.h"
 #include "engine/cli/load_report.h"
 #include "engine/cli/resource_check.h"
@@ -233,6 +235,12 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   ASSIGN_OR_RETURN(MadeBackend made, MakeDeviceBackend(flags.device, backend_options));
   pair->backend = std::move(made.backend);
   pair->cuda = made.cuda;
+  if (!made.cuda && !flags.vram_budget.empty()) {
+    // A user who asked for a budget and got the CPU would otherwise think it applied.
+    std::fprintf(stderr, "note: --vram-budget %s is ignored: this run is on the CPU (%s), which holds every "
+                 "weight in host RAM\n", flags.vram_budget.c_str(),
+                 CudaCompiledIn() ? "--device cpu, or no GPU found" : "this build has no CUDA");
+  }
   const size_t vram_budget = made.vram_budget;
   const bool with_draft = !flags.draft.empty() && flags.draft_max > 0;
   ASSIGN_OR_RETURN(const ModelSpec target_spec, LoadModelSpec(flags.model));
@@ -294,9 +302,22 @@ std::string WithSeed(const std::string& json, const GenerationFlags& flags) {
   return Cat("{\"seed\":", flags.sampling.seed, json.size() > 2 ? "," : "", json.substr(1));
 }
 
+std::string StatsJson(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {
+  // What ran comes first, so a saved line says by itself which build, device and models it measured.
+  // Spliced in front of the stats object's own keys (dumped values, so the paths are escaped).
+  const std::string stats_json = stats.ToJson();
+  const std::string device = pair.backend != nullptr ? std::string(pair.backend->name()) : "none";
+  std::string head = Cat("{\"seed\":", flags.sampling.seed, ",\"version\":", nlohmann::json(kSpecgenVersion).dump(),
+                         ",\"device\":", nlohmann::json(device).dump(), ",\"target\":",
+                         nlohmann::json(flags.model).dump(), ",\"draft\":",
+                         pair.draft != nullptr ? nlohmann::json(flags.draft).dump() : "null");
+  if (stats_json.size() > 2) head += ",";
+  return head + stats_json.substr(1);
+}
+
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats) {
   if (flags.stats == "json") {
-    std::printf("%s\n", WithSeed(stats.ToJson(), flags).c_str());
+    std::printf("%s\n", StatsJson(flags, pair, stats).c_str());
     std::fflush(stdout);
   } else if (flags.stats == "text") {
     const bool spec = pair.draft != nullptr;

@@ -106,6 +106,10 @@ absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeLoop(const LoadedPair& pair
 // drawn at random under --seed -1).
 std::string WithSeed(const std::string& json, const GenerationFlags& flags);
 
+// The run's stats JSON (--stats json): seed, version, device, the target and draft paths (draft null
+// without one), then SpeculativeStats::ToJson's keys.
+std::string StatsJson(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);
+
 // --stats: text goes to stderr, json is one line on stdout, none prints nothing.
 void PrintStats(const GenerationFlags& flags, const LoadedPair& pair, const SpeculativeStats& stats);
 

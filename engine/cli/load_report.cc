@@ -79,8 +79,15 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;
-    ProgressBar bar(backend->name() == "cpu" ? Cat("loading ", role, " ", name, " (to f32)")
-                                             : Cat("uploading ", role, " ", name, " to ", backend->name()),
+    // The CPU widens only 16-bit floats to f32; block-quantized weights stay packed, f32 is read in
+    // place, so the line names the widening only when it happens.
+    bool widens = false;
+    for (const auto& [key, view] : model->weights.tensors()) {
+      widens |= view.dtype == DType::kF16 || view.dtype == DType::kBF16;
+    }
+    ProgressBar bar(backend->name() == "cpu"
+                        ? Cat("loading ", role, " ", name, widens ? " (16-bit weights to f32)" : "")
+                        : Cat("uploading ", role, " ", name, " to ", backend->name()),
                     0);
     // One bar over every part: the uploads, then (when something streams) the copies into pinned host
     // RAM of the dense layers and of the experts.

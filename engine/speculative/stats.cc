@@ -22,6 +22,25 @@ const char* StopReasonName(StopReason reason) {
   return "none";
 }
 
+namespace {
+// The text stats' words for a stop reason (the JSON keeps StopReasonName's).
+const char* StopReasonWords(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEndToken:
+      return "the model's end token";
+    case StopReason::kMaxTokens:
+      return "the -n limit";
+    case StopReason::kStopped:
+      return "a stop: Ctrl-C or a --stop string";
+    case StopReason::kContextFull:
+      return "the context is full (-c)";
+    case StopReason::kNone:
+      break;
+  }
+  return "not ended";
+}
+}  // namespace
+
 OffloadCounters& OffloadCounters::operator+=(const OffloadCounters& o) {
   h2d_bytes += o.h2d_bytes;
   expert_hits += o.expert_hits;
@@ -78,8 +97,8 @@ std::string SpeculativeStats::ToJson() const {
       {"passes", passes},
       {"drafted", drafted},
       {"accepted", accepted},
-      {"acceptance_rate", acceptance_rate()},
-      {"mean_accepted_length", mean_accepted_length()},
+      {"acceptance_rate", drafted > 0 ? nlohmann::json(acceptance_rate()) : nlohmann::json(nullptr)},
+      {"tokens_per_pass", mean_accepted_length()},
       {"mean_draft_length", mean_draft_length()},
       {"draft_max", draft_max},
       {"draft_length", draft_max == 0 ? "none" : adaptive ? "adaptive" : "fixed"},
@@ -88,8 +107,11 @@ std::string SpeculativeStats::ToJson() const {
       {"stop_reason", StopReasonName(stop_reason)},
       {"h2d_bytes", offload.h2d_bytes},
       {"h2d_bytes_per_token", h2d_bytes_per_token()},
-      {"expert_cache_hit_rate", offload.hit_rate()},
-      {"mean_distinct_experts", offload.mean_distinct_experts()},
+      // null where the figure does not apply: no expert cache consulted, no draft.
+      {"expert_cache_hit_rate", offload.expert_hits + offload.expert_misses > 0
+                                    ? nlohmann::json(offload.hit_rate()) : nlohmann::json(nullptr)},
+      {"mean_distinct_experts", offload.moe_layer_passes > 0 ? nlohmann::json(offload.mean_distinct_experts())
+                                                            : nlohmann::json(nullptr)},
       {"prefetch_useful_bytes", offload.prefetch_useful_bytes},
       {"prefetch_wasted_bytes", offload.prefetch_wasted_bytes},
       {"time",
@@ -119,16 +141,16 @@ std::string SpeculativeStats::ToText() const {
   std::snprintf(buf, sizeof(buf),
                 "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s, first "
                 "token after %.3f s\n"
-                "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tau %.3f (bonus "
-                "included), mean k %.2f (%s)\n"
+                "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tokens per pass %.3f, "
+                "mean draft length %.2f (%s)\n"
                 "per-position acceptance [%s]\n"
                 "time: draft %.3f s, verify %.3f s, accept %.3f s\n"
-                "stopped: %s\n",
+                "ended: %s\n",
                 (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
                 prefill_seconds, ttft_seconds, (long long)passes, (long long)drafted, (long long)accepted,
                 acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
                 per_position.c_str(), draft_seconds, verify_seconds, accept_seconds,
-                StopReasonName(stop_reason));
+                StopReasonWords(stop_reason));
   std::string text = buf;
   if (offload.streamed()) {
     std::snprintf(buf, sizeof(buf),

@@ -111,6 +111,17 @@ def stop_strings(specgen, target, draft):
     expect_error(specgen, ["generate"] + pair + ["-p", "x", "--print-ids", "--stop", "y"], ["--stop", "--print-ids"])
 
 
+def stats_words(specgen, target, draft):
+    pair = pair_args(target, draft)
+    # The text stats: tokens per pass, "ended", no τ.
+    rc, out, err = run(specgen, ["generate"] + pair + ["-p", "x = ", "-n", "8", "--stats", "text"])
+    check("tokens per pass" in err and "tau" not in err and "ended: " in err and "stopped: stopped" not in err,
+          f"text stats: {err[-500:]}")
+    # --vram-budget on a CPU run: said to be ignored.
+    rc, out, err = run(specgen, ["generate"] + pair + ["-p", "x = ", "-n", "2", "--vram-budget", "4GiB"])
+    check(rc == 0 and "--vram-budget 4GiB is ignored" in err, f"--vram-budget on the CPU: {err[-300:]}")
+
+
 def main():
     specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
     # Relative paths as a user types them from the source tree (models/tiny-target has one slash).
@@ -119,6 +130,7 @@ def main():
     llama_offload_flags(specgen, target)
     synth_models(specgen)
     stop_strings(specgen, target, "models/tiny-draft")
+    stats_words(specgen, target, "models/tiny-draft")
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1

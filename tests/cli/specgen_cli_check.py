@@ -17,12 +17,13 @@ import tempfile
 import subprocess
 import sys
 
-DESIGN_KEYS = ["tokens", "passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
+DESIGN_KEYS = ["version", "device", "target", "draft", "prompt_tokens", "tokens", "passes", "drafted", "accepted",
+               "acceptance_rate", "tokens_per_pass",
                "tokens_per_second", "h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate",
                "mean_distinct_experts", "prefetch_useful_bytes", "prefetch_wasted_bytes", "time"]
-# Offload counters: 0 while nothing streams (every run here is fully resident).
-OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
-                "prefetch_useful_bytes", "prefetch_wasted_bytes"]
+# Offload counters: bytes 0 while nothing streams (every run here is fully resident), and the cache's
+# hit rate null (no cache was consulted).
+OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "prefetch_useful_bytes", "prefetch_wasted_bytes"]
 TIME_KEYS = ["prefill", "ttft", "draft", "verify", "accept", "transfer_wait"]
 
 failures = []
@@ -87,6 +88,15 @@ def main():
               f"generate {name}: time to first token {t.get('ttft')!r} is not after the prefill {t.get('prefill')!r}")
         for key in OFFLOAD_KEYS:
             check(stats.get(key) == 0, f"generate {name}: {key} {stats.get(key)!r} with nothing streamed")
+        check("expert_cache_hit_rate" in stats and stats["expert_cache_hit_rate"] is None,
+              f"generate {name}: expert_cache_hit_rate {stats.get('expert_cache_hit_rate')!r}, want null")
+        check(stats.get("device") in ("cpu", "cuda") and stats.get("target") == target
+              and str(stats.get("version", "")).startswith("0."),
+              f"generate {name}: device/target/version {stats.get('device')!r} {stats.get('target')!r} "
+              f"{stats.get('version')!r}")
+        check((stats.get("draft") is None) == (name == "plain"), f"generate {name}: draft {stats.get('draft')!r}")
+        check((stats.get("acceptance_rate") is None) == (stats.get("drafted") == 0),
+              f"generate {name}: acceptance_rate {stats.get('acceptance_rate')!r} with {stats.get('drafted')} drafted")
         check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")
         check(text.startswith(prompt), f"generate {name}: output does not start with the prompt")
         check(stats.get("draft_length") == rules[name],
@@ -97,7 +107,7 @@ def main():
             # The adaptive controller may stop drafting early when its first drafts fail.
             check(stats.get("drafted", 0) > 0 and (rules[name] == "adaptive" or stats.get("accepted", 0) > 0),
                   f"generate {name}: drafted {stats.get('drafted')} accepted {stats.get('accepted')}")
-            tau = stats.get("mean_accepted_length", 0)
+            tau = stats.get("tokens_per_pass", 0)
             check(abs(tau - stats["tokens"] / stats["passes"]) < 1e-9 if stats.get("passes") else False,
                   f"generate {name}: tau {tau} != tokens/passes")
         outputs[name] = text

@@ -8,15 +8,22 @@
 namespace specgen {
 namespace {
 
-TEST(StatsTest, OffloadKeysAreAlwaysInJsonAndZeroWhenNothingStreamed) {
+// Bytes are 0 when nothing streamed; the ratios that need a cache lookup or a draft are null then
+// (there is no hit rate of a cache never consulted), never a misleading 0.
+TEST(StatsTest, OffloadKeysAreAlwaysInJsonAndZeroOrNullWhenNothingStreamed) {
   SpeculativeStats s;
   s.tokens = 10;
+  s.passes = 10;
   const nlohmann::json j = nlohmann::json::parse(s.ToJson());
-  for (const char* key : {"h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
-                          "prefetch_useful_bytes", "prefetch_wasted_bytes"}) {
+  for (const char* key : {"h2d_bytes", "h2d_bytes_per_token", "prefetch_useful_bytes", "prefetch_wasted_bytes"}) {
     ASSERT_TRUE(j.contains(key)) << key;
     EXPECT_EQ(j[key].get<double>(), 0.0) << key;
   }
+  for (const char* key : {"expert_cache_hit_rate", "mean_distinct_experts", "acceptance_rate"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_TRUE(j[key].is_null()) << key << ": " << j[key];
+  }
+  EXPECT_DOUBLE_EQ(j["tokens_per_pass"].get<double>(), 1.0);
   EXPECT_EQ(j["time"]["transfer_wait"].get<double>(), 0.0);
   EXPECT_EQ(s.ToText().find("offload"), std::string::npos);
 }
