@@ -14,6 +14,20 @@ namespace {
 // A paste's lines reach a terminal together; a person's next line comes far later than this.
 constexpr int kPasteWaitMs = 15;
 
+// Bracketed paste (xterm and every terminal since): with the mode on, the terminal wraps a paste in
+// these markers. A paste whose last line has no newline waits in the terminal's line buffer until the
+// user presses Enter, so without the markers its lines would become two turns.
+constexpr std::string_view kPasteStart = "\x1b[200~";
+constexpr std::string_view kPasteEnd = "\x1b[201~";
+
+// Removes `marker` from `line`; true if it was there.
+bool Strip(std::string* line, std::string_view marker) {
+  const size_t at = line->find(marker);
+  if (at == std::string::npos) return false;
+  line->erase(at, marker.size());
+  return true;
+}
+
 std::string Trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t");
   if (b == std::string_view::npos) return "";
@@ -34,7 +48,28 @@ const std::vector<ChatCommand>& ChatCommands() {
   return *commands;
 }
 
-ChatInput::ChatInput(int fd, bool interactive) : fd_(fd), interactive_(interactive) {}
+ChatInput::ChatInput(int fd, bool interactive) : fd_(fd), interactive_(interactive) {
+  if (interactive_) {
+    // The terminal is told through whichever output is on it (stderr may be piped).
+    paste_mode_fd_ = isatty(STDERR_FILENO) ? STDERR_FILENO : isatty(STDOUT_FILENO) ? STDOUT_FILENO : -1;
+    if (paste_mode_fd_ >= 0) (void)!write(paste_mode_fd_, "\x1b[?2004h", 8);
+  }
+}
+
+ChatInput::~ChatInput() {
+  if (paste_mode_fd_ >= 0) (void)!write(paste_mode_fd_, "\x1b[?2004l", 8);
+}
+
+ChatInput::LineResult ChatInput::ReadTurnLine(std::string* line, bool* pasted) {
+  const LineResult r = ReadLine(line);
+  if (r != LineResult::kLine || !interactive_) return r;
+  if (Strip(line, kPasteStart)) {
+    pasting_ = true;
+    *pasted = true;
+  }
+  if (Strip(line, kPasteEnd)) pasting_ = false;
+  return r;
+}
 
 ChatInput::LineResult ChatInput::ReadLine(std::string* line) {
   while (true) {
@@ -82,11 +117,13 @@ InputEvent ChatInput::Next() {
   while (true) {
     prompt("> ");
     std::string line;
-    LineResult r = ReadLine(&line);
+    bool pasted = false;  // a pasted text is a turn even when it starts with '/'
+    pasting_ = false;
+    LineResult r = ReadTurnLine(&line, &pasted);
     if (r == LineResult::kEof) return InputEvent{};
     if (r == LineResult::kInterrupted) return interrupted();
 
-    if (line.size() > 1 && line[0] == '/' && line[1] != '/') {
+    if (!pasted && line.size() > 1 && line[0] == '/' && line[1] != '/') {
       const size_t space = line.find_first_of(" \t");
       InputEvent e;
       e.text = line.substr(1, space == std::string::npos ? std::string::npos : space - 1);
@@ -99,7 +136,7 @@ InputEvent ChatInput::Next() {
     }
 
     std::string text;
-    if (Trim(line) == "\"\"\"") {  // a block, to the closing """ (or the end of input)
+    if (!pasted && Trim(line) == "\"\"\"") {  // a block, to the closing """ (or the end of input)
       bool first = true;
       while (true) {
         prompt(".. ");
@@ -117,12 +154,12 @@ InputEvent ChatInput::Next() {
         if (continued) {
           text.back() = '\n';
           prompt(".. ");
-        } else if (!(interactive_ && InputWaiting())) {
+        } else if (!pasting_ && !(interactive_ && InputWaiting())) {
           break;
         } else {
           text += '\n';
         }
-        r = ReadLine(&line);
+        r = ReadTurnLine(&line, &pasted);
         if (r == LineResult::kInterrupted) return interrupted();
         if (r == LineResult::kEof) break;
         text += line;

@@ -3,7 +3,9 @@
 //  - A line that is exactly """ opens a block that runs to the next such line: several lines, one
 //    turn.
 //  - On a terminal, lines that arrive together (a paste) are one turn: after a line, input already
-//    waiting is read into the same turn. From a pipe, each line is a turn.
+//    waiting is read into the same turn; and with the terminal's bracketed-paste mode (turned on here)
+//    everything between its paste markers is, up to the Enter that follows, so a paste whose last line
+//    waited for Enter is still one turn. From a pipe, each line is a turn.
 //  - A line starting with one '/' is a command (/help, /reset, /stats, /quit, /exit); "//" starts a
 //    turn with a literal '/'. Unknown commands come back as such, for the caller to refuse.
 #pragma once
@@ -31,6 +33,9 @@ class ChatInput {
  public:
   // `fd` is read, not owned. `interactive`: a terminal (paste detection and prompts on stderr).
   ChatInput(int fd, bool interactive);
+  ~ChatInput();  // turns the terminal's bracketed-paste mode off again
+  ChatInput(const ChatInput&) = delete;
+  ChatInput& operator=(const ChatInput&) = delete;
 
   // The next turn or command; kInterrupted when Ctrl-C (InterruptRequested) arrived while reading
   // (the partial input is dropped; the caller clears the flag); kEnd at end of input.
@@ -39,12 +44,16 @@ class ChatInput {
  private:
   enum class LineResult { kLine, kEof, kInterrupted };
   LineResult ReadLine(std::string* line);
+  // ReadLine, with bracketed-paste markers removed (setting pasting_ and *pasted).
+  LineResult ReadTurnLine(std::string* line, bool* pasted);
   bool InputWaiting();  // buffered, or readable within a few milliseconds
 
   int fd_;
   bool interactive_;
   std::string buffer_;
   bool eof_ = false;
+  bool pasting_ = false;    // inside a bracketed paste: its lines belong to the current turn
+  int paste_mode_fd_ = -1;  // the terminal told to bracket pastes, or -1
 };
 
 }  // namespace specgen::chat

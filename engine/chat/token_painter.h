@@ -15,6 +15,7 @@ namespace specgen::chat {
 inline constexpr std::string_view kDraftColor = "\x1b[32m";   // green
 inline constexpr std::string_view kTargetColor = "\x1b[36m";  // cyan
 inline constexpr std::string_view kResetColor = "\x1b[0m";
+inline constexpr std::string_view kDim = "\x1b[2m";  // reasoning (<think> spans)
 
 class TokenPainter {
  public:
@@ -24,15 +25,16 @@ class TokenPainter {
     drafts_left_ = result.n_accepted;
     pass_seen_ = true;
   }
-  // The text of the pass's next token, coloured; tokens of a pass the painter was not told of are
-  // the target's.
-  std::string Paint(std::string_view piece) {
+  // The text of the pass's next token, coloured (and dim, for reasoning text); tokens of a pass the
+  // painter was not told of are the target's.
+  std::string Paint(std::string_view piece, bool dim = false) {
     const bool draft = pass_seen_ && drafts_left_ > 0;
     if (drafts_left_ > 0) --drafts_left_;
     if (draft) ++draft_tokens_;
     else ++target_tokens_;
     if (!enabled_ || piece.empty()) return std::string(piece);
-    return std::string(draft ? kDraftColor : kTargetColor) + std::string(piece) + std::string(kResetColor);
+    return std::string(dim ? kDim : "") + std::string(draft ? kDraftColor : kTargetColor) + std::string(piece) +
+           std::string(kResetColor);
   }
   int64_t draft_tokens() const { return draft_tokens_; }
   int64_t target_tokens() const { return target_tokens_; }

@@ -21,6 +21,7 @@
 #include "engine/chat/chat_history.h"
 #include "engine/chat/chat_input.h"
 #include "engine/chat/interrupt.h"
+#include "engine/chat/think_spans.h"
 #include "engine/chat/token_painter.h"
 #include "engine/cli/command.h"
 #include "engine/cli/generation_flags.h"
@@ -36,6 +37,7 @@ struct ChatFlags {
   std::string system;
   std::string chat_template = "auto";
   std::string color = "auto";
+  std::string reasoning = "on";  // off: Qwen3's enable_thinking=false
 };
 
 // Counters summed over the replies since the start or the last /reset.
@@ -55,9 +57,9 @@ struct ChatTotals {
   }
   std::string ToText() const {
     return absl::StrFormat(
-        "%d replies, %d tokens in %d target passes (%.2f per pass), %d of %d drafted tokens "
+        "%d repl%s, %d tokens in %d target passes (%.2f tokens per pass), %d of %d drafted tokens "
         "accepted (%.1f%%), %.1f tokens/s; %d prompt tokens prefilled in %.3f s\n",
-        turns, tokens, passes, passes ? static_cast<double>(tokens) / passes : 0.0, accepted, drafted,
+        turns, turns == 1 ? "y" : "ies", tokens, passes, passes ? static_cast<double>(tokens) / passes : 0.0, accepted, drafted,
         drafted ? 100.0 * static_cast<double>(accepted) / drafted : 0.0,
         seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0, prompt_tokens_fed, prefill_seconds);
   }
@@ -116,7 +118,7 @@ class ChatSession {
 
  private:
   absl::StatusOr<std::vector<int32_t>> Encode(const std::vector<ChatMessage>& messages) const {
-    ASSIGN_OR_RETURN(std::string text, FormatChat(format_, tok_, messages, true));
+    ASSIGN_OR_RETURN(std::string text, FormatChat(format_, tok_, messages, true, flags_.reasoning == "on"));
     return tok_.Encode(text, EncodeOptions{.add_special = false, .parse_special = true});
   }
 
@@ -143,6 +145,7 @@ class ChatSession {
 
     StreamingDetokenizer detok(tok_);
     chat::TokenPainter painter(color_);
+    chat::ThinkTracker think;  // reasoning spans are painted dim
     painter_ = &painter;
     absl::Status sink_status = absl::OkStatus();
     auto sink = [&](std::span<const int32_t> tokens) {
@@ -152,7 +155,7 @@ class ChatSession {
           sink_status.Update(piece.status());
           continue;
         }
-        std::fputs(painter.Paint(*piece).c_str(), stdout);
+        std::fputs(painter.Paint(*piece, think.Inside(*piece)).c_str(), stdout);
       }
       std::fflush(stdout);
     };
@@ -178,7 +181,7 @@ class ChatSession {
       reply.pop_back();  // the template writes the end-of-turn token itself
     }
     ASSIGN_OR_RETURN(std::string content, tok_.Decode(reply, DecodeOptions{.render_special = false}));
-    history_.Add("assistant", std::move(content));
+    history_.Add("assistant", chat::WithoutThinking(content));  // as Qwen3's template keeps earlier turns
 
     const SpeculativeStats& stats = loop_->stats();
     // Prompt tokens the loop had to prefill: those past what the cache already held (the last prompt
@@ -187,7 +190,7 @@ class ChatSession {
     totals_.Add(stats, fed);
     last_stats_ = std::make_unique<SpeculativeStats>(stats);
     if (flags_.common.stats == "json") {
-      std::printf("%s\n", stats.ToJson().c_str());
+      std::printf("%s\n", StatsJson(flags_.common, *pair_, stats).c_str());
       std::fflush(stdout);
     } else if (flags_.common.stats == "text") {
       PrintSummary(stats, fed, painter);
@@ -200,7 +203,8 @@ class ChatSession {
   void PrintSummary(const SpeculativeStats& s, int64_t fed, const chat::TokenPainter& painter) const {
     std::string line = absl::StrFormat("[%d tokens, %.1f tokens/s", s.tokens, s.tokens_per_second());
     if (s.drafted > 0) {
-      line += absl::StrFormat(", %.0f%% of drafts accepted, %.2f tokens/pass (%d drafted, %d target)",
+      line += absl::StrFormat(", %.0f%% of drafted tokens accepted, %.2f tokens per pass (%d from the draft, "
+                              "%d from the target)",
                               100 * s.acceptance_rate(), s.mean_accepted_length(), painter.draft_tokens(),
                               painter.target_tokens());
     }
@@ -249,6 +253,10 @@ absl::Status RunChat(const ChatFlags& flags) {
     format = *named;
   } else {
     ASSIGN_OR_RETURN(format, DetectChatFormat(*pair->target_tok));
+  }
+  if (flags.reasoning == "off" && (format != ChatFormat::kChatMl || !HasThinkingSwitch(*pair->target_tok))) {
+    return InvalidArgument("--reasoning off: the chat template of ", flags.common.model,
+                           " has no thinking switch (Qwen3's enable_thinking); drop the flag");
   }
   // The format's end-of-turn token ends a reply even where the model's own list lacks it.
   const std::string end_of_turn = EndOfTurnText(format, *pair->target_tok);
@@ -320,6 +328,12 @@ Registrar kChat{
        app.add_option("--chat-template", f->chat_template,
                       "auto|chatml|llama3|mistral|gemma: the prompt format; auto reads it from the "
                       "model's template")
+           ->capture_default_str();
+       app.add_option("--reasoning", f->reasoning,
+                      "on|off: let a Qwen3 model reason in a <think> span before it answers (shown dim on a "
+                      "colour terminal, left out of the history), or answer at once (the template's "
+                      "enable_thinking=false)")
+           ->check(CLI::IsMember({"on", "off"}))
            ->capture_default_str();
        app.add_option("--color", f->color,
                       "auto|always|never: colour the reply by where each token came from (draft or "

@@ -84,8 +84,17 @@ std::string EndOfTurnText(ChatFormat format, const Tokenizer& tok) {
   return tok.TokenId(text) >= 0 ? text : "";
 }
 
+bool HasThinkingSwitch(const Tokenizer& tok) {
+  return tok.chat_template().find("enable_thinking") != std::string::npos;
+}
+
 absl::StatusOr<std::string> FormatChat(ChatFormat format, const Tokenizer& tok,
-                                       const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+                                       const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                       bool thinking) {
+  if (!thinking && format != ChatFormat::kChatMl) {
+    return InvalidArgument("chat: turning reasoning off needs the chatml format (Qwen3's), not ",
+                           ChatFormatName(format));
+  }
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
       return InvalidArgument("chat: unknown role '", m.role, "' (system, user or assistant)");
@@ -96,6 +105,7 @@ absl::StatusOr<std::string> FormatChat(ChatFormat format, const Tokenizer& tok,
     case ChatFormat::kChatMl:
       for (const ChatMessage& m : messages) out += Cat("<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      if (add_generation_prompt && !thinking) out += "<think>\n\n</think>\n\n";
       return out;
     case ChatFormat::kLlama3:
       out = SpecialText(tok, tok.bos_id(), "<|begin_of_text|>");

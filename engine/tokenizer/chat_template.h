@@ -41,8 +41,13 @@ std::string EndOfTurnText(ChatFormat format, const Tokenizer& tokenizer);
 // The prompt text, special tokens written as text (BOS included where the format has it): encode it
 // with EncodeOptions{.add_special = false, .parse_special = true}. With `add_generation_prompt`, the
 // text ends where the assistant's reply begins.
+// `thinking` false: the reply starts after an empty <think></think> span, as Qwen3's template writes
+// it for enable_thinking=false (chatml only; see HasThinkingSwitch).
 absl::StatusOr<std::string> FormatChat(ChatFormat format, const Tokenizer& tokenizer,
                                        const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt = true);
+                                       bool add_generation_prompt = true, bool thinking = true);
+
+// Whether the model's chat template has Qwen3's thinking switch (it reads enable_thinking).
+bool HasThinkingSwitch(const Tokenizer& tokenizer);
 
 }  // namespace specgen

@@ -76,6 +76,32 @@ TEST(ChatInputTest, APasteOnATerminalIsOneTurn) {
   EXPECT_EQ(in.Next().kind, Kind::kEnd);
 }
 
+// A bracketed paste whose last line has no newline: the terminal holds that line until Enter, 100 ms
+// later here (far past the 15 ms a paste's lines are waited for). Paste and Enter are one turn, the
+// Enter no empty turn after it; a paste that starts with '/' or """ is text, not a command or block.
+TEST(ChatInputTest, ABracketedPasteThenEnterIsOneTurn) {
+  Pipe p("\x1b[200~def f(x):\n", /*close_write=*/false);
+  ChatInput in(p.read_fd(), /*interactive=*/true);
+  std::thread later([&] {
+    usleep(100 * 1000);
+    p.Write("    return x\x1b[201~\n");
+    usleep(100 * 1000);
+    p.Write("\x1b[200~/reset is a word\x1b[201~\n");
+    usleep(100 * 1000);
+    p.Write("next\n");
+    p.CloseWrite();
+  });
+  InputEvent e = in.Next();
+  EXPECT_EQ(e.kind, Kind::kTurn);
+  EXPECT_EQ(e.text, "def f(x):\n    return x");
+  e = in.Next();
+  EXPECT_EQ(e.kind, Kind::kTurn);
+  EXPECT_EQ(e.text, "/reset is a word");
+  EXPECT_EQ(in.Next().text, "next");
+  later.join();
+  EXPECT_EQ(in.Next().kind, Kind::kEnd);
+}
+
 TEST(ChatInputTest, CommandsKnownAndUnknown) {
   Pipe p("/reset\n/stats  now \n/quit\n/exit\n/help\n/frobnicate 3\n//not a command\n/\n");
   ChatInput in(p.read_fd(), false);

@@ -43,7 +43,7 @@ def piped(specgen, pair):
     replies = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     check(len(replies) == 4, f"piped: {len(replies)} JSON replies for 4 turns (a continued line and a block "
                              f"are one turn each, /quit ends the session): {out[-500:]!r}")
-    check("conversation: 1 replies" in err, f"piped: /stats after one reply: {err[-800:]!r}")
+    check("conversation: 1 reply," in err, f"piped: /stats after one reply: {err[-800:]!r}")
     check("conversation:" not in out and "commands:" not in out, "piped: /stats or /help text on stdout")
     check("unknown command /foo" in err, "piped: /foo not refused")
     check("/reset" in err and "conversation reset" in err, "piped: /help or /reset not on stderr")
@@ -127,7 +127,7 @@ def terminal(specgen, pair):
     for color, want in (("auto", True), ("never", False)):
         c = PtyChat(specgen, greedy + ["--color", color])
         c.send("def add(a, b):\n")
-        answered = c.read_until(rb"tokens/pass")
+        answered = c.read_until(rb"tokens per pass")
         rc = c.close()
         check(answered and rc == 0, f"pty --color {color}: answered {answered}, exit {rc}: {c.err[-300:]!r}")
         colored = b"\x1b[32m" in c.out and b"\x1b[36m" in c.out  # draft green and target cyan
@@ -136,6 +136,21 @@ def terminal(specgen, pair):
     check(rc == 0 and "\x1b[" not in out, "piped --color auto: escape codes in the output")
     rc, out, err = chat(specgen, greedy + ["--color", "always"], "def add(a, b):\n")
     check("\x1b[32m" in out, "piped --color always: no colours")
+
+    # A paste (bracketed, as terminals send it) whose last line waits for Enter, then Enter: one turn,
+    # one answer, and no empty turn after it (/stats counts the replies).
+    c = PtyChat(specgen, greedy + ["--color", "never"])
+    c.send("\x1b[200~def add(a, b):\n    return a + b\x1b[201~")
+    time.sleep(0.5)
+    c.send("\n")
+    answered = c.read_until(rb"tokens per pass")
+    time.sleep(0.5)
+    c.send("/stats\n")
+    counted = c.read_until(rb"conversation: \d+ repl")
+    rc = c.close()
+    err = c.err.decode(errors="replace")
+    check(answered and counted and rc == 0, f"paste then Enter: answered {answered}, exit {rc}: {err[-400:]!r}")
+    check("conversation: 1 reply," in err, f"paste then Enter: not exactly one turn: {err[-600:]!r}")
 
     # Ctrl-C (SIGINT) during a long answer stops it; the session goes on and answers the next turn.
     c = PtyChat(specgen, pair + ["-n", "100000", "-c", "4096", "--temp", "0", "--ignore-eos", "--color", "never"])

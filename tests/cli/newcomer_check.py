@@ -122,6 +122,16 @@ def stats_words(specgen, target, draft):
     check(rc == 0 and "--vram-budget 4GiB is ignored" in err, f"--vram-budget on the CPU: {err[-300:]}")
 
 
+def chat_words(specgen, target, draft):
+    pair = pair_args(target, draft)
+    # --reasoning off needs Qwen3's switch; the bundled pair's template has none.
+    expect_error(specgen, ["chat"] + pair + ["--reasoning", "off"], ["--reasoning off", "thinking switch"])
+    expect_error(specgen, ["chat"] + pair + ["--reasoning", "maybe"], ["--reasoning"])
+    # chat -i: chat needs no flag to be interactive.
+    err = expect_error(specgen, ["chat", "-m", target, "-i"], ["-i", "always interactive"])
+    check("run `specgen chat`" not in err, f"chat -i sends the user to chat: {err}")
+
+
 def main():
     specgen, source = os.path.abspath(sys.argv[1]), sys.argv[2]
     # Relative paths as a user types them from the source tree (models/tiny-target has one slash).
@@ -131,6 +141,7 @@ def main():
     synth_models(specgen)
     stop_strings(specgen, target, "models/tiny-draft")
     stats_words(specgen, target, "models/tiny-draft")
+    chat_words(specgen, target, "models/tiny-draft")
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1

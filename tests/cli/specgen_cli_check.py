@@ -162,7 +162,7 @@ def main():
     check(rc == 0, f"chat: exit {rc}, stderr: {err.strip()}")
     check("error" not in err, f"chat: stderr reports an error: {err.strip()}")
     stats_lines = [l for l in err.split("\n") if l.startswith("conversation:")]  # stats: stderr
-    check(len(stats_lines) == 1 and "1 replies" in stats_lines[0],
+    check(len(stats_lines) == 1 and "1 reply," in stats_lines[0],
           f"chat: /stats after one reply printed {stats_lines}")
     check(len(out.strip()) > 0, "chat: no reply on stdout")
     check("conversation reset" in err, "chat: /reset not acknowledged on stderr")

@@ -75,6 +75,19 @@ TEST(ChatFormatTest, Llama3AndGemmaPrompts) {
   EXPECT_FALSE(FormatChat(ChatFormat::kGemma, *tok, {{"user", "x"}, {"assistant", "y"}}).ok());
 }
 
+// Qwen3's template with enable_thinking=false ends the generation prompt with an empty reasoning span.
+TEST(ChatFormatTest, ReasoningOffWritesQwen3sEmptyThinkSpan) {
+  auto tok = BpeWithTemplate("{%- if enable_thinking is defined and enable_thinking is false %}<|im_start|>");
+  EXPECT_TRUE(HasThinkingSwitch(*tok));
+  EXPECT_FALSE(HasThinkingSwitch(*BpeWithTemplate("<|im_start|>")));
+  const std::vector<ChatMessage> msgs = {{"user", "hi"}};
+  EXPECT_EQ(*FormatChat(ChatFormat::kChatMl, *tok, msgs, true, /*thinking=*/false),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(*FormatChat(ChatFormat::kChatMl, *tok, msgs, true, /*thinking=*/true),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(FormatChat(ChatFormat::kLlama3, *tok, msgs, true, false).ok());
+}
+
 TEST(ChatFormatTest, EndOfTurnOnlyWhereTheVocabularyHasIt) {
   auto tok = BpeWithTemplate("");  // ChatML specials only
   EXPECT_EQ(EndOfTurnText(ChatFormat::kChatMl, *tok), "<|im_end|>");
