@@ -64,7 +64,55 @@ def llama_offload_flags(specgen, target):
     check(rc == 0, f"tokenize -m {target}: exit {rc}: {err.strip()[:300]}")
 
 
+# The README's files, and what stands in for them here: the shapes as synth presets where only sizes
+# matter (plan, inspect), the bundled pair where text is generated.
+README_TARGET = "models/Qwen3-30B-A3B-Q4_K_M.gguf"
+README_DRAFT = "models/Qwen3-0.6B-Q8_0.gguf"
 
+
+def readme_commands(source):
+    """The `specgen ...` lines of the README's code blocks, backslash continuations joined."""
+    text = open(os.path.join(source, "README.md"), encoding="utf-8").read()
+    commands = []
+    for block in re.findall(r"```\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("specgen "):
+                commands.append(line)
+    return commands
+
+
+def readme_recipe(specgen, source):
+    commands = readme_commands(source)
+    recipe = [c for c in commands if README_TARGET in c]
+    check(len(recipe) >= 3, f"README: the recipe's plan, generate and chat commands not found: {commands}")
+    for line in recipe:
+        args = shlex.split(line)[1:]
+        sub = args[0]
+        if sub == "plan":
+            args = [{README_TARGET: "synth:qwen3-30b-a3b:q4_k_m", README_DRAFT: "synth:qwen3-0.6b:q8_0"}.get(a, a)
+                    for a in args] + ["--host-ram", "256GiB"]
+        else:
+            args = [{README_TARGET: "models/tiny-target", README_DRAFT: "models/tiny-draft"}.get(a, a)
+                    for a in args]
+            if "-n" in args:
+                args[args.index("-n") + 1] = "8"
+            else:
+                args += ["-n", "8"]
+            args += ["--device", "cpu", "--temp", "0"]
+        rc, out, err = run(specgen, args, stdin="hello\n" if sub == "chat" else None, timeout=300)
+        check(rc == 0, f"README: `{line}` (as {' '.join(args)}): exit {rc}: {err.strip()[-400:]}")
+        if sub == "plan":
+            check("how fast" in out and "pins" in out, f"README's plan: no speed or pinned RAM:\n{out}")
+        if sub in ("generate", "chat"):
+            check("--vram-budget 8GiB is ignored" in err, f"README's {sub} on the CPU: no word on the budget: {err[-400:]}")
+    # Every other command line of the README without placeholders (TARGET, MODEL, ...) or a list of
+    # commands runs as written.
+    for line in commands:
+        if README_TARGET in line or "|" in line or re.search(r"\b[A-Z][A-Z_]{2,}\b", line):
+            continue
+        rc, out, err = run(specgen, shlex.split(line)[1:])
+        check(rc == 0, f"README: `{line}`: exit {rc}: {err.strip()[-300:]}")
 
 
 def synth_models(specgen):
@@ -138,6 +186,7 @@ def main():
     os.chdir(source)
     target = "models/tiny-target"
     llama_offload_flags(specgen, target)
+    readme_recipe(specgen, source)
     synth_models(specgen)
     stop_strings(specgen, target, "models/tiny-draft")
     stats_words(specgen, target, "models/tiny-draft")
