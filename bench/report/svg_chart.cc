@@ -71,9 +71,17 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
     if (panels[0].shown(r)) tps_max = std::max(tps_max, r.tokens_per_second);
   }
   panels[0].y_max = NiceMax(tps_max * 1.05);
+  // Acceptance is at most 1; the axis stops at the data's nice maximum so low rates are not flat.
+  double acc_max = 0;
+  for (const BenchRow& r : rows) {
+    if (panels[1].shown(r)) acc_max = std::max(acc_max, r.acceptance_rate);
+  }
+  panels[1].y_max = std::min(1.0, NiceMax(acc_max * 1.05));
+  bool any_baseline = false;
+  for (const BenchRow& r : rows) any_baseline |= panels[0].shown(r) && r.k == 0 && !r.adaptive;
 
   const double width = kLeft + 2 * kPanelWidth + kGap + 30;
-  const double height = kLegendTop + 22 * ((series.size() + 2) / 3) + 10;
+  const double height = kLegendTop + 22 * ((series.size() + 2) / 3) + 22 + 10;
   std::string svg = absl::StrFormat(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
@@ -124,6 +132,16 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
         }
       }
       if (fixed.empty()) continue;
+      // The target alone (k = 0): a dashed line across the tokens/s panel, the baseline every drafted
+      // point is read against.
+      for (const BenchRow* r : fixed) {
+        if (pi != 0 || r->k != 0) continue;
+        svg += absl::StrFormat(
+            "<line class=\"baseline\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+            "stroke-dasharray=\"6,4\"><title>%s, target alone: %.4g</title></line>\n",
+            x0, py(panel.value(*r)), x0 + kPanelWidth, py(panel.value(*r)), color, Escape(series[si]),
+            panel.value(*r));
+      }
       std::stable_sort(fixed.begin(), fixed.end(),
                        [](const BenchRow* a, const BenchRow* b) { return LengthBefore(*a, *b); });
       std::string points;
@@ -148,6 +166,24 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>"
         "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
         x, y - 4, x + 24, y - 4, kColors[si % std::size(kColors)], x + 30, y, Escape(series[si]));
+  }
+  // What each kind of mark means.
+  const double y = kLegendTop + ((series.size() + 2) / 3) * 22;
+  double x = kLeft;
+  svg += absl::StrFormat(
+      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#444\"/><text x=\"%.1f\" y=\"%.1f\">fixed draft "
+      "length k</text>\n", x + 12, y - 4, x + 30, y);
+  x += 200;
+  if (any_adaptive) {
+    svg += absl::StrFormat(
+        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"white\" stroke=\"#444\" stroke-width=\"2\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\">adaptive draft length</text>\n", x + 12, y - 4, x + 30, y);
+    x += 200;
+  }
+  if (any_baseline) {
+    svg += absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\" stroke-dasharray=\"6,4\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\">target alone (k = 0)</text>\n", x, y - 4, x + 24, y - 4, x + 30, y);
   }
   svg += "</g>\n</svg>\n";
   return svg;

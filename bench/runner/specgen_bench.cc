@@ -130,14 +130,27 @@ std::string TakeConfigFlag(int* argc, char** argv) {
   return config;
 }
 
+// specgen_bench's own flag, said before Google Benchmark prints its flags for --help (and exits).
+constexpr const char* kUsage =
+    "usage: specgen_bench --config FILE [--benchmark_* flags]\n"
+    "  --config FILE  a pairing config (configs/*.toml): targets, drafts (or none), draft lengths (or\n"
+    "                 adaptive), acceptance rules, sampling, device, VRAM budgets, context and prompt sets;\n"
+    "                 every pairing x draft length x budget becomes one benchmark. configs/bundled.toml\n"
+    "                 runs the bundled pair; configs/qwen3-moe.toml a Qwen3-30B-A3B pairing (fill in paths).\n"
+    "  Results: --benchmark_out=results.json, then `specgen report results.json --svg chart.svg`.\n";
+
 int Main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s\nGoogle Benchmark's flags:\n", kUsage);
+      std::fflush(stdout);
+    }
+  }
   const std::string config_path = TakeConfigFlag(&argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (config_path.empty()) {
-    std::fprintf(stderr,
-                 "usage: specgen_bench --config FILE [--benchmark_* flags]\n"
-                 "  FILE: a pairing config, e.g. configs/bundled.toml\n");
+    std::fprintf(stderr, "specgen_bench: error: no --config FILE\n%s", kUsage);
     return 1;
   }
   Process& process = TheProcess();

@@ -170,6 +170,27 @@ TEST(SvgChartTest, WellFormedWithOnePolylinePerPairingInEachPanel) {
     ++adaptive;
   }
   EXPECT_EQ(adaptive, 2u);
+  // The target alone (plain, k = 0) is a dashed baseline across the tokens/s panel, and the legend
+  // names every kind of mark.
+  const size_t baseline = svg.find("<line class=\"baseline\"");
+  EXPECT_TRUE(baseline > tps && baseline < acc) << svg;
+  for (const char* mark : {"fixed draft length k", "adaptive draft length", "target alone (k = 0)"}) {
+    EXPECT_NE(svg.find(mark, legend), std::string::npos) << mark;
+  }
+}
+
+// The acceptance axis ends at the data's nice maximum (0.5 for rates up to 0.47), not always at 1.
+TEST(SvgChartTest, TheAcceptanceAxisFitsTheData) {
+  std::vector<BenchRow> rows(2);
+  rows[0].pairing = rows[1].pairing = "low";
+  rows[0].length = "2", rows[0].k = 2, rows[0].tokens_per_second = 10, rows[0].acceptance_rate = 0.31;
+  rows[1].length = "4", rows[1].k = 4, rows[1].tokens_per_second = 9, rows[1].acceptance_rate = 0.45;
+  const std::string svg = RenderSvgChart(rows, "t");
+  const size_t acc = svg.find("<g id=\"acceptance_rate\">");
+  ASSERT_NE(acc, std::string::npos);
+  const std::string panel = svg.substr(acc, svg.find("</g>", acc) - acc);
+  EXPECT_NE(panel.find(">0.5</text>"), std::string::npos) << panel;
+  EXPECT_EQ(panel.find(">1.0</text>"), std::string::npos) << panel;
 }
 
 TEST(SvgChartTest, TheCheckerCatchesMalformedXml) {

@@ -90,6 +90,13 @@ def main():
         if not cond:
             failures.append(what)
 
+    # --help explains --config before Google Benchmark's own flags; no --config is an error saying so.
+    run = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 0 and "--config FILE" in run.stdout and "pairing config" in run.stdout
+          and "benchmark_filter" in run.stdout + run.stderr, f"--help: exit {run.returncode}: {run.stdout[:300]!r}")
+    run = subprocess.run([bench], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 1 and "no --config FILE" in run.stderr, f"no --config: {run.returncode} {run.stderr!r}")
+
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "tiny.toml")
         with open(config, "w") as f:
