@@ -118,8 +118,8 @@ std::optional<std::string> HubRepoMessage(std::span<char* const> args) {
     const size_t slash = value.find('/');
     if (slash == std::string_view::npos || slash == 0 || slash + 1 == value.size() ||
         value.find('/', slash + 1) != std::string_view::npos || value.find(':') != std::string_view::npos ||
-        value[0] == '.' || value[0] == '~') {
-      continue;
+        value[0] == '.' || value[0] == '~' || value.ends_with(".gguf") || value.ends_with(".safetensors")) {
+      continue;  // a path the user means (a missing file is the loader's error)
     }
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::path(value), ec)) continue;

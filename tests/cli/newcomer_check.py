@@ -59,6 +59,9 @@ def llama_offload_flags(specgen, target):
                  ["chat", "-m", target, "-md", "Qwen/Qwen3-0.6B"],
                  ["plan", "--model=Qwen/Qwen3-30B-A3B-GGUF", "--vram-budget", "8GiB"]):
         expect_error(specgen, args, ["Qwen/Qwen3-", "does not download", "Hugging Face"])
+    # A missing file is the loader's error, not a repository.
+    err = expect_error(specgen, ["generate", "-m", "models/no-such.gguf", "-p", "hi"], ["models/no-such.gguf"])
+    check("Hugging Face" not in err, f"-m models/no-such.gguf reads as a repository: {err.strip()[:300]}")
     # A real relative path with one slash still loads (models/tiny-target exists from the source dir).
     rc, _, err = run(specgen, ["tokenize", "-m", target, "-p", "x"])
     check(rc == 0, f"tokenize -m {target}: exit {rc}: {err.strip()[:300]}")
