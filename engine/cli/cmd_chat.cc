@@ -186,7 +186,7 @@ class ChatSession {
     const SpeculativeStats& stats = loop_->stats();
     // Prompt tokens the loop had to prefill: those past what the cache already held (the last prompt
     // token goes with the first step).
-    const int64_t fed = loop_->last_prefill_fed() + 1;
+    const int64_t fed = stats.prompt_tokens_prefilled;
     totals_.Add(stats, fed);
     last_stats_ = std::make_unique<SpeculativeStats>(stats);
     if (flags_.common.stats == "json") {

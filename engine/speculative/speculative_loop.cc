@@ -74,6 +74,7 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
     RETURN_IF_ERROR(FeedTarget(head.subspan(begin, std::min(chunk, head.size() - begin))));
   }
   last_prefill_fed_ = static_cast<int64_t>(head.size() - common);
+  stats_.prompt_tokens_prefilled = last_prefill_fed_ + 1;
   if (has_draft_ && options_.draft_max > 0) RETURN_IF_ERROR(PrefillDraft(prompt));
   RETURN_IF_ERROR(FinishPrefill());
   stats_.prefill_seconds = SecondsSince(t_prefill);

@@ -93,6 +93,7 @@ std::string SpeculativeStats::ToJson() const {
   }
   nlohmann::json j = {
       {"prompt_tokens", prompt_tokens},
+      {"prompt_tokens_prefilled", prompt_tokens_prefilled},
       {"tokens", tokens},
       {"passes", passes},
       {"drafted", drafted},
@@ -139,15 +140,15 @@ std::string SpeculativeStats::ToText() const {
                            : adaptive     ? "adaptive, up to " + std::to_string(draft_max)
                                           : "fixed at " + std::to_string(draft_max);
   std::snprintf(buf, sizeof(buf),
-                "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens prefilled in %.3f s, first "
-                "token after %.3f s\n"
+                "tokens %lld in %.3f s (%.2f tokens/s), prompt %lld tokens, %lld prefilled in %.3f s, "
+                "first token after %.3f s\n"
                 "passes %lld, drafted %lld, accepted %lld, acceptance %.3f, tokens per pass %.3f, "
                 "mean draft length %.2f (%s)\n"
                 "per-position acceptance [%s]\n"
                 "time: draft %.3f s, verify %.3f s, accept %.3f s\n"
                 "ended: %s\n",
                 (long long)tokens, total_seconds, tokens_per_second(), (long long)prompt_tokens,
-                prefill_seconds, ttft_seconds, (long long)passes, (long long)drafted, (long long)accepted,
+                (long long)prompt_tokens_prefilled, prefill_seconds, ttft_seconds, (long long)passes, (long long)drafted, (long long)accepted,
                 acceptance_rate(), mean_accepted_length(), mean_draft_length(), rule.c_str(),
                 per_position.c_str(), draft_seconds, verify_seconds, accept_seconds,
                 StopReasonWords(stop_reason));

@@ -42,6 +42,9 @@ struct OffloadCounters {
 
 struct SpeculativeStats {
   int64_t prompt_tokens = 0;
+  // Of them, those the target was fed (prefill plus the last one, which goes with the first step);
+  // the rest came from the KV cache (a chat's earlier turns). "Prefilled" means this count everywhere.
+  int64_t prompt_tokens_prefilled = 0;
   int64_t tokens = 0;    // generated tokens (what was emitted, an end token included)
   int64_t passes = 0;    // target verification passes (prefill excluded)
   int64_t drafted = 0;   // draft tokens proposed

@@ -168,6 +168,13 @@ def stats_words(specgen, target, draft):
     rc, out, err = run(specgen, ["generate"] + pair + ["-p", "x = ", "-n", "8", "--stats", "text"])
     check("tokens per pass" in err and "tau" not in err and "ended: " in err and "stopped: stopped" not in err,
           f"text stats: {err[-500:]}")
+    # Chat's second turn: the whole conversation is its prompt, and only what the cache lacks is prefilled.
+    rc, out, err = run(specgen, ["chat"] + pair + ["-n", "6", "--stats", "json"], stdin="def f(x):\nimport os\n")
+    replies = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    check(rc == 0 and len(replies) == 2, f"chat --stats json: {rc} {len(replies)} replies: {err[-300:]}")
+    if len(replies) == 2:
+        second = replies[1]
+        check(0 < second["prompt_tokens_prefilled"] < second["prompt_tokens"], f"chat turn 2: {second}")
     # --vram-budget on a CPU run: said to be ignored.
     rc, out, err = run(specgen, ["generate"] + pair + ["-p", "x = ", "-n", "2", "--vram-budget", "4GiB"])
     check(rc == 0 and "--vram-budget 4GiB is ignored" in err, f"--vram-budget on the CPU: {err[-300:]}")

@@ -17,7 +17,7 @@ import tempfile
 import subprocess
 import sys
 
-DESIGN_KEYS = ["version", "device", "target", "draft", "prompt_tokens", "tokens", "passes", "drafted", "accepted",
+DESIGN_KEYS = ["version", "device", "target", "draft", "prompt_tokens", "prompt_tokens_prefilled", "tokens", "passes", "drafted", "accepted",
                "acceptance_rate", "tokens_per_pass",
                "tokens_per_second", "h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate",
                "mean_distinct_experts", "prefetch_useful_bytes", "prefetch_wasted_bytes", "time"]
@@ -95,6 +95,9 @@ def main():
               f"generate {name}: device/target/version {stats.get('device')!r} {stats.get('target')!r} "
               f"{stats.get('version')!r}")
         check((stats.get("draft") is None) == (name == "plain"), f"generate {name}: draft {stats.get('draft')!r}")
+        check(stats.get("prompt_tokens_prefilled") == stats.get("prompt_tokens"),
+              f"generate {name}: a fresh run prefilled {stats.get('prompt_tokens_prefilled')} of "
+              f"{stats.get('prompt_tokens')} prompt tokens")
         check((stats.get("acceptance_rate") is None) == (stats.get("drafted") == 0),
               f"generate {name}: acceptance_rate {stats.get('acceptance_rate')!r} with {stats.get('drafted')} drafted")
         check(stats.get("tokens") == 40, f"generate {name}: tokens {stats.get('tokens')} != 40")

@@ -66,5 +66,17 @@ TEST(StatsTest, TimeToFirstTokenIsInJsonAndText) {
   EXPECT_NE(s.ToText().find("prefilled in 0.250 s, first token after 0.375 s"), std::string::npos) << s.ToText();
 }
 
+// "Prefilled" is the tokens the target was fed, the rest of the prompt coming from the cache; the
+// text and the JSON say both counts the same way.
+TEST(StatsTest, PromptTokensAndPrefilledAreSaidApart) {
+  SpeculativeStats s;
+  s.prompt_tokens = 40;
+  s.prompt_tokens_prefilled = 7;
+  const nlohmann::json j = nlohmann::json::parse(s.ToJson());
+  EXPECT_EQ(j["prompt_tokens"].get<int64_t>(), 40);
+  EXPECT_EQ(j["prompt_tokens_prefilled"].get<int64_t>(), 7);
+  EXPECT_NE(s.ToText().find("prompt 40 tokens, 7 prefilled in"), std::string::npos) << s.ToText();
+}
+
 }  // namespace
 }  // namespace specgen
