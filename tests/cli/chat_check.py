@@ -111,7 +111,10 @@ class PtyChat:
         return pattern is not None and re.search(pattern, self.err) is not None
 
     def close(self):
-        self.send("\x04")  # Ctrl-D: EOF on the terminal
+        # Ctrl-D: EOF on the terminal, typed as a person would, once the line editor reads again (a
+        # Ctrl-D that arrives while the terminal is between lines, in cooked mode, is lost to it).
+        time.sleep(1)
+        self.send("\x04")
         try:
             rc = self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -151,6 +154,33 @@ def terminal(specgen, pair):
     err = c.err.decode(errors="replace")
     check(answered and counted and rc == 0, f"paste then Enter: answered {answered}, exit {rc}: {err[-400:]!r}")
     check("conversation: 1 reply," in err, f"paste then Enter: not exactly one turn: {err[-600:]!r}")
+
+    # Line editing and history (libedit): "/rset", Ctrl-A, Ctrl-F twice, "e" makes "/reset"; Up and
+    # Enter run it again; Ctrl-R finds it by "res". Keys are sent once the editor reads (a second
+    # after the last answer: between lines the terminal is back in cooked mode and would echo them).
+    c = PtyChat(specgen, greedy + ["--color", "never"])
+    c.read_until(rb"chat with", timeout=60)
+    time.sleep(1)
+    c.send("/rset\x01\x06\x06e\r")
+    first = c.read_until(rb"\(conversation reset\)", timeout=30)
+    time.sleep(1)
+    c.send("\x1b[A\r")
+    second = c.read_until(rb"(?s)(\(conversation reset\).*){2}", timeout=30)
+    time.sleep(1)
+    c.send("\x12res")
+    time.sleep(0.5)
+    c.send("\r")
+    third = c.read_until(rb"(?s)(\(conversation reset\).*){3}", timeout=5)
+    if not third:  # libedit's search may take one Enter to end it and one to accept the line
+        c.send("\r")
+        third = c.read_until(rb"(?s)(\(conversation reset\).*){3}", timeout=30)
+    rc = c.close()
+    err = c.err.decode(errors="replace")
+    check(first and rc == 0, f"editing: Ctrl-A / Ctrl-F did not make /reset: {err[-400:]!r} {c.out[-300:]!r}")
+    check(second, f"history: Up did not bring /reset back: {err[-400:]!r} {c.out[-300:]!r}")
+    check(third, f"history: Ctrl-R did not find /reset: {err[-400:]!r} {c.out[-300:]!r}")
+    check("unknown command" not in err and "tokens/s" not in err,
+          f"editing: a mangled line reached chat: {err[-400:]!r}")
 
     # Ctrl-C (SIGINT) during a long answer stops it; the session goes on and answers the next turn.
     c = PtyChat(specgen, pair + ["-n", "100000", "-c", "4096", "--temp", "0", "--ignore-eos", "--color", "never"])
