@@ -111,6 +111,23 @@ TEST(ExpectAllWithin, HoldsEachElementToItsOwnBound) {
             1u);
 }
 
+// A failure is reported at the caller's file and line (SourceLocation's defaulted builtins), not at
+// compare.h's: the line below is the one the failure must name.
+TEST(ExpectAllClose, ReportsTheCallersFileAndLine) {
+  ::testing::TestPartResultArray results;
+  int line = 0;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    line = __LINE__ + 1;
+    ExpectAllClose(std::vector<float>{2.0f}, std::vector<float>{0.0f}, 0.0, 0.0, "caller");
+  }
+  ASSERT_EQ(results.size(), 1);
+  const ::testing::TestPartResult& r = results.GetTestPartResult(0);
+  EXPECT_THAT(std::string(r.file_name()), HasSubstr("compare_test.cc"));
+  EXPECT_EQ(r.line_number(), line);
+}
+
 TEST(Nmse, IsTheErrorEnergyOverTheReferenceEnergy) {
   const std::vector<float> ref = {3.0f, 4.0f};     // energy 25
   const std::vector<float> actual = {3.0f, 9.0f};  // error energy 25
