@@ -9,6 +9,7 @@
 #include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/tensor_check.h"
 
 namespace specgen::cli {
 
@@ -63,14 +64,23 @@ void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options) {
   if (!plan.streamed_dense_layers.empty()) options->dense_ring_layers = plan.dense_ring_layers;
 }
 
+absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, const LoadedModel& model) {
+  if (SourceKind(path) == ModelSourceKind::kSynth) return absl::OkStatus();
+  ProgressBar bar(Cat("checking ", role, " ", path, " for NaN and Inf"), 0);
+  TensorCheckOptions options;
+  options.progress = bar.Callback();
+  return CheckTensorsFinite(model.weights, path, options);
+}
+
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             const offload::RunPlan& plan) {
+                                                             const offload::RunPlan& plan, bool check_tensors) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
     ASSIGN_OR_RETURN(loaded, LoadModel(path, bar.Callback()));
   }
+  if (check_tensors) RETURN_IF_ERROR(CheckLoadedTensors(role, path, *loaded));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   TransformerOptions options;
   options.max_context = context;
