@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 
 namespace specgen::cli {
 
@@ -26,10 +26,6 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 // `kv_type`: TransformerOptions'; `plan`: what streams (the default: nothing, every weight resident).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             const offload::RunPlan& plan = {});
-
-// The TransformerOptions fields a plan sets: expert_cache_slots, prefill_chunk, streamed_dense_layers
-// and dense_ring_layers.
-void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options);
+                                                             const moe::RunPlan& plan = {});
 
 }  // namespace specgen::cli
