@@ -1,8 +1,8 @@
 // A verification pass with every expert streamed (docs/design.md §3.1, §12): synth:qwen3-30b-a3b as
 // llama.cpp's q4_k_m mix (packed), its experts in one pinned host arena, a VRAM expert cache of as many
-// slots as the planner (engine/offload/run_plan.h) fits in the budget beside the resident part.
+// slots as the planner (moe/run_plan.h) fits in the budget beside the resident part.
 // Each benchmark runs in one routing regime (routing: 0 the model's own router, 1 uniform, 2 the
-// locality generator; engine/offload/routing_trace.h): random weights route without a trained model's
+// locality generator; bench/routing/routing_trace.h): random weights route without a trained model's
 // locality, so the other two bracket it (the worst case and the published traces' reuse).
 // BM_StreamedVerifyPass: a pass of n positions replayed from a CUDA graph (the loop's way), the cache
 // decided and filled by the GPU. Each pass follows the last (positions advancing by n, as decode
@@ -32,8 +32,8 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
-#include "engine/offload/routing_trace.h"
-#include "engine/offload/run_plan.h"
+#include "bench/routing/routing_trace.h"
+#include "moe/run_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 
@@ -49,9 +49,9 @@ constexpr char kDraftType[] = "q8_0";
 // A trace longer than any position a run here reaches (kContext): no wrap-around.
 constexpr int64_t kTracePositions = 1024;
 
-offload::RoutingRegime Regime(int64_t arg) {
-  return arg == 1 ? offload::RoutingRegime::kUniform
-                  : arg == 2 ? offload::RoutingRegime::kLocality : offload::RoutingRegime::kOwn;
+bench::RoutingRegime Regime(int64_t arg) {
+  return arg == 1 ? bench::RoutingRegime::kUniform
+                  : arg == 2 ? bench::RoutingRegime::kLocality : bench::RoutingRegime::kOwn;
 }
 
 // The synthetic weights, generated once per process (tens of GB) and kept for every run.
@@ -111,7 +111,7 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   s->budget = budget;
   s->with_draft = with_draft;
   s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
-  offload::OffloadRequest request;
+  moe::OffloadRequest request;
   request.target = Cat("synth:qwen3-30b-a3b:", kType);
   if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
@@ -126,7 +126,7 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
     o.arena_bytes = bytes + (size_t{6} << 30);
     s->slots = -1;
   } else {
-    ASSIGN_OR_RETURN(s->slots, offload::PlanExpertCacheSlots(request));
+    ASSIGN_OR_RETURN(s->slots, moe::PlanExpertCacheSlots(request));
     if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
   }
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
@@ -145,8 +145,8 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
 }
 
 // The regime's trace of `seed` on the target (null: its own router).
-absl::Status UseRegime(Transformer& lm, offload::RoutingRegime regime, uint64_t seed) {
-  ASSIGN_OR_RETURN(auto trace, offload::RoutingTrace::ForModel(regime, lm.spec(), kTracePositions, seed));
+absl::Status UseRegime(Transformer& lm, bench::RoutingRegime regime, uint64_t seed) {
+  ASSIGN_OR_RETURN(auto trace, bench::TraceForModel(regime, lm.spec(), kTracePositions, seed));
   return lm.SetRoutingOverride(std::move(trace));
 }
 
@@ -155,7 +155,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int n = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
-  const offload::RoutingRegime regime = Regime(state.range(3));
+  const bench::RoutingRegime regime = Regime(state.range(3));
   auto made = MakeStreamed(budget, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
@@ -163,7 +163,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   if (absl::Status st = UseRegime(lm, regime, 0); !st.ok()) return fail(st);
-  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  state.SetLabel(std::string(bench::RoutingRegimeName(regime)));
   // A 32-token prompt (host-routed, experts staged) under the regime, once per benchmark.
   if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
   std::vector<int32_t> prompt(kPrompt);
@@ -298,13 +298,13 @@ void BM_StreamedGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int k = static_cast<int>(state.range(1));
-  const offload::RoutingRegime regime = Regime(state.range(2));
+  const bench::RoutingRegime regime = Regime(state.range(2));
   auto made = MakeStreamed(budget, k > 0);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
-  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  state.SetLabel(std::string(bench::RoutingRegimeName(regime)));
   SpeculativeOptions opt;
   opt.draft_max = k;
   opt.adaptive = k > 0;  // as generate's default: k is the controller's bound

@@ -50,7 +50,7 @@ void ModelCache::KeepOnly(const std::vector<LmKey>& keep) {
 }
 
 absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::string& path, int64_t context,
-                                          const offload::RunPlan& placement) {
+                                          const moe::RunPlan& placement) {
   RETURN_IF_ERROR(UseBackend(key));
   auto& slot = lms_[LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk}];
   if (slot) return slot.get();

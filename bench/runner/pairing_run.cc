@@ -64,9 +64,9 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const Cache
 
 }  // namespace
 
-offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
+moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
   const Pairing& p = *spec.pairing;
-  offload::OffloadRequest request;
+  moe::OffloadRequest request;
   request.target = p.target;
   request.draft = p.draft;
   for (const DraftLength& l : p.draft_lengths) request.draft_max = std::max(request.draft_max, l.k);
@@ -80,10 +80,10 @@ offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budge
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
-  offload::RunPlan placement;
+  moe::RunPlan placement;
   if (cache.cuda() != nullptr) {
-    const absl::StatusOr<offload::RunPlan> planned =
-        offload::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
+    const absl::StatusOr<moe::RunPlan> planned =
+        moe::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
     if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
     placement = *planned;
     std::vector<LmKey> keep = {{p.target, p.context, placement.expert_cache_slots, placement.prefill_chunk}};

@@ -11,7 +11,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 #include "engine/speculative/make_loop.h"
@@ -259,16 +259,16 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
   // everything else or stream from host RAM into a cache of slots, and which dense layers stream
   // through a ring of layer buffers (docs/design.md §12).
-  offload::RunPlan plan;
+  moe::RunPlan plan;
   if (pair->cuda != nullptr) {
-    offload::OffloadRequest request;
+    moe::OffloadRequest request;
     request.target = flags.model;
     if (with_draft) request.draft = flags.draft;
     request.draft_max = flags.draft_max;
     request.context = context;
     request.kv_element_bytes = static_cast<int>(Info(kv_type).block_bytes);
     request.vram_budget = vram_budget;
-    ASSIGN_OR_RETURN(plan, offload::PlanRun(request));
+    ASSIGN_OR_RETURN(plan, moe::PlanRun(request));
   }
   ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context, kv_type,
                                                 plan, !flags.no_check_tensors));

@@ -369,7 +369,7 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status CpuBackend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   routing_override_.Prepare(std::move(trace));
   return absl::OkStatus();
 }
@@ -421,7 +421,7 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;
     }
   }
-  if (site) return site->trace->Rewrite(site->layer, site->positions, routing->expert);
+  if (site) return site->table->Rewrite(site->layer, site->positions, routing->expert);
   return absl::OkStatus();
 }
 
