@@ -1,30 +1,32 @@
 // `specgen plan -m TARGET [-md DRAFT] --vram-budget SIZE [-c N] [--draft-max K] [--cache-type T]
-// [--acceptance A] [--json]`: the offload plan (engine/offload/planner.h) of a target and its draft under
+// [--acceptance A] [--json]`: the offload plan (moe/planner.h) of a target and its draft under
 // a VRAM budget, computed from the models' headers alone (synth presets from their shapes): what is
 // resident and what streams, the expert-cache slots, the host RAM pinned, the predicted tokens/s with
-// and without the draft (engine/offload/speed_prediction.h) and the bytes and least time of a
+// and without the draft (moe/speed_prediction.h) and the bytes and least time of a
 // verification pass of up to --draft-max + 1 positions. Nothing is loaded or allocated. The text
 // speaks the user's words; the JSON keeps the planner's names.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
-#include "engine/offload/planner.h"
-#include "engine/offload/speed_prediction.h"
+#include "moe/planner.h"
+#include "moe/speed_prediction.h"
 #include "nlohmann/json.hpp"
 
 namespace specgen::cli {
 namespace {
 
-using offload::Plan;
-using offload::ResidentKind;
+using moe::Plan;
+using moe::ResidentKind;
 
 struct PlanFlags {
   std::string model;
@@ -46,9 +48,9 @@ absl::StatusOr<int> KvElementBytes(const std::string& cache_type) {
 
 std::string Bytes(double b) { return FormatBytes(b); }
 
-nlohmann::json SpeedJson(const offload::SpeedPrediction& s) {
+nlohmann::json SpeedJson(const moe::SpeedPrediction& s) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const offload::SpeedRow& r : s.rows) {
+  for (const moe::SpeedRow& r : s.rows) {
     rows.push_back({{"draft_length", r.k},
                     {"tokens_per_pass", r.tokens_per_pass},
                     {"tokens_per_second_uniform", r.tokens_per_second_uniform()},
@@ -67,13 +69,13 @@ nlohmann::json SpeedJson(const offload::SpeedPrediction& s) {
                      {"draft_token_seconds", s.draft_token_seconds}}}};
 }
 
-nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction& speed) {
+nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed) {
   nlohmann::json resident = nlohmann::json::object();
-  for (int k = 0; k < offload::kResidentKinds; ++k) {
-    resident[std::string(offload::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
+  for (int k = 0; k < moe::kResidentKinds; ++k) {
+    resident[std::string(moe::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
   }
   nlohmann::json passes = nlohmann::json::array();
-  for (const offload::PassPrediction& x : p.passes) {
+  for (const moe::PassPrediction& x : p.passes) {
     passes.push_back({{"n", x.n},
                       {"distinct_experts_per_layer", x.distinct_experts},
                       {"missed_experts_per_layer", x.missed_experts},
@@ -137,8 +139,8 @@ std::string RateRange(double uniform, double locality) {
   return a == b ? a : a + "-" + b;
 }
 
-void PrintSpeed(const offload::SpeedPrediction& s, bool streams) {
-  const offload::SpeedRow& alone = s.rows[0];
+void PrintSpeed(const moe::SpeedPrediction& s, bool streams) {
+  const moe::SpeedRow& alone = s.rows[0];
   std::printf("how fast (predicted tokens/s%s)\n",
               streams ? "; a range from uniform routing, the worst case for the expert cache, to the "
                         "locality of a trained model"
@@ -146,8 +148,8 @@ void PrintSpeed(const offload::SpeedPrediction& s, bool streams) {
   std::printf("  target alone          %s tokens/s\n",
               RateRange(alone.tokens_per_second_uniform(), alone.tokens_per_second_locality()).c_str());
   if (s.rows.size() > 1) {
-    const offload::SpeedRow& u = s.rows[s.best_k_uniform];
-    const offload::SpeedRow& l = s.rows[s.best_k_locality];
+    const moe::SpeedRow& u = s.rows[s.best_k_uniform];
+    const moe::SpeedRow& l = s.rows[s.best_k_locality];
     std::printf("  with the draft        %s tokens/s (best draft length %s)%s\n",
                 RateRange(u.tokens_per_second_uniform(), l.tokens_per_second_locality()).c_str(),
                 u.k == l.k ? std::to_string(u.k).c_str()
@@ -158,7 +160,7 @@ void PrintSpeed(const offload::SpeedPrediction& s, bool streams) {
                     : "");
     std::printf("  %12s %15s %16s%s\n", "draft length", "tokens a pass", "tokens/s",
                 streams ? "  expert-cache hits" : "");
-    for (const offload::SpeedRow& r : s.rows) {
+    for (const moe::SpeedRow& r : s.rows) {
       std::printf("  %12d %15.2f %16s", r.k, r.tokens_per_pass,
                   RateRange(r.tokens_per_second_uniform(), r.tokens_per_second_locality()).c_str());
       if (streams) std::printf("  %3.0f%%-%3.0f%%", 100 * r.hit_rate_uniform, 100 * r.hit_rate_locality);
@@ -183,14 +185,14 @@ void PrintSpeed(const offload::SpeedPrediction& s, bool streams) {
   std::printf(".\n  A slower GPU or link runs slower; `specgen_bench` measures yours (README).\n");
 }
 
-void PrintText(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction& speed) {
+void PrintText(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed) {
   std::printf("plan for %s%s\n", f.model.c_str(), f.draft.empty() ? "" : (" drafted by " + f.draft).c_str());
   std::printf("  GPU memory budget %s (the least this pair can run in: %s), context %lld tokens, draft length "
               "up to %d, KV cache as %s\n",
               Bytes(double(p.vram_budget)).c_str(), Bytes(double(p.minimum_budget)).c_str(),
               static_cast<long long>(p.context), f.draft.empty() ? 0 : f.draft_max, f.cache_type.c_str());
   std::printf("in GPU memory\n");
-  for (int k = 0; k < offload::kResidentKinds; ++k) {
+  for (int k = 0; k < moe::kResidentKinds; ++k) {
     if (p.resident_bytes[k] == 0) continue;
     std::printf("  %-18s %12s\n", ResidentLabel(static_cast<ResidentKind>(k)), Bytes(double(p.resident_bytes[k])).c_str());
   }
@@ -222,10 +224,10 @@ void PrintText(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction
   PrintSpeed(speed, p.expert_cache_slots >= 0 && p.total_experts > 0);
   const int shown = 1 + (f.draft.empty() ? 0 : f.draft_max);
   std::printf("a verification pass of n tokens, uniform routing (least time the links allow: streamed bytes / %.0f "
-              "GB/s + GPU memory read / %.1f TB/s)\n", offload::kPcieBytesPerSecond / 1e9,
-              offload::kHbmBytesPerSecond / 1e12);
+              "GB/s + GPU memory read / %.1f TB/s)\n", moe::kPcieBytesPerSecond / 1e9,
+              moe::kHbmBytesPerSecond / 1e12);
   std::printf("  %3s %9s %9s %12s %12s %10s\n", "n", "experts", "fetched", "streamed", "GPU read", "least ms");
-  for (const offload::PassPrediction& x : p.passes) {
+  for (const moe::PassPrediction& x : p.passes) {
     if (x.n > shown) break;
     std::printf("  %3d %9.2f %9.2f %12s %12s %10.3f\n", x.n, x.distinct_experts, x.missed_experts,
                 Bytes(x.streamed_bytes).c_str(), Bytes(x.hbm_bytes).c_str(), 1e3 * x.floor_seconds);
@@ -233,18 +235,52 @@ void PrintText(const Plan& p, const PlanFlags& f, const offload::SpeedPrediction
   if (p.total_experts > 0) std::printf("  (experts: distinct experts a layer uses; fetched: of them, not in the cache)\n");
 }
 
+// "synth:PRESET" with no ":TYPE": ModelBytes assumes f32 weights for it.
+bool UntypedSynth(const std::string& path) {
+  return path.rfind("synth:", 0) == 0 && path.find(':', 6) == std::string::npos;
+}
+
+// The sizes the plan derives from -c, in doubles, before the planner computes them in 64-bit
+// integers: a context that would overflow them (-c near 2^62) is refused here with its number, and
+// a context past the target's trained length is warned of, as generate warns.
+absl::Status CheckPlanSizes(const PlanFlags& f, const moe::ModelBytes& target,
+                            const moe::ModelBytes* draft, int kv_element_bytes) {
+  const int64_t context = f.context > 0 ? f.context : std::min<int64_t>(target.spec.context_length, 4096);
+  auto kv = [&](const ModelSpec& s) {
+    // K and V of every layer, and the attention scores of a pass (heads x 16 rows x context floats).
+    return 2.0 * static_cast<double>(s.n_layers) * static_cast<double>(context) * static_cast<double>(s.kv_dim()) *
+               kv_element_bytes +
+           16.0 * static_cast<double>(s.n_heads) * static_cast<double>(context) * sizeof(float);
+  };
+  const double bytes = kv(target.spec) + (draft != nullptr ? kv(draft->spec) : 0.0);
+  // 2^60 B (1 EiB): far above any budget, and far enough below 2^64 that sums of it cannot wrap.
+  constexpr double kMostBytes = 1152921504606846976.0;
+  if (!(bytes < kMostBytes)) {
+    return InvalidArgument("-c ", f.context, ": the KV caches at this context would need ", FormatBytes(bytes),
+                           ", more than any budget can hold (the target was trained on ",
+                           target.spec.context_length, " positions)");
+  }
+  if (f.context > target.spec.context_length) {
+    std::fprintf(stderr,
+                 "warning: -c %lld exceeds the context length the model was trained on (%lld); "
+                 "positions past it may give degraded output\n",
+                 static_cast<long long>(f.context), static_cast<long long>(target.spec.context_length));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunPlan(const PlanFlags& f) {
   if (f.model.empty()) return InvalidArgument("-m: a target model is required");
   ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
   if (budget == 0) return InvalidArgument("--vram-budget ", f.vram_budget, ": must be more than 0 bytes");
   ASSIGN_OR_RETURN(const int kv_bytes, KvElementBytes(f.cache_type));
-  ASSIGN_OR_RETURN(const offload::AcceptanceProfile acceptance, offload::ParseAcceptance(f.acceptance));
-  if (f.draft_max < 0 || f.draft_max > offload::kMaxPredictedPositions - 1) {
-    return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", offload::kMaxPredictedPositions - 1,
+  ASSIGN_OR_RETURN(const moe::AcceptanceProfile acceptance, moe::ParseAcceptance(f.acceptance));
+  if (f.draft_max < 0 || f.draft_max > moe::kMaxPredictedPositions - 1) {
+    return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", moe::kMaxPredictedPositions - 1,
                            "]");
   }
   if (f.context < 0) return InvalidArgument("-c ", f.context, ": the context must be >= 1 (0 = the default)");
-  offload::PlanOptions o;
+  moe::PlanOptions o;
   o.vram_budget = budget;
   o.context = f.context;
   o.kv_element_bytes = kv_bytes;
@@ -257,37 +293,44 @@ absl::Status RunPlan(const PlanFlags& f) {
   } else {
     o.host_available = HostMemoryAvailable();
   }
-  ASSIGN_OR_RETURN(const offload::ModelBytes target, offload::ReadModelBytes(f.model));
-  std::unique_ptr<offload::ModelBytes> draft;
+  ASSIGN_OR_RETURN(const moe::ModelBytes target, moe::ReadModelBytes(f.model));
+  std::unique_ptr<moe::ModelBytes> draft;
   if (!f.draft.empty()) {
-    ASSIGN_OR_RETURN(offload::ModelBytes d, offload::ReadModelBytes(f.draft));
+    ASSIGN_OR_RETURN(moe::ModelBytes d, moe::ReadModelBytes(f.draft));
     if (d.spec.vocab_size != target.spec.vocab_size) {
       return InvalidArgument("-md ", f.draft, " cannot draft for -m ", f.model, ": vocabulary sizes differ (",
                              d.spec.vocab_size, " and ", target.spec.vocab_size, ")");
     }
-    draft = std::make_unique<offload::ModelBytes>(std::move(d));
+    draft = std::make_unique<moe::ModelBytes>(std::move(d));
   }
-  absl::StatusOr<Plan> made = offload::MakePlan(target, draft.get(), o);
-  if (absl::IsResourceExhausted(made.status()) && o.host_available > 0 &&
+  RETURN_IF_ERROR(CheckPlanSizes(f, target, draft.get(), kv_bytes));
+  // A synth preset without a type is planned as f32 weights, which a quantized run would not use.
+  const std::string untyped = UntypedSynth(f.model) ? f.model : UntypedSynth(f.draft) ? f.draft : "";
+  if (!untyped.empty()) {
+    std::fprintf(stderr, "note: %s names no weight type: planned as f32 weights (%s:q4_k_m, :q8_0 or :bf16 "
+                 "plans a quantized one)\n", untyped.c_str(), untyped.c_str());
+  }
+  absl::StatusOr<Plan> made = moe::MakePlan(target, draft.get(), o);
+  // The planner's host RAM error names this machine's MemAvailable: --host-ram plans for another.
+  if (!made.ok() && made.status().code() == absl::StatusCode::kResourceExhausted &&
       absl::StrContains(made.status().message(), "host RAM")) {
-    // The planner speaks of this machine; plan's user may be planning for another one.
     std::string message(made.status().message());
     if (!f.host_ram.empty()) absl::StrReplaceAll({{"(MemAvailable)", "(--host-ram)"}}, &message);
-    return absl::ResourceExhaustedError(Cat(message, "; to plan for a machine with more RAM, give its RAM with ",
-                                            "--host-ram SIZE"));
+    return absl::ResourceExhaustedError(
+        Cat(message, "; to plan for a machine with more RAM, give its RAM with --host-ram SIZE",
+            untyped.empty() ? "" : Cat("; ", untyped, " was planned as f32 weights: a quantized type needs less")));
   }
-  if (!made.ok()) return made.status();
-  const Plan& plan = *made;
+  ASSIGN_OR_RETURN(const Plan plan, std::move(made));
   // The target alone runs without the draft in VRAM, so with more room for the expert cache.
   std::optional<Plan> alone_plan;
   if (draft != nullptr) {
-    offload::PlanOptions alone = o;
+    moe::PlanOptions alone = o;
     alone.draft_max = 0;
-    ASSIGN_OR_RETURN(alone_plan, offload::MakePlan(target, nullptr, alone));
+    ASSIGN_OR_RETURN(alone_plan, moe::MakePlan(target, nullptr, alone));
   }
-  ASSIGN_OR_RETURN(const offload::SpeedPrediction speed,
-                   offload::PredictSpeed(plan, target, draft.get(), f.draft_max, acceptance, {},
-                                         alone_plan ? &*alone_plan : nullptr));
+  ASSIGN_OR_RETURN(const moe::SpeedPrediction speed,
+                   moe::PredictSpeed(plan, target, draft.get(), f.draft_max, acceptance, {},
+                                     alone_plan ? &*alone_plan : nullptr));
   if (f.json) {
     std::printf("%s\n", PlanJson(plan, f, speed).dump().c_str());
   } else {

@@ -1,0 +1,82 @@
+// How fast a plan should run: predicted tokens/s of the target alone and with its draft at each draft
+// length, under the two routing regimes that bound a real model (uniform routing, the worst case for
+// the expert cache, and the temporal locality of a trained MoE), from the plan's bytes, assumed rates
+// and an assumed acceptance profile. `specgen plan` prints it; the rates are named with their source.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "moe/model_bytes.h"
+#include "moe/planner.h"
+
+namespace specgen::moe {
+
+// The rates the prediction assumes. The defaults are specgen's own measurements on one NVIDIA H200
+// (bench/RESULTS.md, 2026-12-03): synth qwen3-30b-a3b as q4_k_m with a synth qwen3-0.6b q8_0 draft.
+struct SpeedRates {
+  // Host→GPU copies of missed experts and streamed dense layers, as a pass achieves them beside its
+  // compute (streamed_bench's one-position passes: 1097 MB cold in 26.0 ms, 707 MB warm in 18.5 ms,
+  // each less the 4.24 ms of compute: 49-51 GB/s of the 55 GB/s link).
+  double link_bytes_per_second = 50e9;
+  // A one-position pass reads its weights (non-expert weights + the top-k experts of every MoE layer)
+  // at this effective rate: 236 tokens/s resident, 4.24 ms for the 1.92 GB such a pass reads.
+  double pass_bytes_per_second = 453e9;
+  // Each further position of a pass adds this share of a one-position pass (the warm locality passes
+  // at 8 GiB, n = 1..16, less their streamed bytes: 4.2 + 2.42 ms a position).
+  double extra_position_share = 0.57;
+  // One draft token: its kernels run one after another, ~20 us a layer whatever its bytes (0.57 ms for
+  // qwen3-0.6b's 28 layers, BM_DraftDecode); a larger draft is held by its bytes instead, read at the
+  // rate that bf16 decode reached (1.19 GB in 0.572 ms).
+  double draft_layer_seconds = 20.4e-6;
+  double draft_bytes_per_second = 2.08e12;
+  std::string source = "measured by specgen on an NVIDIA H200 (bench/RESULTS.md)";
+};
+
+// The probability that the draft token at depth i (0-based) is accepted given the ones before it were;
+// the last entry holds for every deeper token.
+struct AcceptanceProfile {
+  std::string name;           // "typical" or the number as given
+  std::vector<double> by_depth;
+  double at(int depth) const;
+};
+// "typical" (0.8, 0.75, 0.7, 0.65, 0.6, then 0.55: a draft of the target's family on chat and code,
+// falling with depth), or a number in (0, 1] for every depth. InvalidArgument otherwise.
+absl::StatusOr<AcceptanceProfile> ParseAcceptance(std::string_view text);
+
+// Expected tokens a pass yields at draft length k: 1 + Σ_{j=1..k} Π_{i<j} a_i (the target's own token
+// always comes, each draft token only if every earlier one was accepted).
+double TokensPerPass(const AcceptanceProfile& a, int k);
+
+struct SpeedRow {
+  int k = 0;                  // draft length (0: the target alone)
+  double tokens_per_pass = 1;
+  double seconds_uniform = 0;   // one pass plus k draft tokens, uniform routing
+  double seconds_locality = 0;  // the same, locality routing
+  double hit_rate_uniform = 1;  // expert-cache hits among the pass's distinct experts
+  double hit_rate_locality = 1;
+  double tokens_per_second_uniform() const { return tokens_per_pass / seconds_uniform; }
+  double tokens_per_second_locality() const { return tokens_per_pass / seconds_locality; }
+};
+
+struct SpeedPrediction {
+  SpeedRates rates;
+  AcceptanceProfile acceptance;
+  double draft_token_seconds = 0;  // 0 without a draft
+  std::vector<SpeedRow> rows;      // k = 0..draft_max (k = 0 only without a draft)
+  // The draft lengths (>= 1) of the most tokens/s with the draft; 0 without a draft. Row 0 may still be
+  // faster: a draft does not always pay.
+  int best_k_uniform = 0, best_k_locality = 0;
+};
+
+// `draft` may be null (rows for k = 0 only); draft_max <= kMaxPredictedPositions - 1. `alone_plan`, when
+// given, is the target's plan without the draft (more room for the expert cache), which row 0 uses.
+// Locality hit rates come from LocalityRouting (its calibrated defaults, a fixed seed) through an LRU
+// cache of the plan's slots shared by every MoE layer, as the GPU's cache replaces them.
+absl::StatusOr<SpeedPrediction> PredictSpeed(const Plan& plan, const ModelBytes& target, const ModelBytes* draft,
+                                             int draft_max, const AcceptanceProfile& acceptance,
+                                             const SpeedRates& rates = {}, const Plan* alone_plan = nullptr);
+
+}  // namespace specgen::moe
