@@ -33,7 +33,7 @@
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
 #include "bench/routing/routing_trace.h"
-#include "moe/run_plan.h"
+#include "moe/apply_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 
@@ -111,25 +111,25 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   s->budget = budget;
   s->with_draft = with_draft;
   s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
-  moe::OffloadRequest request;
+  // Placed as `specgen generate --vram-budget` places it (moe/apply_plan.h): the default KV type, the
+  // planner's slots, prompt chunk and streamed dense layers.
+  moe::RunRequest request;
   request.target = Cat("synth:qwen3-30b-a3b:", kType);
   if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
   request.context = kContext;
-  request.kv_element_bytes = 4;  // TransformerOptions' default: the fp32 cache
-  request.vram_budget = budget;
-  ASSIGN_OR_RETURN(s->slots, moe::PlanExpertCacheSlots(request));
+  ASSIGN_OR_RETURN(const moe::RunPlan plan, moe::PlanFor(request, budget));
+  s->slots = plan.expert_cache_slots;
   if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
   CudaBackendOptions o;
   o.arena_bytes = budget;
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
-  TransformerOptions t;
-  t.max_context = kContext;
   if (with_draft) {
-    ASSIGN_OR_RETURN(s->draft, Transformer::Create(DraftWeights(), s->backend.get(), t));
+    ASSIGN_OR_RETURN(s->draft,
+                     Transformer::Create(DraftWeights(), s->backend.get(), moe::DraftOptions(request, kContext)));
   }
-  t.expert_cache_slots = s->slots;
-  ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
+  ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(),
+                                              moe::TargetOptions(request, kContext, plan, s->backend.get())));
   ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   s->d_tokens = static_cast<int32_t*>(d);
   ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));

@@ -48,10 +48,10 @@ RunSpec WithoutDraft(const RunSpec& spec);
 // Runs that share this key measure the same target-alone generation.
 std::string BaselineKey(const RunSpec& spec);
 
-// What the offload planner is asked for the run's target on a CUDA arena of `vram_budget` bytes: the
-// pairing's target and draft, its longest draft length (so that every run of the pairing, the target
-// alone included, shares one placement of the target), its context and the runner's fp32 KV cache.
-moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget);
+// What the run asks moe::PlanFor for its target: the pairing's target and draft, its longest draft
+// length (so that every run of the pairing, the target alone included, shares one placement of the
+// target), its context and the KV cache type the CLI defaults to (moe::kDefaultKvType).
+moe::RunRequest RunRequestFor(const RunSpec& spec);
 
 // On the GPU the target is placed as the planner says (experts streamed through a cache of slots when
 // the budget is below what holds them), and only the run's models stay on the backend.

@@ -11,6 +11,7 @@
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
+#include "moe/apply_plan.h"
 #include "moe/planner.h"
 #include "nlohmann/json.hpp"
 
@@ -27,7 +28,7 @@ struct PlanFlags {
   std::string host_ram;
   int64_t context = 0;
   int draft_max = 4;
-  std::string cache_type = "f16";
+  std::string cache_type = moe::kDefaultKvTypeName;
   bool json = false;
 };
 

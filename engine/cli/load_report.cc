@@ -9,7 +9,6 @@
 #include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
-#include "moe/apply_plan.h"
 
 namespace specgen::cli {
 
@@ -58,18 +57,13 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context, DType kv_type,
-                                                             const moe::RunPlan& plan) {
+                                                             Backend* backend, TransformerOptions options) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
     ASSIGN_OR_RETURN(loaded, LoadModel(path, bar.Callback()));
   }
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
-  TransformerOptions options;
-  options.max_context = context;
-  options.kv_type = kv_type;
-  moe::ApplyRunPlan(plan, &options);
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;

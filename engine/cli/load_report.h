@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
-#include "moe/run_plan.h"
 
 namespace specgen::cli {
 
@@ -22,10 +21,9 @@ namespace specgen::cli {
 // dtype (largest first), KV cache bytes.
 std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
 
-// LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
-// `kv_type`: TransformerOptions'; `plan`: what streams (the default: nothing, every weight resident).
+// LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr. `options`: the
+// placement (moe::TargetOptions or DraftOptions); its progress callbacks are this function's.
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context, DType kv_type,
-                                                             const moe::RunPlan& plan = {});
+                                                             Backend* backend, TransformerOptions options);
 
 }  // namespace specgen::cli

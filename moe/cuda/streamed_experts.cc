@@ -58,12 +58,6 @@ absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StreamedExperts>> CudaBackend::PrepareStreamedExperts(
-    std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamedExperts> s, CudaStreamedExperts::Create(this, layers, options));
-  return std::unique_ptr<StreamedExperts>(std::move(s));
-}
-
 bool CudaStreamedExperts::LayerFetch::Takes(int64_t n_ids) const {
   return n_ids <= owner_->cache_.n_slots || layer_.experts <= owner_->cache_.n_slots;
 }

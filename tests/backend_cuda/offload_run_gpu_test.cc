@@ -32,6 +32,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
+#include "moe/cuda/cuda_streaming.h"
 
 namespace specgen {
 namespace {
@@ -128,6 +129,7 @@ TEST(OffloadRun, PlannedResidentBytesAreWhatLoadingAllocates) {
 
   used = arena.used(), blocks = arena.blocks();
   o.expert_cache_slots = plan->expert_cache_slots;
+  o.streaming = std::make_shared<CudaWeightStreaming>(be.get());
   o.prefill_chunk = plan->prefill_chunk;
   auto target = Transformer::Create(target_model, be.get(), o);
   ASSERT_TRUE(target.ok()) << target.status();
@@ -200,6 +202,7 @@ TEST(OffloadRun, SampledTokensPerSeedAreTheSameWithAndWithoutStreaming) {
   // One pass's union fits ((kDraft + 1) · k slots: every pass routes on the device), fewer than the
   // model's experts: the cache evicts.
   o.expert_cache_slots = (kDraft + 1) * target_model->spec.n_experts_used;
+  o.streaming = std::make_shared<CudaWeightStreaming>(be.get());
   auto streamed = Transformer::Create(target_model, be.get(), o);
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   ASSERT_LT(o.expert_cache_slots, target_model->spec.n_experts * target_model->spec.n_layers);
