@@ -251,27 +251,19 @@ void BM_StreamedGeneration(benchmark::State& state) {
   const int64_t vocab = lm.vocab_size();
   uint64_t seed = 0;
   // One generation under the regime's trace of a new seed; its tokens, seconds and the cache's counters.
-  struct Totals {
-    double seconds = 0;
-    int64_t tokens = 0, passes = 0, drafted = 0, accepted = 0;
-  } totals;
+  SpeculativeStats totals;  // the generations' stats (SpeculativeStats::operator+=)
   auto generate = [&]() -> absl::Status {
     RETURN_IF_ERROR(UseRegime(lm, regime, seed));
     std::vector<int32_t> prompt(kPrompt);
     for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>(((seed + 1) * 7919 * (i + 1) + 11) % vocab);
     ++seed;
     RETURN_IF_ERROR((*dec)->Generate(prompt).status());
-    const SpeculativeStats& st = (*dec)->stats();
-    totals.seconds += st.total_seconds;
-    totals.tokens += st.tokens;
-    totals.passes += st.passes;
-    totals.drafted += st.drafted;
-    totals.accepted += st.accepted;
+    totals += (*dec)->stats();
     return absl::OkStatus();
   };
   // Untimed: the graphs' captures and the kernels' first loads.
   if (absl::Status st = generate(); !st.ok()) return fail(st);
-  totals = Totals();
+  totals = SpeculativeStats();
   // The cache's counters: the decode and verification passes (the prompt is routed on the host, its
   // experts staged, and not counted per token).
   int64_t fetched = 0, hits = 0, lookups = 0;
@@ -285,15 +277,15 @@ void BM_StreamedGeneration(benchmark::State& state) {
     hits += after->hits - before->hits;
     lookups += after->hits - before->hits + after->misses - before->misses;
   }
-  const Totals& t = totals;
+  const SpeculativeStats& t = totals;
   state.counters["slots"] = static_cast<double>(s.slots);
-  state.counters["tokens_per_s"] = t.seconds > 0 ? t.tokens / t.seconds : 0.0;
+  state.counters["tokens_per_s"] = t.total_seconds > 0 ? t.tokens / t.total_seconds : 0.0;
   state.counters["mb_per_token"] = t.tokens ? double(fetched) / t.tokens / 1e6 : 0.0;
   state.counters["hit_rate"] = lookups ? double(hits) / lookups : 0.0;
   state.counters["distinct_experts"] = t.passes ? double(lookups) / t.passes / static_cast<double>(s.moe_layers) : 0.0;
   state.counters["acceptance"] = t.drafted ? double(t.accepted) / t.drafted : 0.0;
   state.counters["tau"] = t.passes ? double(t.tokens) / t.passes : 0.0;
-  state.counters["gb_per_s"] = t.seconds > 0 ? fetched / t.seconds / 1e9 : 0.0;
+  state.counters["gb_per_s"] = t.total_seconds > 0 ? fetched / t.total_seconds / 1e9 : 0.0;
 }
 // Budget by budget, and within one with and without the draft (each pair its own plan and copy).
 BENCHMARK(BM_StreamedGeneration)

@@ -11,13 +11,8 @@ namespace specgen::bench {
 
 void RunTotals::Add(const RunTotals& o) {
   prompts += o.prompts;
-  tokens += o.tokens;
-  passes += o.passes;
-  drafted += o.drafted;
-  accepted += o.accepted;
-  seconds += o.seconds;
+  stats += o.stats;
   ttft_seconds += o.ttft_seconds;
-  offload += o.offload;
   expert_cache_slots = o.expert_cache_slots;
   prefill_chunk = o.prefill_chunk;
 }
@@ -134,14 +129,8 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     if (!out.ok()) {
       return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", out.status().message());
     }
-    const SpeculativeStats& s = loop->stats();
     totals.prompts += 1;
-    totals.tokens += s.tokens;
-    totals.passes += s.passes;
-    totals.drafted += s.drafted;
-    totals.accepted += s.accepted;
-    totals.seconds += s.total_seconds;
-    totals.offload += s.offload;
+    totals.stats += loop->stats();
     totals.ttft_seconds += std::max(ttft, 0.0);
   }
   return totals;

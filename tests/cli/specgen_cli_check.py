@@ -19,11 +19,10 @@ import sys
 
 DESIGN_KEYS = ["tokens", "passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
                "tokens_per_second", "h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate",
-               "mean_distinct_experts", "prefetch_useful_bytes", "prefetch_wasted_bytes", "time"]
+               "mean_distinct_experts", "time"]
 # Offload counters: 0 while nothing streams (every run here is fully resident).
-OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts",
-                "prefetch_useful_bytes", "prefetch_wasted_bytes"]
-TIME_KEYS = ["prefill", "ttft", "draft", "verify", "accept", "transfer_wait"]
+OFFLOAD_KEYS = ["h2d_bytes", "h2d_bytes_per_token", "expert_cache_hit_rate", "mean_distinct_experts"]
+TIME_KEYS = ["prefill", "ttft", "draft", "verify", "accept"]
 
 failures = []
 
