@@ -118,11 +118,19 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
   request.context = kContext;
-  ASSIGN_OR_RETURN(const moe::RunPlan plan, moe::PlanFor(request, budget));
-  s->slots = plan.expert_cache_slots;
-  if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
   CudaBackendOptions o;
   o.arena_bytes = budget;
+  moe::RunPlan plan;  // budget 0: nothing planned, every weight resident
+  if (budget == 0) {  // resident: the weights, and room for the caches and workspaces
+    ASSIGN_OR_RETURN(const ExportType type, ParseExportType(kType));
+    ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, type));
+    o.arena_bytes = bytes + (size_t{6} << 30);
+    s->slots = -1;
+  } else {
+    ASSIGN_OR_RETURN(plan, moe::PlanFor(request, budget));
+    s->slots = plan.expert_cache_slots;
+    if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
+  }
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
   if (with_draft) {
     ASSIGN_OR_RETURN(s->draft,
@@ -229,6 +237,63 @@ BENCHMARK(BM_StreamedVerifyPass)
     })
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
+
+// BM_ResidentVerifyPass: the same passes with every weight resident (the model's own router), so the
+// pass's growth with n is the products' alone: ms_per_pass (compare n with n = 1: the goal is a pass
+// of 16 within 3 passes of 1; docs/design.md §3.1).
+void BM_ResidentVerifyPass(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  auto made = MakeStreamed(0, false);
+  if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
+  Streamed& s = **made;
+  Transformer& lm = *s.lm;
+  const int64_t vocab = lm.vocab_size();
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+  if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
+  std::vector<int32_t> prompt(kPrompt);
+  for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
+  if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
+  int64_t step = 0;
+  auto pass = [&]() -> absl::StatusOr<double> {
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
+    ++step;
+    if (lm.n_past() + n > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
+    if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return absl::InternalError("token copy failed");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(s.graphed->Forward(n).status());
+    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (auto r = pass(); !r.ok()) return fail(r.status());
+  }
+  if (!s.graphed->fallback_reason().empty()) return state.SkipWithError(s.graphed->fallback_reason().c_str());
+  double seconds = 0;
+  int64_t passes = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < 8; ++r) {
+      auto sec = pass();
+      if (!sec.ok()) return fail(sec.status());
+      seconds += *sec;
+      ++passes;
+    }
+  }
+  const double sec = seconds / passes;
+  state.counters["ms_per_pass"] = sec * 1e3;
+  state.counters["tokens_per_s_at_n1"] = n == 1 ? 1.0 / sec : 0.0;
+}
+BENCHMARK(BM_ResidentVerifyPass)
+    ->ArgNames({"n"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int n : {1, 2, 3, 5, 9, 16}) b->Args({n});
+    })
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 void BM_StreamedGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");

@@ -6,6 +6,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/tensor_check.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 
 namespace specgen::bench {
@@ -67,6 +68,8 @@ absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::stri
   auto& weights = weights_[path];
   if (!weights) {
     ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
+    // As the CLI does (docs/design.md §7): a NaN weight would time a run of NaN logits.
+    if (SourceKind(path) != ModelSourceKind::kSynth) RETURN_IF_ERROR(CheckTensorsFinite(loaded->weights, path));
     weights = std::move(loaded);
     ++weight_loads_[path];
     ASSIGN_OR_RETURN(tokenizers_[path], LoadTokenizerIfPresent(path));

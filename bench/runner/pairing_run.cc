@@ -129,8 +129,16 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     if (!out.ok()) {
       return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", out.status().message());
     }
+    const SpeculativeStats& s = loop->stats();
+    // A prompt whose tokens and max_new_tokens overflow the context stops early; timed as it is, it
+    // would be an ordinary-looking result of fewer tokens.
+    if (s.stop_reason == StopReason::kContextFull) {
+      return InvalidArgument("pairing '", p.name, "', prompt ", i, ": the context of ", p.context,
+                             " filled after ", s.tokens, " of max_new_tokens ", p.max_new_tokens, " (the prompt has ",
+                             ids[i].size(), " tokens); raise context or lower max_new_tokens");
+    }
     totals.prompts += 1;
-    totals.stats += loop->stats();
+    totals.stats += s;
     totals.ttft_seconds += std::max(ttft, 0.0);
   }
   return totals;

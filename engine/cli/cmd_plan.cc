@@ -3,10 +3,12 @@
 // computed from the models' headers alone (synth presets from their shapes): what is resident and what
 // streams, the expert-cache slots, and the predicted bytes and floor time of a verification pass of
 // n = 1..16 positions under uniform routing. Nothing is loaded or allocated.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
@@ -122,6 +124,40 @@ void PrintText(const Plan& p, const PlanFlags& f) {
   if (p.total_experts > 0) std::printf("  (distinct and missed: experts per MoE layer)\n");
 }
 
+// "synth:PRESET" with no ":TYPE": ModelBytes assumes f32 weights for it.
+bool UntypedSynth(const std::string& path) {
+  return path.rfind("synth:", 0) == 0 && path.find(':', 6) == std::string::npos;
+}
+
+// The sizes the plan derives from -c, in doubles, before the planner computes them in 64-bit
+// integers: a context that would overflow them (-c near 2^62) is refused here with its number, and
+// a context past the target's trained length is warned of, as generate warns.
+absl::Status CheckPlanSizes(const PlanFlags& f, const moe::ModelBytes& target,
+                            const moe::ModelBytes* draft, int kv_element_bytes) {
+  const int64_t context = f.context > 0 ? f.context : std::min<int64_t>(target.spec.context_length, 4096);
+  auto kv = [&](const ModelSpec& s) {
+    // K and V of every layer, and the attention scores of a pass (heads x 16 rows x context floats).
+    return 2.0 * static_cast<double>(s.n_layers) * static_cast<double>(context) * static_cast<double>(s.kv_dim()) *
+               kv_element_bytes +
+           16.0 * static_cast<double>(s.n_heads) * static_cast<double>(context) * sizeof(float);
+  };
+  const double bytes = kv(target.spec) + (draft != nullptr ? kv(draft->spec) : 0.0);
+  // 2^60 B (1 EiB): far above any budget, and far enough below 2^64 that sums of it cannot wrap.
+  constexpr double kMostBytes = 1152921504606846976.0;
+  if (!(bytes < kMostBytes)) {
+    return InvalidArgument("-c ", f.context, ": the KV caches at this context would need ", FormatBytes(bytes),
+                           ", more than any budget can hold (the target was trained on ",
+                           target.spec.context_length, " positions)");
+  }
+  if (f.context > target.spec.context_length) {
+    std::fprintf(stderr,
+                 "warning: -c %lld exceeds the context length the model was trained on (%lld); "
+                 "positions past it may give degraded output\n",
+                 static_cast<long long>(f.context), static_cast<long long>(target.spec.context_length));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunPlan(const PlanFlags& f) {
   if (f.model.empty()) return InvalidArgument("-m: a target model is required");
   ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
@@ -155,7 +191,22 @@ absl::Status RunPlan(const PlanFlags& f) {
     }
     draft = std::make_unique<moe::ModelBytes>(std::move(d));
   }
-  ASSIGN_OR_RETURN(const Plan plan, moe::MakePlan(target, draft.get(), o));
+  RETURN_IF_ERROR(CheckPlanSizes(f, target, draft.get(), kv_bytes));
+  // A synth preset without a type is planned as f32 weights, which a quantized run would not use.
+  const std::string untyped = UntypedSynth(f.model) ? f.model : UntypedSynth(f.draft) ? f.draft : "";
+  if (!untyped.empty()) {
+    std::fprintf(stderr, "note: %s names no weight type: planned as f32 weights (%s:q4_k_m, :q8_0 or :bf16 "
+                 "plans a quantized one)\n", untyped.c_str(), untyped.c_str());
+  }
+  absl::StatusOr<Plan> made = moe::MakePlan(target, draft.get(), o);
+  // The planner's host RAM error names this machine's MemAvailable: --host-ram plans for another.
+  if (!made.ok() && made.status().code() == absl::StatusCode::kResourceExhausted &&
+      absl::StrContains(made.status().message(), "host RAM")) {
+    return absl::ResourceExhaustedError(
+        Cat(made.status().message(), f.host_ram.empty() ? "; --host-ram SIZE plans for a machine with more" : "",
+            untyped.empty() ? "" : Cat("; ", untyped, " was planned as f32 weights: a quantized type needs less")));
+  }
+  ASSIGN_OR_RETURN(const Plan plan, std::move(made));
   if (f.json) {
     std::printf("%s\n", PlanJson(plan, f).dump().c_str());
   } else {

@@ -9,6 +9,7 @@
 #include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/tensor_check.h"
 
 namespace specgen::cli {
 
@@ -56,13 +57,23 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
              " positions)");
 }
 
+absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, const LoadedModel& model) {
+  if (SourceKind(path) == ModelSourceKind::kSynth) return absl::OkStatus();
+  ProgressBar bar(Cat("checking ", role, " ", path, " for NaN and Inf"), 0);
+  TensorCheckOptions options;
+  options.progress = bar.Callback();
+  return CheckTensorsFinite(model.weights, path, options);
+}
+
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, TransformerOptions options) {
+                                                             Backend* backend, TransformerOptions options,
+                                                             bool check_tensors) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
     ASSIGN_OR_RETURN(loaded, LoadModel(path, bar.Callback()));
   }
+  if (check_tensors) RETURN_IF_ERROR(CheckLoadedTensors(role, path, *loaded));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   std::unique_ptr<Transformer> lm;
   {

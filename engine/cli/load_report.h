@@ -23,7 +23,14 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 
 // LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr. `options`: the
 // placement (moe::TargetOptions or DraftOptions); its progress callbacks are this function's.
+// `check_tensors`: a model read from a file has its weights checked for NaN and infinity first
+// (CheckLoadedTensors; --no-check-tensors turns it off).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, TransformerOptions options);
+                                                             Backend* backend, TransformerOptions options,
+                                                             bool check_tensors = true);
+
+// The check of engine/io/tensor_check.h on a model loaded from `path`, under a progress bar labelled
+// with `role`; synthetic presets (generated finite) are not checked.
+absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, const LoadedModel& model);
 
 }  // namespace specgen::cli

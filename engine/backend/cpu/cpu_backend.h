@@ -69,6 +69,8 @@ class CpuBackend : public Backend {
   static bool IsPacked(const Weight& w);
 
  private:
+  // MatMul for weights in a type of the packed product (engine/core/packed_product.h).
+  absl::Status PackedMatMul(const Buffer& x, const Weight& w, Buffer* y);
   ThreadPool pool_;
   RoutingOverrideState routing_override_;
 };
