@@ -1,8 +1,8 @@
-// Warp-per-row GEMV building blocks shared by the fused decode kernels (decode_fused.cu) and the
-// persistent decode kernel (persistent_decode.cu): the 16-byte weight loads of a row, the row's dot
-// product in GemvKernel's (gemv.cu) reduction order, the rows of a fused segment set, and RMSNorm over a
-// vector staged in shared memory with RmsNormKernel's (norm.cu) arithmetic. One copy of each is what
-// keeps both paths' GEMVs bit-identical to the Backend ops they replace.
+// Warp-per-row GEMV building blocks of gemv.cu and the fused decode kernels (decode_fused.cu,
+// decode_fused_packed.cu): the 16-byte weight loads of a row, the row's dot product in GemvKernel's
+// (gemv.cu) reduction order, the rows of a fused segment set, and RMSNorm over a vector staged in
+// shared memory with RmsNormKernel's (norm.cu) arithmetic. One copy of each is what keeps the fused
+// GEMVs bit-identical to the Backend ops they replace.
 // Internal to kernels/: included from .cu files only.
 #pragma once
 

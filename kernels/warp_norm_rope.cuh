@@ -2,8 +2,8 @@
 // (decode_fused.cu): that kernel's block of T = round32(head_dim) threads holds one element per thread,
 // sums the squares per warp and then the warp sums with a butterfly; here lane l holds elements
 // l, l + 32, ..., and lanes 0..per-1 carry the per-32 sums into the same butterfly, so the results are
-// the same bits. Shared by the fused decode attention (attention.cu) and the persistent decode kernel
-// (persistent_decode.cu), which append the same K rows to the cache as the unfused path.
+// the same bits. Used by the fused decode attention (attention.cu), which appends the same K rows to the
+// cache as the unfused path.
 // Internal to kernels/: included from .cu files only.
 #pragma once
 

@@ -1,12 +1,52 @@
 #include "moe/apply_plan.h"
 
+#include <memory>
+
+#include "engine/core/status_macros.h"
+#if defined(SPECGEN_WITH_CUDA)
+#include "moe/cuda/cuda_streaming.h"
+#endif
+
 namespace specgen::moe {
 
-void ApplyRunPlan(const RunPlan& plan, TransformerOptions* options) {
+absl::StatusOr<RunPlan> PlanFor(const RunRequest& request, size_t vram_budget) {
+  if (vram_budget == 0) return RunPlan{};
+  OffloadRequest o;
+  o.target = request.target;
+  o.draft = request.draft_max > 0 ? request.draft : std::string();
+  o.draft_max = o.draft.empty() ? 0 : request.draft_max;
+  o.context = request.context;
+  o.kv_element_bytes = static_cast<int>(Info(request.kv_type).block_bytes);
+  o.vram_budget = vram_budget;
+  return PlanRun(o);
+}
+
+void ApplyRunPlan(const RunPlan& plan, CudaBackend* cuda, TransformerOptions* options) {
   options->expert_cache_slots = plan.expert_cache_slots;
   if (plan.prefill_chunk > 0) options->prefill_chunk = plan.prefill_chunk;
   options->streamed_dense_layers = plan.streamed_dense_layers;
   if (!plan.streamed_dense_layers.empty()) options->dense_ring_layers = plan.dense_ring_layers;
+  options->streaming = nullptr;
+#if defined(SPECGEN_WITH_CUDA)
+  if (cuda != nullptr && plan.streams()) options->streaming = std::make_shared<CudaWeightStreaming>(cuda);
+#else
+  (void)cuda;  // a CPU build has no CudaBackend to stream through
+#endif
+}
+
+TransformerOptions TargetOptions(const RunRequest& request, int64_t context, const RunPlan& plan, CudaBackend* cuda) {
+  TransformerOptions options;
+  options.max_context = context;
+  options.kv_type = request.kv_type;
+  ApplyRunPlan(plan, cuda, &options);
+  return options;
+}
+
+TransformerOptions DraftOptions(const RunRequest& request, int64_t context) {
+  TransformerOptions options;
+  options.max_context = context;
+  options.kv_type = request.kv_type;
+  return options;
 }
 
 }  // namespace specgen::moe

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/core/status_macros.h"
+#include "moe/expert_layout.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/row_convert.h"
 #include "engine/io/synth.h"
@@ -55,6 +56,12 @@ size_t ModelBytes::largest_expert() const {
   return most;
 }
 
+size_t ModelBytes::slot_bytes() const {
+  size_t most = 0;
+  for (const LayerBytes& l : layers) most = std::max(most, l.moe ? l.expert_slot : 0);
+  return most;
+}
+
 size_t ModelBytes::device_total() const {
   size_t sum = embedding + head + experts_total();
   for (const LayerBytes& l : layers) sum += l.norms + l.attention + l.router + l.dense_ffn;
@@ -93,7 +100,10 @@ absl::StatusOr<ModelBytes> SumModelBytes(const ModelSpec& spec, const std::vecto
       layer.norms += *device;
     } else if (IsExpert(t.key.role)) {
       // Every expert of a layer has the same shape and dtype per role: count expert 0 only.
-      if (t.key.expert == 0) layer.expert += *device;
+      if (t.key.expert == 0) {
+        layer.expert += *device;
+        layer.expert_slot += (*device + ExpertLayout::kAlignment - 1) / ExpertLayout::kAlignment * ExpertLayout::kAlignment;
+      }
     } else if (t.key.role == Role::kRouter) {
       layer.router += *device;
     } else if (t.key.role == Role::kFfnGate || t.key.role == Role::kFfnUp || t.key.role == Role::kFfnDown) {

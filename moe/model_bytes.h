@@ -29,6 +29,9 @@ struct LayerBytes {
   size_t dense_ffn = 0;  // dense layers only: gate + up + down
   // One expert's gate + up + down (MoE layers; a layer's experts all have one dtype per role).
   size_t expert = 0;
+  // The same as a streamed expert lies in a cache slot: gate, up and down each from a 256-byte
+  // boundary (moe/expert_layout.h).
+  size_t expert_slot = 0;
 };
 
 struct ModelBytes {
@@ -42,6 +45,7 @@ struct ModelBytes {
   int64_t n_moe_layers() const;
   size_t experts_total() const;   // every expert of every layer
   size_t largest_expert() const;  // the largest one-expert size over the MoE layers (0 if dense)
+  size_t slot_bytes() const;      // a cache slot: the largest expert_slot over the MoE layers (0 if dense)
   size_t device_total() const;    // every weight, as the GPU holds it
 };
 

@@ -5,6 +5,7 @@
 
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
+#include "moe/expert_cache_tables.h"
 
 namespace specgen::moe {
 namespace {
@@ -98,16 +99,18 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
   // once (a cached expert in the current union is never evicted), so min(E, (draft_max + 1)·k) slots
   // and the slot table, unless every expert takes less than that.
   plan.total_experts = target.n_moe_layers() * spec.n_experts;
-  plan.slot_bytes = target.largest_expert();
+  plan.slot_bytes = target.slot_bytes();
   const size_t experts_total = target.experts_total();
-  const size_t table = static_cast<size_t>(plan.total_experts) * kSlotTableBytesPerExpert;
+  // A cache of s slots in the arena: the slots, and its tables, address tables and staging slot
+  // (expert_cache_tables.h), each allocation rounded up to the arena's alignment.
+  auto cache_bytes = [&](int64_t s) {
+    return ArenaBytes(static_cast<size_t>(s) * plan.slot_bytes) +
+           ExpertCacheOverheadBytes(target.n_moe_layers(), spec.n_experts, s, plan.slot_bytes);
+  };
   const int64_t union_max =
       std::min<int64_t>(spec.n_experts, (options.draft_max + 1) * spec.n_experts_used);
-  const size_t min_experts =
-      plan.total_experts == 0
-          ? 0
-          : std::min(experts_total,
-                     static_cast<size_t>(std::min(plan.total_experts, union_max)) * plan.slot_bytes + table);
+  const int64_t union_slots = std::min(plan.total_experts, union_max);
+  const size_t min_experts = plan.total_experts == 0 ? 0 : std::min(experts_total, cache_bytes(union_slots));
   const size_t ring = static_cast<size_t>(kDenseRingLayers) * largest_dense;
   const size_t min_dense = std::min(dense_total, ring);
   plan.minimum_budget = fixed + min_dense + min_experts;
@@ -168,16 +171,23 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
     // pass's union.
     const size_t larger = WorkspaceBytes(spec, plan.context, kStreamedPrefillRows) -
                           WorkspaceBytes(spec, plan.context, kWorkspaceRows);
-    const size_t union_slots = static_cast<size_t>(std::min(plan.total_experts, union_max)) * plan.slot_bytes;
-    if (larger * kStreamedChunkRoomShare <= room && larger + table + union_slots <= room) {
+    if (larger * kStreamedChunkRoomShare <= room && larger + cache_bytes(union_slots) <= room) {
       Put(plan, ResidentKind::kWorkspace, larger);
       room -= larger;
       plan.prefill_chunk = kStreamedPrefillRows;
     }
-    plan.expert_cache_slots =
-        std::min<int64_t>(plan.total_experts - 1, static_cast<int64_t>((room - table) / plan.slot_bytes));
-    Put(plan, ResidentKind::kExpertSlots, static_cast<size_t>(plan.expert_cache_slots) * plan.slot_bytes);
-    Put(plan, ResidentKind::kSlotTable, table);
+    // As many slots as fit with their tables: a slot costs its bytes and 8 B of table (owner and
+    // stamp); the estimate is then walked to the exact count past the alignments' rounding.
+    const size_t fixed_overhead = cache_bytes(0);
+    int64_t slots = std::min<int64_t>(
+        plan.total_experts - 1,
+        room > fixed_overhead ? static_cast<int64_t>((room - fixed_overhead) / (plan.slot_bytes + 8)) : 0);
+    while (slots + 1 < plan.total_experts && cache_bytes(slots + 1) <= room) ++slots;
+    while (slots > 0 && cache_bytes(slots) > room) --slots;
+    plan.expert_cache_slots = slots;
+    const size_t slot_bytes_total = static_cast<size_t>(slots) * plan.slot_bytes;
+    Put(plan, ResidentKind::kExpertSlots, slot_bytes_total);
+    Put(plan, ResidentKind::kSlotTable, cache_bytes(slots) - slot_bytes_total);
     plan.streamed_experts = experts_total;
     plan.slot_share = static_cast<double>(plan.expert_cache_slots) / static_cast<double>(plan.total_experts);
   }

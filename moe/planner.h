@@ -37,8 +37,6 @@ inline constexpr size_t kStreamedChunkRoomShare = 8;
 // their last row only), once for the pass's output and once for the processed distributions (the
 // target's p, the draft's q).
 inline constexpr int64_t kWorkspaceLogitRows = 2 * kLogitRowsReserved;
-// Device slot table of the expert cache: per (MoE layer, expert) a slot index and a last-use stamp.
-inline constexpr size_t kSlotTableBytesPerExpert = 16;
 // Dense layers that do not fit stream through a ring of this many layer buffers (layer L + 1
 // copying while layer L computes).
 inline constexpr int kDenseRingLayers = 2;
@@ -109,7 +107,7 @@ struct Plan {
   // The target's prompt chunk (TransformerOptions::prefill_chunk): kWorkspaceRows, or
   // kStreamedPrefillRows when the experts stream and the budget has room for its workspace.
   int64_t prefill_chunk = kWorkspaceRows;
-  size_t slot_bytes = 0;      // one slot: the largest expert's gate + up + down
+  size_t slot_bytes = 0;      // one slot: the largest expert's gate + up + down, each 256-byte aligned
   double slot_share = 1.0;    // slots / total_experts; 1 when every expert is resident (or there are none)
 
   std::vector<PassPrediction> passes;  // n = 1..kMaxPredictedPositions

@@ -32,8 +32,8 @@ namespace {
 // step, and (with a draft) which draft decode path ran.
 void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
                        const std::vector<std::vector<int32_t>>& prompts, bool has_draft) {
-  int64_t tokens = 0, steps = 0, drafted = 0, accepted = 0, result_syncs = 0, other = 0, unions = 0;
-  double seconds = 0, draft_s = 0, verify_s = 0, accept_s = 0;
+  SpeculativeStats sum;  // the generations' stats (SpeculativeStats::operator+=)
+  int64_t steps = 0, result_syncs = 0, other = 0, unions = 0;
   // One generation untimed: the first use of each kernel loads its module (CUDA's lazy loading) and
   // the first pass of each size captures its graph; both cost many steps' time and would land on
   // whichever variant runs first in the process.
@@ -42,20 +42,16 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   for (auto _ : state) {
     auto out = dec->Generate(prompts[i++ % prompts.size()]);
     if (!out.ok()) return state.SkipWithError(std::string(out.status().message()).c_str());
-    const SpeculativeStats& s = dec->stats();
     const StepSyncStats& y = dec->syncs();
-    tokens += s.tokens;
-    seconds += s.total_seconds;
-    draft_s += s.draft_seconds;
-    verify_s += s.verify_seconds;
-    accept_s += s.accept_seconds;
-    drafted += s.drafted;
-    accepted += s.accepted;
+    sum += dec->stats();
     steps += y.steps;
     result_syncs += y.step_result;
     other += y.other;
     unions += y.expert_union;
   }
+  const int64_t tokens = sum.tokens, drafted = sum.drafted, accepted = sum.accepted;
+  const double seconds = sum.total_seconds, draft_s = sum.draft_seconds, verify_s = sum.verify_seconds,
+               accept_s = sum.accept_seconds;
   state.counters["tokens_per_s"] = tokens / seconds;
   state.counters["acceptance"] = drafted ? double(accepted) / drafted : 0.0;
   state.counters["tau"] = steps ? double(tokens) / steps : 0.0;

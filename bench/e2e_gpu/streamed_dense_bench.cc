@@ -18,6 +18,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/synth.h"
 #include "engine/speculative/graphed_target_pass.h"
+#include "moe/apply_plan.h"
 
 namespace specgen::e2e {
 namespace {
@@ -60,8 +61,10 @@ absl::StatusOr<DenseRig*> MakeRig(int ring) {
   TransformerOptions t;
   t.max_context = kContext;
   ASSIGN_OR_RETURN(r->resident, Transformer::Create(weights, r->backend.get(), t));
-  for (int l = 0; l < weights->spec.n_layers; ++l) t.streamed_dense_layers.push_back(l);
-  t.dense_ring_layers = ring;
+  moe::RunPlan every;  // every FFN through the ring, placed as a plan would be
+  for (int l = 0; l < weights->spec.n_layers; ++l) every.streamed_dense_layers.push_back(l);
+  every.dense_ring_layers = ring;
+  moe::ApplyRunPlan(every, r->backend.get(), &t);
   ASSIGN_OR_RETURN(r->streamed, Transformer::Create(weights, r->backend.get(), t));
   ASSIGN_OR_RETURN(void* d, r->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   r->d_tokens = static_cast<int32_t*>(d);

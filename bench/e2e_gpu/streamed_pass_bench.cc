@@ -33,7 +33,7 @@
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
 #include "bench/routing/routing_trace.h"
-#include "moe/run_plan.h"
+#include "moe/apply_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 
@@ -111,32 +111,33 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   s->budget = budget;
   s->with_draft = with_draft;
   s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
-  moe::OffloadRequest request;
+  // Placed as `specgen generate --vram-budget` places it (moe/apply_plan.h): the default KV type, the
+  // planner's slots, prompt chunk and streamed dense layers.
+  moe::RunRequest request;
   request.target = Cat("synth:qwen3-30b-a3b:", kType);
   if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
   request.context = kContext;
-  request.kv_element_bytes = 4;  // TransformerOptions' default: the fp32 cache
-  request.vram_budget = budget;
   CudaBackendOptions o;
   o.arena_bytes = budget;
+  moe::RunPlan plan;  // budget 0: nothing planned, every weight resident
   if (budget == 0) {  // resident: the weights, and room for the caches and workspaces
     ASSIGN_OR_RETURN(const ExportType type, ParseExportType(kType));
     ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, type));
     o.arena_bytes = bytes + (size_t{6} << 30);
     s->slots = -1;
   } else {
-    ASSIGN_OR_RETURN(s->slots, moe::PlanExpertCacheSlots(request));
+    ASSIGN_OR_RETURN(plan, moe::PlanFor(request, budget));
+    s->slots = plan.expert_cache_slots;
     if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
   }
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
-  TransformerOptions t;
-  t.max_context = kContext;
   if (with_draft) {
-    ASSIGN_OR_RETURN(s->draft, Transformer::Create(DraftWeights(), s->backend.get(), t));
+    ASSIGN_OR_RETURN(s->draft,
+                     Transformer::Create(DraftWeights(), s->backend.get(), moe::DraftOptions(request, kContext)));
   }
-  t.expert_cache_slots = s->slots;
-  ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(), t));
+  ASSIGN_OR_RETURN(s->lm, Transformer::Create(Weights(), s->backend.get(),
+                                              moe::TargetOptions(request, kContext, plan, s->backend.get())));
   ASSIGN_OR_RETURN(void* d, s->backend->arena().Allocate(16 * sizeof(int32_t), "the pass's token ids"));
   s->d_tokens = static_cast<int32_t*>(d);
   ASSIGN_OR_RETURN(s->graphed, GraphedTargetPass::Create(s->backend.get(), s->lm.get(), s->d_tokens, 16));
@@ -315,27 +316,19 @@ void BM_StreamedGeneration(benchmark::State& state) {
   const int64_t vocab = lm.vocab_size();
   uint64_t seed = 0;
   // One generation under the regime's trace of a new seed; its tokens, seconds and the cache's counters.
-  struct Totals {
-    double seconds = 0;
-    int64_t tokens = 0, passes = 0, drafted = 0, accepted = 0;
-  } totals;
+  SpeculativeStats totals;  // the generations' stats (SpeculativeStats::operator+=)
   auto generate = [&]() -> absl::Status {
     RETURN_IF_ERROR(UseRegime(lm, regime, seed));
     std::vector<int32_t> prompt(kPrompt);
     for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>(((seed + 1) * 7919 * (i + 1) + 11) % vocab);
     ++seed;
     RETURN_IF_ERROR((*dec)->Generate(prompt).status());
-    const SpeculativeStats& st = (*dec)->stats();
-    totals.seconds += st.total_seconds;
-    totals.tokens += st.tokens;
-    totals.passes += st.passes;
-    totals.drafted += st.drafted;
-    totals.accepted += st.accepted;
+    totals += (*dec)->stats();
     return absl::OkStatus();
   };
   // Untimed: the graphs' captures and the kernels' first loads.
   if (absl::Status st = generate(); !st.ok()) return fail(st);
-  totals = Totals();
+  totals = SpeculativeStats();
   // The cache's counters: the decode and verification passes (the prompt is routed on the host, its
   // experts staged, and not counted per token).
   int64_t fetched = 0, hits = 0, lookups = 0;
@@ -349,15 +342,15 @@ void BM_StreamedGeneration(benchmark::State& state) {
     hits += after->hits - before->hits;
     lookups += after->hits - before->hits + after->misses - before->misses;
   }
-  const Totals& t = totals;
+  const SpeculativeStats& t = totals;
   state.counters["slots"] = static_cast<double>(s.slots);
-  state.counters["tokens_per_s"] = t.seconds > 0 ? t.tokens / t.seconds : 0.0;
+  state.counters["tokens_per_s"] = t.total_seconds > 0 ? t.tokens / t.total_seconds : 0.0;
   state.counters["mb_per_token"] = t.tokens ? double(fetched) / t.tokens / 1e6 : 0.0;
   state.counters["hit_rate"] = lookups ? double(hits) / lookups : 0.0;
   state.counters["distinct_experts"] = t.passes ? double(lookups) / t.passes / static_cast<double>(s.moe_layers) : 0.0;
   state.counters["acceptance"] = t.drafted ? double(t.accepted) / t.drafted : 0.0;
   state.counters["tau"] = t.passes ? double(t.tokens) / t.passes : 0.0;
-  state.counters["gb_per_s"] = t.seconds > 0 ? fetched / t.seconds / 1e9 : 0.0;
+  state.counters["gb_per_s"] = t.total_seconds > 0 ? fetched / t.total_seconds / 1e9 : 0.0;
 }
 // Budget by budget, and within one with and without the draft (each pair its own plan and copy).
 BENCHMARK(BM_StreamedGeneration)

@@ -39,6 +39,16 @@ absl::Status ModelCache::UseBackend(const BackendKey& key) {
   return absl::OkStatus();
 }
 
+LmKey LmKey::Of(const std::string& path, int64_t context, const moe::RunPlan& placement) {
+  return {path, context, placement.expert_cache_slots, placement.prefill_chunk, placement.streamed_dense_layers,
+          placement.streamed_dense_layers.empty() ? 0 : placement.dense_ring_layers};
+}
+
+TransformerOptions ModelCache::OptionsFor(int64_t context, const moe::RunPlan& placement) const {
+  moe::RunRequest request;  // the KV type a run names none of: the CLI's default
+  return moe::TargetOptions(request, context, placement, cuda_);
+}
+
 void ModelCache::KeepOnly(const std::vector<LmKey>& keep) {
   for (auto it = lms_.begin(); it != lms_.end();) {
     if (std::find(keep.begin(), keep.end(), it->first) == keep.end()) {
@@ -52,7 +62,8 @@ void ModelCache::KeepOnly(const std::vector<LmKey>& keep) {
 absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::string& path, int64_t context,
                                           const moe::RunPlan& placement) {
   RETURN_IF_ERROR(UseBackend(key));
-  auto& slot = lms_[LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk}];
+  const LmKey lm_key = LmKey::Of(path, context, placement);
+  auto& slot = lms_[lm_key];
   if (slot) return slot.get();
   auto& weights = weights_[path];
   if (!weights) {
@@ -64,13 +75,10 @@ absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::stri
     ASSIGN_OR_RETURN(tokenizers_[path], LoadTokenizerIfPresent(path));
   }
   auto lm = std::make_unique<CachedLm>();
-  TransformerOptions options;
-  options.max_context = context;
-  options.expert_cache_slots = placement.expert_cache_slots;
-  options.prefill_chunk = placement.prefill_chunk;
-  absl::StatusOr<std::unique_ptr<Transformer>> made = Transformer::Create(weights, backend_.get(), options);
+  absl::StatusOr<std::unique_ptr<Transformer>> made =
+      Transformer::Create(weights, backend_.get(), OptionsFor(context, placement));
   if (!made.ok()) {
-    lms_.erase(LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk});
+    lms_.erase(lm_key);
     return made.status();
   }
   lm->lm = *std::move(made);

@@ -17,8 +17,9 @@
 #include "engine/backend/backend.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/transformer.h"
-#include "moe/run_plan.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "moe/apply_plan.h"
+#include "moe/run_plan.h"
 
 namespace specgen {
 class CudaBackend;
@@ -41,19 +42,25 @@ struct CachedLm {
   const Tokenizer* tokenizer = nullptr;  // null: the model has none
 };
 
-// A Transformer of the cache: its path, context and offload placement (expert-cache slots, prefill chunk).
+// A Transformer of the cache: its path, context and offload placement (expert-cache slots, prefill chunk,
+// streamed dense layers and their ring).
 struct LmKey {
   std::string path;
   int64_t context = 0;
   int64_t expert_cache_slots = -1;
   int64_t prefill_chunk = 0;
+  std::vector<int> streamed_dense_layers = {};
+  int dense_ring_layers = 0;
+  // The key of `path` at `context` placed as `placement` says.
+  static LmKey Of(const std::string& path, int64_t context, const moe::RunPlan& placement = {});
   auto operator<=>(const LmKey&) const = default;
 };
 
 class ModelCache {
  public:
   // The model at `path` with room for `context` positions on `key`'s backend, placed as `placement`
-  // says (the offload plan's; the default: every expert resident).
+  // says (the offload plan's; the default: every weight resident) through moe::TargetOptions, as the
+  // CLI places it: the KV cache in moe::kDefaultKvType, the plan's slots, chunk and streamed dense layers.
   absl::StatusOr<CachedLm*> Get(const BackendKey& key, const std::string& path, int64_t context,
                                 const moe::RunPlan& placement = {});
   // Drops every Transformer but `keep` from the current backend: an offload plan counts only its run's
@@ -68,6 +75,8 @@ class ModelCache {
   CudaBackend* cuda() const { return cuda_; }
   // Loads counted per path, for the tests that check nothing loads twice.
   int weight_loads(const std::string& path) const;
+  // The TransformerOptions Get creates a model with (on the current backend).
+  TransformerOptions OptionsFor(int64_t context, const moe::RunPlan& placement) const;
   // Makes `key`'s backend the current one (releasing another and its models).
   absl::Status UseBackend(const BackendKey& key);
 

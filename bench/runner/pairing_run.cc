@@ -11,13 +11,8 @@ namespace specgen::bench {
 
 void RunTotals::Add(const RunTotals& o) {
   prompts += o.prompts;
-  tokens += o.tokens;
-  passes += o.passes;
-  drafted += o.drafted;
-  accepted += o.accepted;
-  seconds += o.seconds;
+  stats += o.stats;
   ttft_seconds += o.ttft_seconds;
-  offload += o.offload;
   expert_cache_slots = o.expert_cache_slots;
   prefill_chunk = o.prefill_chunk;
 }
@@ -64,30 +59,26 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const Cache
 
 }  // namespace
 
-moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
+moe::RunRequest RunRequestFor(const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
-  moe::OffloadRequest request;
+  moe::RunRequest request;
   request.target = p.target;
   request.draft = p.draft;
   for (const DraftLength& l : p.draft_lengths) request.draft_max = std::max(request.draft_max, l.k);
   if (request.draft_max == 0) request.draft.clear();
   request.context = p.context;
-  request.kv_element_bytes = static_cast<int>(sizeof(float));  // TransformerOptions' default KV type
-  request.vram_budget = vram_budget;
   return request;
 }
 
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
-  moe::RunPlan placement;
+  const absl::StatusOr<moe::RunPlan> planned = moe::PlanFor(RunRequestFor(spec), cache.vram_budget());
+  if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
+  const moe::RunPlan& placement = *planned;
   if (cache.cuda() != nullptr) {
-    const absl::StatusOr<moe::RunPlan> planned =
-        moe::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
-    if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
-    placement = *planned;
-    std::vector<LmKey> keep = {{p.target, p.context, placement.expert_cache_slots, placement.prefill_chunk}};
-    if (spec.length.k > 0) keep.push_back({p.draft, p.context, -1, 0});
+    std::vector<LmKey> keep = {LmKey::Of(p.target, p.context, placement)};
+    if (spec.length.k > 0) keep.push_back(LmKey::Of(p.draft, p.context));
     cache.KeepOnly(keep);
   }
   ASSIGN_OR_RETURN(CachedLm * target, cache.Get(spec.backend, p.target, p.context, placement));
@@ -147,12 +138,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
                              ids[i].size(), " tokens); raise context or lower max_new_tokens");
     }
     totals.prompts += 1;
-    totals.tokens += s.tokens;
-    totals.passes += s.passes;
-    totals.drafted += s.drafted;
-    totals.accepted += s.accepted;
-    totals.seconds += s.total_seconds;
-    totals.offload += s.offload;
+    totals.stats += s;
     totals.ttft_seconds += std::max(ttft, 0.0);
   }
   return totals;

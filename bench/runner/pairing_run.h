@@ -16,21 +16,22 @@ namespace specgen::bench {
 
 // Sums over the prompts of one run.
 struct RunTotals {
-  int64_t prompts = 0, tokens = 0, passes = 0, drafted = 0, accepted = 0;
-  double seconds = 0;       // generation time, prefill excluded (as SpeculativeStats)
+  int64_t prompts = 0;
+  // The loop's stats summed (SpeculativeStats::operator+=): tokens, passes, drafts, generation time
+  // (prefill excluded) and what the target streamed (zero while every expert is resident).
+  SpeculativeStats stats;
   double ttft_seconds = 0;  // summed: from the start of Generate to the first token out
-  OffloadCounters offload;  // summed: what the target streamed (zero while every expert is resident)
   int64_t expert_cache_slots = -1;  // the target's placement (-1: every expert resident)
   int64_t prefill_chunk = 0;
 
   void Add(const RunTotals& other);
-  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  double acceptance_rate() const { return stats.acceptance_rate(); }
   // Tokens per target pass, the target's own token included.
-  double mean_accepted_length() const { return passes ? 1.0 + double(accepted) / passes : 0.0; }
-  double mean_draft_length() const { return passes ? double(drafted) / passes : 0.0; }
-  double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
+  double mean_accepted_length() const { return stats.mean_accepted_length(); }
+  double mean_draft_length() const { return stats.mean_draft_length(); }
+  double tokens_per_second() const { return stats.tokens_per_second(); }
   double time_to_first_token() const { return prompts ? ttft_seconds / prompts : 0.0; }
-  double per_token(int64_t bytes) const { return tokens ? double(bytes) / tokens : 0.0; }
+  double per_token(int64_t bytes) const { return stats.tokens ? double(bytes) / stats.tokens : 0.0; }
 };
 
 struct RunSpec {
@@ -48,10 +49,10 @@ RunSpec WithoutDraft(const RunSpec& spec);
 // Runs that share this key measure the same target-alone generation.
 std::string BaselineKey(const RunSpec& spec);
 
-// What the offload planner is asked for the run's target on a CUDA arena of `vram_budget` bytes: the
-// pairing's target and draft, its longest draft length (so that every run of the pairing, the target
-// alone included, shares one placement of the target), its context and the runner's fp32 KV cache.
-moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget);
+// What the run asks moe::PlanFor for its target: the pairing's target and draft, its longest draft
+// length (so that every run of the pairing, the target alone included, shares one placement of the
+// target), its context and the KV cache type the CLI defaults to (moe::kDefaultKvType).
+moe::RunRequest RunRequestFor(const RunSpec& spec);
 
 // On the GPU the target is placed as the planner says (experts streamed through a cache of slots when
 // the budget is below what holds them), and only the run's models stay on the backend.

@@ -12,7 +12,7 @@
 // Offload (on the GPU the target is placed by the planner under the budget, so a budget below what
 // holds every expert streams them; all 0 while nothing streams): expert_cache_slots (-1: every
 // expert resident), prefill_chunk, h2d_bytes_per_token, expert_cache_hit_rate, mean_distinct_experts
-// (per MoE layer per pass), prefetch_useful_bytes_per_token and prefetch_wasted_bytes_per_token.
+// (per MoE layer per pass).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -53,11 +53,9 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   state.counters["adaptive"] = spec.length.adaptive ? 1 : 0;
   state.counters["expert_cache_slots"] = static_cast<double>(t.expert_cache_slots);
   state.counters["prefill_chunk"] = static_cast<double>(t.prefill_chunk);
-  state.counters["h2d_bytes_per_token"] = t.per_token(t.offload.h2d_bytes);
-  state.counters["expert_cache_hit_rate"] = t.offload.hit_rate();
-  state.counters["mean_distinct_experts"] = t.offload.mean_distinct_experts();
-  state.counters["prefetch_useful_bytes_per_token"] = t.per_token(t.offload.prefetch_useful_bytes);
-  state.counters["prefetch_wasted_bytes_per_token"] = t.per_token(t.offload.prefetch_wasted_bytes);
+  state.counters["h2d_bytes_per_token"] = t.per_token(t.stats.offload.h2d_bytes);
+  state.counters["expert_cache_hit_rate"] = t.stats.offload.hit_rate();
+  state.counters["mean_distinct_experts"] = t.stats.offload.mean_distinct_experts();
 }
 
 void RunBenchmark(benchmark::State& state, RunSpec spec) {

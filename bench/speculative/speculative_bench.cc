@@ -93,8 +93,7 @@ void BM_BundledPair(benchmark::State& state) {
   options.accept = mode;
   options.max_new_tokens = pair.new_tokens;
   options.sampling = greedy ? SamplingParams::Greedy() : SamplingParams::Plain(pair.temperature, 0);
-  int64_t tokens = 0, passes = 0, drafted = 0, accepted = 0;
-  double seconds = 0;
+  SpeculativeStats sum;
   for (auto _ : state) {
     for (size_t i = 0; i < pair.prompts.size(); ++i) {
       options.sampling.seed = i + 1;
@@ -105,18 +104,13 @@ void BM_BundledPair(benchmark::State& state) {
         state.SkipWithError(std::string(out.status().message()).c_str());
         return;
       }
-      const auto& s = decoder.stats();
-      tokens += s.tokens;
-      passes += s.passes;
-      drafted += s.drafted;
-      accepted += s.accepted;
-      seconds += s.total_seconds;
+      sum += decoder.stats();
     }
   }
-  state.counters["tokens_per_second"] = seconds > 0 ? tokens / seconds : 0;
-  state.counters["acceptance_rate"] = drafted ? double(accepted) / drafted : 0;
-  state.counters["tau"] = passes ? 1.0 + double(accepted) / passes : 0;
-  state.counters["mean_k"] = passes ? double(drafted) / passes : 0;
+  state.counters["tokens_per_second"] = sum.tokens_per_second();
+  state.counters["acceptance_rate"] = sum.acceptance_rate();
+  state.counters["tau"] = sum.mean_accepted_length();
+  state.counters["mean_k"] = sum.mean_draft_length();
   if (k > 0 && mode == AcceptMode::kRejection && pair.stats.contains("acceptance")) {
     const auto& acc = pair.stats["acceptance"][greedy ? "greedy" : "sampled"];
     if (acc.contains(std::to_string(k))) {

@@ -1,5 +1,6 @@
 // Encode and decode throughput of the tokenizers (bytes_per_second of UTF-8 text) on ~400 KB of mixed
-// text: English prose, Python code, numbers, CJK, Cyrillic, accents and emoji, with special tokens.
+// text (English prose, Python code, numbers, CJK, Cyrillic, accents and emoji, with special tokens),
+// and one 1 MB word encoded (EncodeLongWord).
 // Tokenizers are the fixtures in tests/data/tokenizers and the bundled pair's (models/tiny-target).
 #include <memory>
 #include <random>
@@ -81,6 +82,31 @@ BENCHMARK_CAPTURE(Encode, bpe_fixture_warm_cache, "tests/data/tokenizers/bpe/tok
 BENCHMARK_CAPTURE(Encode, bpe_fixture_cold_cache, "tests/data/tokenizers/bpe/tokenizer.json", true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Encode, bpe_tiny_target, "models/tiny-target", false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Encode, spm_fixture, "tests/data/tokenizers/spm/tokenizer.json", false)->Unit(benchmark::kMillisecond);
+// One 1 MB pre-token (letters with no split in it: one word for every pre-tokenizer), cold: what a
+// long unbroken input costs the merge (Tokenizer::MergeByRank's heap: O(n log n)).
+void EncodeLongWord(benchmark::State& state, const char* path) {
+  auto tok = LoadTokenizerForModel(Path(path));
+  if (!tok.ok()) {
+    state.SkipWithError(std::string(tok.status().message()).c_str());
+    return;
+  }
+  std::mt19937 rng(99);
+  std::string word(1 << 20, 'a');
+  for (char& c : word) c = static_cast<char>('a' + rng() % 26);
+  for (auto _ : state) {
+    auto ids = (*tok)->Encode(word);
+    if (!ids.ok()) {
+      state.SkipWithError(std::string(ids.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(ids->data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * word.size()));
+}
+
+BENCHMARK_CAPTURE(EncodeLongWord, bpe_fixture, "tests/data/tokenizers/bpe/tokenizer.json")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(EncodeLongWord, bpe_tiny_target, "models/tiny-target")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(EncodeLongWord, spm_fixture, "tests/data/tokenizers/spm/tokenizer.json")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Decode, bpe_fixture, "tests/data/tokenizers/bpe/tokenizer.json")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Decode, spm_fixture, "tests/data/tokenizers/spm/tokenizer.json")->Unit(benchmark::kMillisecond);
 

@@ -43,20 +43,17 @@ struct ChatFlags {
 
 // Counters summed over the replies since the start or the last /reset.
 struct ChatTotals {
-  int64_t turns = 0, prompt_tokens_fed = 0, tokens = 0, passes = 0, drafted = 0, accepted = 0;
-  double seconds = 0, prefill_seconds = 0;
+  int64_t turns = 0, prompt_tokens_fed = 0;
+  SpeculativeStats sum;  // the replies' stats (SpeculativeStats::operator+=)
 
   void Add(const SpeculativeStats& s, int64_t fed) {
     ++turns;
     prompt_tokens_fed += fed;
-    tokens += s.tokens;
-    passes += s.passes;
-    drafted += s.drafted;
-    accepted += s.accepted;
-    seconds += s.total_seconds;
-    prefill_seconds += s.prefill_seconds;
+    sum += s;
   }
   std::string ToText() const {
+    const int64_t tokens = sum.tokens, passes = sum.passes, drafted = sum.drafted, accepted = sum.accepted;
+    const double seconds = sum.total_seconds, prefill_seconds = sum.prefill_seconds;
     return absl::StrFormat(
         "%d repl%s, %d tokens in %d target passes (%.2f tokens per pass), %d of %d drafted tokens "
         "accepted (%.1f%%), %.1f tokens/s; %d prompt tokens prefilled in %.3f s\n",

@@ -18,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
+#include "moe/apply_plan.h"
 #include "moe/planner.h"
 #include "moe/speed_prediction.h"
 #include "nlohmann/json.hpp"
@@ -35,7 +36,7 @@ struct PlanFlags {
   std::string host_ram;
   int64_t context = 0;
   int draft_max = 4;
-  std::string cache_type = "f16";
+  std::string cache_type = moe::kDefaultKvTypeName;
   std::string acceptance = "typical";
   bool json = false;
 };

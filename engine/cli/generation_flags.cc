@@ -267,22 +267,20 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
   // everything else or stream from host RAM into a cache of slots, and which dense layers stream
   // through a ring of layer buffers (docs/design.md §12).
-  moe::RunPlan plan;
-  if (pair->cuda != nullptr) {
-    moe::OffloadRequest request;
-    request.target = flags.model;
-    if (with_draft) request.draft = flags.draft;
-    request.draft_max = flags.draft_max;
-    request.context = context;
-    request.kv_element_bytes = static_cast<int>(Info(kv_type).block_bytes);
-    request.vram_budget = vram_budget;
-    ASSIGN_OR_RETURN(plan, moe::PlanRun(request));
-  }
-  ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context, kv_type,
-                                                plan, !flags.no_check_tensors));
+  // The benchmark runner places its models through the same moe/apply_plan.h functions.
+  moe::RunRequest request;
+  request.target = flags.model;
+  if (with_draft) request.draft = flags.draft;
+  request.draft_max = flags.draft_max;
+  request.context = context;
+  request.kv_type = kv_type;
+  ASSIGN_OR_RETURN(const moe::RunPlan plan, moe::PlanFor(request, vram_budget));
+  ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(),
+                                                moe::TargetOptions(request, context, plan, pair->cuda),
+                                                !flags.no_check_tensors));
   if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadWithReport("draft", flags.draft, pair->backend.get(),
-                                                 pair->target->max_context(), kv_type, {},
+                                                 moe::DraftOptions(request, pair->target->max_context()),
                                                  !flags.no_check_tensors));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));

@@ -20,6 +20,7 @@
 #include "engine/speculative/speculative_loop.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/kernel_types.h"
+#include "moe/apply_plan.h"
 
 namespace specgen {
 class CudaBackend;
@@ -30,7 +31,7 @@ namespace specgen::cli {
 // --cache-type (both caches) and llama.cpp's --cache-type-k / --cache-type-v (-ctk / -ctv): the KV
 // cache's element type, one for K and V.
 struct CacheTypeFlags {
-  std::string both = "f16", k, v;
+  std::string both = moe::kDefaultKvTypeName, k, v;  // f16, as the benchmark runner
 };
 // Registers --cache-type, --cache-type-k and --cache-type-v on `app`.
 void AddCacheTypeFlags(CLI::App& app, CacheTypeFlags* flags);

@@ -10,7 +10,6 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/tensor_check.h"
-#include "moe/apply_plan.h"
 
 namespace specgen::cli {
 
@@ -67,8 +66,8 @@ absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, 
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context, DType kv_type,
-                                                             const moe::RunPlan& plan, bool check_tensors) {
+                                                             Backend* backend, TransformerOptions options,
+                                                             bool check_tensors) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
@@ -76,10 +75,6 @@ absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view rol
   }
   if (check_tensors) RETURN_IF_ERROR(CheckLoadedTensors(role, path, *loaded));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
-  TransformerOptions options;
-  options.max_context = context;
-  options.kv_type = kv_type;
-  moe::ApplyRunPlan(plan, &options);
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;

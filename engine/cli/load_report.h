@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
-#include "moe/run_plan.h"
 
 namespace specgen::cli {
 
@@ -22,13 +21,12 @@ namespace specgen::cli {
 // dtype (largest first), KV cache bytes.
 std::string LoadSummary(std::string_view role, const Transformer& lm, std::string_view backend_name);
 
-// LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
-// `kv_type`: TransformerOptions'; `plan`: what streams (the default: nothing, every weight resident).
+// LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr. `options`: the
+// placement (moe::TargetOptions or DraftOptions); its progress callbacks are this function's.
 // `check_tensors`: a model read from a file has its weights checked for NaN and infinity first
 // (CheckLoadedTensors; --no-check-tensors turns it off).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
-                                                             Backend* backend, int64_t context, DType kv_type,
-                                                             const moe::RunPlan& plan = {},
+                                                             Backend* backend, TransformerOptions options,
                                                              bool check_tensors = true);
 
 // The check of engine/io/tensor_check.h on a model loaded from `path`, under a progress bar labelled

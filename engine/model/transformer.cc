@@ -187,12 +187,14 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
   ExpertStreamingOptions so;
   so.cache_slots = options.expert_cache_slots;
   so.progress = options.expert_copy_progress;
-  ASSIGN_OR_RETURN(streamed_, backend_->PrepareStreamedExperts(streamed_views, so));
+  if (options.streaming != nullptr) {
+    ASSIGN_OR_RETURN(streamed_, options.streaming->PrepareExperts(streamed_views, so));
+  }
   expert_cache_slots_ = options.expert_cache_slots;
   for (int l = 0; l < spec.n_layers; ++l) {
     LayerWeights& lw = layers_[l];
     if (lw.streamed < 0) continue;
-    if (streamed_ == nullptr) {  // this backend keeps every expert resident
+    if (streamed_ == nullptr) {  // no streaming: uploaded with the rest
       lw.streamed = -1;
       RETURN_IF_ERROR(UploadExperts(l));
     } else {
@@ -237,8 +239,8 @@ absl::Status Transformer::PrepareDenseStreaming(const TransformerOptions& option
   LayerStreamingOptions lo;
   lo.ring_layers = options.dense_ring_layers;
   lo.progress = options.dense_copy_progress;
-  ASSIGN_OR_RETURN(dense_stream_, backend_->PrepareStreamedLayers(views, lo));
-  if (dense_stream_ == nullptr) return absl::OkStatus();  // this backend keeps them resident: uploaded
+  if (options.streaming == nullptr) return absl::OkStatus();  // no streaming: uploaded with the rest
+  ASSIGN_OR_RETURN(dense_stream_, options.streaming->PrepareLayers(views, lo));
   for (size_t i = 0; i < listed.size(); ++i) layers_[listed[i]].dense_streamed = static_cast<int64_t>(i);
   return absl::OkStatus();
 }

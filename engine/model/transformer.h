@@ -19,15 +19,21 @@
 #include "engine/model/causal_lm.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_spec.h"
+#include "engine/model/weight_streaming.h"
 
 namespace specgen {
 
 struct TransformerOptions {
   // Largest number of positions (prompt + generated); 0: min(spec.context_length, 4096).
   int64_t max_context = 0;
+  // Where streamed weights go (WeightStreaming::PrepareExperts, PrepareLayers): the CUDA backend's
+  // streaming (moe/cuda/cuda_streaming.h), which moe::ApplyRunPlan hands in for a plan that streams.
+  // Null: every weight uploaded (the CPU's weights are host memory already), whatever the two fields
+  // below ask. Used during Create only.
+  std::shared_ptr<WeightStreaming> streaming = nullptr;
   // -1: every expert uploaded (resident). Otherwise the MoE layers' experts stay in pinned host memory
-  // and stream into at most this many VRAM cache slots (Backend::PrepareStreamedExperts; a backend
-  // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
+  // and stream into at most this many VRAM cache slots (through `streaming`; without it they are
+  // uploaded as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
   // Positions of a prompt chunk (CausalLm::prefill_chunk); 0: kPrefillChunk. A target whose experts
   // stream takes the offload plan's (moe::Plan::prefill_chunk): each chunk streams nearly every
@@ -36,8 +42,8 @@ struct TransformerOptions {
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> expert_copy_progress = {};
   // Dense layers (by index) whose FFN (gate, up, down) stays in pinned host memory and is copied, every
-  // pass, through a ring of `dense_ring_layers` VRAM layer buffers (Backend::PrepareStreamedLayers; a
-  // backend without streaming, the CPU, uploads them as usual): the planner's streamed_dense_layers
+  // pass, through a ring of `dense_ring_layers` VRAM layer buffers (through `streaming`; without it
+  // they are uploaded as usual): the planner's streamed_dense_layers
   // (moe/run_plan.h). An MoE layer, a layer out of range or one listed twice is an error.
   // The results are the resident run's, bit for bit.
   std::vector<int> streamed_dense_layers = {};

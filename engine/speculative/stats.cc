@@ -47,9 +47,6 @@ OffloadCounters& OffloadCounters::operator+=(const OffloadCounters& o) {
   expert_misses += o.expert_misses;
   distinct_experts += o.distinct_experts;
   moe_layer_passes += o.moe_layer_passes;
-  prefetch_useful_bytes += o.prefetch_useful_bytes;
-  prefetch_wasted_bytes += o.prefetch_wasted_bytes;
-  transfer_wait_seconds += o.transfer_wait_seconds;
   return *this;
 }
 
@@ -59,9 +56,6 @@ OffloadCounters& OffloadCounters::operator-=(const OffloadCounters& o) {
   expert_misses -= o.expert_misses;
   distinct_experts -= o.distinct_experts;
   moe_layer_passes -= o.moe_layer_passes;
-  prefetch_useful_bytes -= o.prefetch_useful_bytes;
-  prefetch_wasted_bytes -= o.prefetch_wasted_bytes;
-  transfer_wait_seconds -= o.transfer_wait_seconds;
   return *this;
 }
 
@@ -72,6 +66,29 @@ double OffloadCounters::hit_rate() const {
 
 double OffloadCounters::mean_distinct_experts() const {
   return moe_layer_passes ? double(distinct_experts) / double(moe_layer_passes) : 0.0;
+}
+
+SpeculativeStats& SpeculativeStats::operator+=(const SpeculativeStats& o) {
+  prompt_tokens += o.prompt_tokens;
+  tokens += o.tokens;
+  passes += o.passes;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  if (drafted_at.size() < o.drafted_at.size()) drafted_at.resize(o.drafted_at.size(), 0);
+  if (accepted_at.size() < o.accepted_at.size()) accepted_at.resize(o.accepted_at.size(), 0);
+  for (size_t i = 0; i < o.drafted_at.size(); ++i) drafted_at[i] += o.drafted_at[i];
+  for (size_t i = 0; i < o.accepted_at.size(); ++i) accepted_at[i] += o.accepted_at[i];
+  prefill_seconds += o.prefill_seconds;
+  draft_seconds += o.draft_seconds;
+  verify_seconds += o.verify_seconds;
+  accept_seconds += o.accept_seconds;
+  total_seconds += o.total_seconds;
+  ttft_seconds += o.ttft_seconds;
+  draft_max = o.draft_max;
+  adaptive = o.adaptive;
+  stop_reason = o.stop_reason;
+  offload += o.offload;
+  return *this;
 }
 
 void SpeculativeStats::RecordPass(int k, int n_accepted) {
@@ -113,15 +130,12 @@ std::string SpeculativeStats::ToJson() const {
                                     ? nlohmann::json(offload.hit_rate()) : nlohmann::json(nullptr)},
       {"mean_distinct_experts", offload.moe_layer_passes > 0 ? nlohmann::json(offload.mean_distinct_experts())
                                                             : nlohmann::json(nullptr)},
-      {"prefetch_useful_bytes", offload.prefetch_useful_bytes},
-      {"prefetch_wasted_bytes", offload.prefetch_wasted_bytes},
       {"time",
        {{"prefill", prefill_seconds},
         {"ttft", ttft_seconds},
         {"draft", draft_seconds},
         {"verify", verify_seconds},
         {"accept", accept_seconds},
-        {"transfer_wait", offload.transfer_wait_seconds},
         {"total", total_seconds}}},
   };
   return j.dump();
@@ -156,11 +170,9 @@ std::string SpeculativeStats::ToText() const {
   if (offload.streamed()) {
     std::snprintf(buf, sizeof(buf),
                   "offload: %.1f MiB host to device (%.2f MiB/token), expert cache hit rate %.3f, %.1f "
-                  "distinct experts per layer per pass, transfer wait %.3f s, prefetch %.1f MiB useful / "
-                  "%.1f MiB wasted\n",
+                  "distinct experts per layer per pass\n",
                   offload.h2d_bytes / 1048576.0, h2d_bytes_per_token() / 1048576.0, offload.hit_rate(),
-                  offload.mean_distinct_experts(), offload.transfer_wait_seconds,
-                  offload.prefetch_useful_bytes / 1048576.0, offload.prefetch_wasted_bytes / 1048576.0);
+                  offload.mean_distinct_experts());
     text += buf;
   }
   return text;

@@ -21,14 +21,11 @@ const char* StopReasonName(StopReason reason);  // "end_token", "max_tokens", "c
 // What the offload runtime streamed and how its expert cache did; the streaming runtime adds each
 // step's counters into SpeculativeStats::offload. All zero when nothing streams.
 struct OffloadCounters {
-  int64_t h2d_bytes = 0;            // host→device bytes of streamed weights (prefetches included)
+  int64_t h2d_bytes = 0;            // host→device bytes of streamed weights
   int64_t expert_hits = 0;          // routed experts found in the VRAM cache
   int64_t expert_misses = 0;        // routed experts fetched (each once per pass)
   int64_t distinct_experts = 0;     // sum over (pass, MoE layer) of the layer's expert union
   int64_t moe_layer_passes = 0;     // (pass, MoE layer) pairs that distinct_experts sums over
-  int64_t prefetch_useful_bytes = 0;  // prefetched bytes the next pass used
-  int64_t prefetch_wasted_bytes = 0;  // prefetched bytes it did not
-  double transfer_wait_seconds = 0;   // compute waiting on a transfer
 
   OffloadCounters& operator+=(const OffloadCounters& o);
   // What happened between two readings of running totals: this (the later) less `o`.
@@ -75,6 +72,9 @@ struct SpeculativeStats {
   double tokens_per_second() const { return total_seconds > 0 ? tokens / total_seconds : 0.0; }
   double h2d_bytes_per_token() const { return tokens ? double(offload.h2d_bytes) / tokens : 0.0; }
   void RecordPass(int k, int n_accepted);
+  // Adds another run's counters and times (per position, element by element): the totals of several
+  // generations. draft_max, adaptive and stop_reason describe one run: the later's are kept.
+  SpeculativeStats& operator+=(const SpeculativeStats& o);
 
   std::string ToJson() const;  // one object; keys as docs/design.md §7
   std::string ToText() const;  // a few human-readable lines (the offload line only when it streamed)

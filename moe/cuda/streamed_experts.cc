@@ -6,13 +6,18 @@
 #include <string>
 
 #include "moe/device_form.h"
+#include "moe/expert_cache_tables.h"
 #include "engine/core/status_macros.h"
 #include "kernels/cuda_check.h"
 
 namespace specgen {
 namespace {
 
-size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
+// moe/expert_cache_tables.h mirrors these for the planner.
+static_assert(moe::kExpertCacheFetchEntries == kernels::kExpertCacheMaxExperts);
+static_assert(sizeof(kernels::ExpertCacheState) <= moe::kExpertCacheStateBytes);
+static_assert(moe::kArenaAlignment == DeviceArena::kAlignment);
+static_assert(moe::kExpertAddressBytes == 3 * sizeof(void*));
 
 // The device forms every expert of a layer shares (gate/up [ffn, hidden] of one type, down [hidden,
 // ffn] of its own, as llama.cpp's _M mixes store them: what the routed experts' kernels take), or an
@@ -57,12 +62,6 @@ absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<StreamedExperts>> CudaBackend::PrepareStreamedExperts(
-    std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamedExperts> s, CudaStreamedExperts::Create(this, layers, options));
-  return std::unique_ptr<StreamedExperts>(std::move(s));
-}
 
 bool CudaStreamedExperts::LayerFetch::Takes(int64_t n_ids) const {
   return n_ids <= owner_->cache_.n_slots || layer_.experts <= owner_->cache_.n_slots;
@@ -111,41 +110,39 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
   RETURN_IF_ERROR(s->host_->Fill(jobs, options.progress));
 
   // Device: the cache's tables and slots, then one address-table block a layer.
+  // The tables as moe/expert_cache_tables.h lays them out: the bytes the planner counted.
   DeviceArena& arena = backend->arena();
-  const size_t keys = static_cast<size_t>(layers.size()) * max_experts;
-  const size_t b_slot_of = Align16(keys * sizeof(int32_t)), b_owner = Align16(n_slots * sizeof(int32_t)),
-               b_stamp = Align16(n_slots * sizeof(uint32_t)),
-               b_fetch = Align16(kernels::kExpertCacheMaxExperts * sizeof(int32_t)),
-               b_state = Align16(sizeof(kernels::ExpertCacheState));
-  const size_t table_bytes = b_slot_of + b_owner + b_stamp + 2 * b_fetch + b_state;
-  ASSIGN_OR_RETURN(s->tables_block_, arena.Allocate(table_bytes, "the expert cache's tables"));
+  const moe::ExpertCacheTableLayout tl =
+      moe::ExpertCacheTables(static_cast<int64_t>(layers.size()), max_experts, n_slots);
+  ASSIGN_OR_RETURN(s->tables_block_, arena.Allocate(tl.bytes, "the expert cache's tables"));
   ASSIGN_OR_RETURN(s->slots_block_,
                    arena.Allocate(lay.slot_bytes * static_cast<size_t>(n_slots),
                                   Cat("the expert cache's ", n_slots, " slots of ", lay.slot_bytes, " bytes")));
   char* t = static_cast<char*>(s->tables_block_);
   kernels::ExpertCacheTables& c = s->cache_;
-  c.slot_of = reinterpret_cast<int32_t*>(t);
-  c.owner = reinterpret_cast<int32_t*>(t + b_slot_of);
-  c.stamp = reinterpret_cast<uint32_t*>(t + b_slot_of + b_owner);
-  c.fetch_expert = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp);
-  c.fetch_slot = reinterpret_cast<int32_t*>(t + b_slot_of + b_owner + b_stamp + b_fetch);
-  c.state = reinterpret_cast<kernels::ExpertCacheState*>(t + b_slot_of + b_owner + b_stamp + 2 * b_fetch);
+  c.slot_of = reinterpret_cast<int32_t*>(t + tl.slot_of);
+  c.owner = reinterpret_cast<int32_t*>(t + tl.owner);
+  c.stamp = reinterpret_cast<uint32_t*>(t + tl.stamp);
+  c.fetch_expert = reinterpret_cast<int32_t*>(t + tl.fetch_expert);
+  c.fetch_slot = reinterpret_cast<int32_t*>(t + tl.fetch_slot);
+  c.state = reinterpret_cast<kernels::ExpertCacheState*>(t + tl.state);
   c.slots = static_cast<char*>(s->slots_block_);
   c.slot_bytes = lay.slot_bytes;
   c.n_slots = n_slots;
   c.experts_per_layer = max_experts;
   cudaStream_t stream = backend->stream();
   // Empty: no slot holds anything (slot_of and owner -1: all bits set), stamps and counters 0.
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.slot_of, 0xFF, b_slot_of + b_owner, stream));
-  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.stamp, 0, table_bytes - b_slot_of - b_owner, stream));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.slot_of, 0xFF, tl.stamp, stream));
+  SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.stamp, 0, tl.bytes - tl.stamp, stream));
 
   s->layers_.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerForm& f = forms[l];
     const ExpertLayout::Layer& ll = lay.layers[l];
     const int e = static_cast<int>(ll.experts);
-    ASSIGN_OR_RETURN(void* block, arena.Allocate(3 * e * sizeof(void*), Cat(layers[l].name, ": expert address tables")));
-    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block, 0, 3 * e * sizeof(void*), stream));
+    const size_t address_bytes = moe::kExpertAddressBytes * static_cast<size_t>(e);
+    ASSIGN_OR_RETURN(void* block, arena.Allocate(address_bytes, Cat(layers[l].name, ": expert address tables")));
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block, 0, address_bytes, stream));
     const void** table = static_cast<const void**>(block);
     kernels::ExpertTables tab;
     tab.gate = table;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/weight_streaming.h"
 #include "moe/cuda/cuda_expert_set.h"
 #include "moe/cuda/host_arena.h"
 #include "kernels/expert_cache.cuh"

@@ -8,12 +8,6 @@
 
 namespace specgen {
 
-absl::StatusOr<std::unique_ptr<StreamedLayers>> CudaBackend::PrepareStreamedLayers(
-    std::span<const LayerViews> layers, const LayerStreamingOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamedLayers> s, CudaStreamedLayers::Create(this, layers, options));
-  return std::unique_ptr<StreamedLayers>(std::move(s));
-}
-
 absl::StatusOr<std::unique_ptr<CudaStreamedLayers>> CudaStreamedLayers::Create(
     CudaBackend* backend, std::span<const LayerViews> layers, const LayerStreamingOptions& options) {
   // The device form of every weight first: a bad one is reported before anything is allocated.

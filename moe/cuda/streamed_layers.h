@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/weight_streaming.h"
 #include "moe/cuda/host_arena.h"
 #include "moe/layer_ring_layout.h"
 

@@ -24,6 +24,7 @@
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
 #include "tests/common/gpu_test_env.h"
+#include "moe/cuda/cuda_streaming.h"
 
 namespace specgen {
 namespace {
@@ -95,6 +96,8 @@ TEST(RoutingOverrideGpu, StreamedEqualsResidentUnderTheSameOverrideAlsoFromGraph
     SCOPED_TRACE(std::to_string(slots) + " slots");
     TransformerOptions so = ro;
     so.expert_cache_slots = slots;
+  so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
+    so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
     auto streamed = Transformer::Create(model, be.get(), so);
     ASSERT_TRUE(streamed.ok()) << streamed.status();
     Transformer* r = resident->get();

@@ -36,6 +36,7 @@
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
 #include "tests/common/streamed_equality.h"
+#include "moe/cuda/cuda_streaming.h"
 
 namespace specgen {
 namespace {
@@ -237,6 +238,7 @@ void CheckStreamedEqualsResident(const char* what, std::shared_ptr<const LoadedM
     SCOPED_TRACE(std::string(what) + ", " + std::to_string(slots) + " slots");
     TransformerOptions so = ro;
     so.expert_cache_slots = slots;
+    so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
     size_t progress_total = 0, progress_last = 0;
     so.expert_copy_progress = [&](size_t done, size_t total) {
       EXPECT_GE(done, progress_last);
@@ -384,6 +386,7 @@ TEST(StreamedExperts, SpeculativeGreedyEqualsTargetOnlyWithOneWaitAStep) {
   constexpr int kDraft = 3;
   const int64_t slots = (kDraft + 1) * k_used;
   o.expert_cache_slots = slots;
+  o.streaming = std::make_shared<CudaWeightStreaming>(be.get());
   auto streamed = Transformer::Create(target_model, be.get(), o);
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   ASSERT_LT(slots, target_model->spec.n_experts * target_model->spec.n_layers);

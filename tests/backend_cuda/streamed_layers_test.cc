@@ -37,6 +37,7 @@
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
 #include "tests/common/streamed_equality.h"
+#include "moe/cuda/cuda_streaming.h"
 
 namespace specgen {
 namespace {
@@ -253,6 +254,7 @@ void CheckDenseStreamedEqualsResident(const char* what, std::shared_ptr<const Lo
   ASSERT_TRUE(resident.ok()) << resident.status();
   TransformerOptions so = ro;
   so.streamed_dense_layers = c.layers;
+  so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
   so.dense_ring_layers = c.ring;
   so.expert_cache_slots = c.expert_slots;
   size_t progress_total = 0, progress_last = 0;
@@ -415,6 +417,7 @@ TEST(StreamedLayers, SpeculativeGreedyEqualsTargetOnlyWithOneWaitAStep) {
   auto draft = Transformer::Create(draft_model, be.get(), o);
   ASSERT_TRUE(resident.ok() && draft.ok());
   o.streamed_dense_layers = DenseLayers(target_model->spec);
+  o.streaming = std::make_shared<CudaWeightStreaming>(be.get());
   o.dense_ring_layers = 2;
   auto streamed = Transformer::Create(target_model, be.get(), o);
   ASSERT_TRUE(streamed.ok()) << streamed.status();

@@ -51,7 +51,7 @@ TEST(ModelCacheTest, PlacementsAreKeptApartAndKeepOnlyFreesTheRest) {
   EXPECT_EQ((*resident)->lm->prefill_chunk(), kPrefillChunk);
   ASSERT_TRUE(cache.Get(cpu, "synth:tiny-dense", 64).ok());
   EXPECT_EQ(cache.loaded(), 3u);
-  cache.KeepOnly({{"synth:tiny-moe", 64, 4, 32}});
+  cache.KeepOnly({LmKey::Of("synth:tiny-moe", 64, streamed)});
   EXPECT_EQ(cache.loaded(), 1u);
   auto again = cache.Get(cpu, "synth:tiny-moe", 64, streamed);
   ASSERT_TRUE(again.ok());
@@ -61,8 +61,8 @@ TEST(ModelCacheTest, PlacementsAreKeptApartAndKeepOnlyFreesTheRest) {
 }
 
 // The runner asks the planner with the pairing's longest draft length, its draft and context and the
-// fp32 KV cache its Transformers use; a budget below what holds every expert streams them.
-TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStreams) {
+// CLI's default KV cache type (f16); a budget below what holds every expert streams them.
+TEST(PairingRunTest, RunRequestCoversThePairingAndABudgetBelowTheExpertsStreams) {
   Pairing p;
   p.name = "big";
   p.target = "synth:qwen3-30b-a3b:q4_k";
@@ -73,15 +73,14 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   spec.pairing = &p;
   spec.length = {2, false};
   const size_t gib = size_t{1} << 30;
-  const moe::OffloadRequest r = OffloadRequestFor(spec, 8 * gib);
+  const moe::RunRequest r = RunRequestFor(spec);
   EXPECT_EQ(r.target, p.target);
   EXPECT_EQ(r.draft, p.draft);
   EXPECT_EQ(r.draft_max, 6);
   EXPECT_EQ(r.context, 2048);
-  EXPECT_EQ(r.kv_element_bytes, 4);
-  EXPECT_EQ(r.vram_budget, 8 * gib);
+  EXPECT_EQ(r.kv_type, DType::kF16);
   // The target alone shares the pairing's placement (the same request).
-  const moe::OffloadRequest plain = OffloadRequestFor(WithoutDraft(spec), 8 * gib);
+  const moe::RunRequest plain = RunRequestFor(WithoutDraft(spec));
   EXPECT_EQ(plain.draft, p.draft);
   EXPECT_EQ(plain.draft_max, 6);
   // Planned (a target whose streamed part fits this host's RAM): below what holds every expert the
@@ -92,10 +91,10 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   olmoe.draft_lengths = {{0, false}};
   RunSpec plain_spec;
   plain_spec.pairing = &olmoe;
-  auto streamed = moe::PlanRun(OffloadRequestFor(plain_spec, 2 * gib));
+  auto streamed = moe::PlanFor(RunRequestFor(plain_spec), 2 * gib);
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   EXPECT_GT(streamed->expert_cache_slots, 0);
-  auto resident = moe::PlanRun(OffloadRequestFor(plain_spec, 16 * gib));
+  auto resident = moe::PlanFor(RunRequestFor(plain_spec), 16 * gib);
   ASSERT_TRUE(resident.ok()) << resident.status();
   EXPECT_EQ(resident->expert_cache_slots, -1);
   // A pairing without a draft plans the target alone.
@@ -104,7 +103,7 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   alone.draft_lengths = {{0, false}};
   spec.pairing = &alone;
   spec.length = {0, false};
-  EXPECT_TRUE(OffloadRequestFor(spec, 8 * gib).draft.empty());
+  EXPECT_TRUE(RunRequestFor(spec).draft.empty());
 }
 
 }  // namespace

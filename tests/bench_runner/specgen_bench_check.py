@@ -22,8 +22,7 @@ COUNTERS = ["acceptance_rate", "mean_accepted_length", "mean_draft_length", "tok
             "time_to_first_token", "speedup", "baseline_tokens_per_second", "draft_length", "adaptive"]
 # The offload counters: on the CPU every expert is resident and nothing streams.
 OFFLOAD_COUNTERS = {"expert_cache_slots": -1, "h2d_bytes_per_token": 0, "expert_cache_hit_rate": 0,
-                    "mean_distinct_experts": 0, "prefetch_useful_bytes_per_token": 0,
-                    "prefetch_wasted_bytes_per_token": 0, "prefill_chunk": 256}
+                    "mean_distinct_experts": 0, "prefill_chunk": 256}
 
 
 def config_text(source):

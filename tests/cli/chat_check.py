@@ -5,6 +5,11 @@ fills, and on a pseudo-terminal the colours and Ctrl-C.
 
 With --gpu instead: chat on the GPU (--device cuda) gives the CPU's greedy text, turn for turn.
 
+Every wait on the pseudo-terminal is for an event (a pattern on stderr, bytes on stdout, the process's
+exit), never for a stretch of wall-clock time, so the check runs as well under the sanitizers'
+slowdown (scripts/test --asan); FAILSAFE only bounds a hung binary, far above any honest run, and
+ctest's timeout bounds the whole.
+
 usage: chat_check.py SPECGEN SOURCE_DIR [--gpu]
 """
 import json
@@ -18,6 +23,7 @@ import sys
 import time
 
 failures = []
+FAILSAFE = 1200  # seconds: a binary that hangs, not a slow one
 
 
 def check(cond, what):
@@ -25,7 +31,7 @@ def check(cond, what):
         failures.append(what)
 
 
-def chat(specgen, args, stdin, timeout=300):
+def chat(specgen, args, stdin, timeout=FAILSAFE):
     run = subprocess.run([specgen, "chat"] + args, input=stdin, capture_output=True, text=True, timeout=timeout)
     return run.returncode, run.stdout, run.stderr
 
@@ -94,21 +100,32 @@ class PtyChat:
     def send(self, text):
         os.write(self.master, text.encode())
 
-    def read_until(self, pattern, timeout=120):
-        """Reads stdout and stderr until `pattern` (bytes regex) appears in stderr."""
-        end = time.time() + timeout
-        while time.time() < end and not (pattern and re.search(pattern, self.err)):
-            ready, _, _ = select.select([self.master, self.proc.stderr], [], [], 0.1)
+    def read_until(self, done):
+        """Reads stdout and stderr as they come until done(self) holds; False when both streams end
+        (the process exited) or FAILSAFE passes first. select() blocks until there is data: no polling
+        interval, no deadline that a slow build could miss."""
+        end = time.time() + FAILSAFE
+        open_fds = [self.master, self.proc.stderr]
+        while not done(self):
+            if not open_fds or time.time() > end:
+                return False
+            ready, _, _ = select.select(open_fds, [], [], end - time.time())
             for fd in ready:
                 try:
                     data = os.read(fd if fd == self.master else fd.fileno(), 65536)
-                except OSError:
+                except OSError:  # the pty's other end closed
                     data = b""
-                if fd == self.master:
+                if not data:
+                    open_fds.remove(fd)
+                elif fd == self.master:
                     self.out += data
                 else:
                     self.err += data
-        return pattern is not None and re.search(pattern, self.err) is not None
+        return True
+
+    def read_until_err(self, pattern):
+        """read_until `pattern` (bytes regex) appears in stderr."""
+        return self.read_until(lambda c: re.search(pattern, c.err) is not None)
 
     def close(self):
         # Ctrl-D: EOF on the terminal, typed as a person would, once the line editor reads again (a
@@ -116,7 +133,7 @@ class PtyChat:
         time.sleep(1)
         self.send("\x04")
         try:
-            rc = self.proc.wait(timeout=60)
+            rc = self.proc.wait(timeout=FAILSAFE)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = None
@@ -130,7 +147,7 @@ def terminal(specgen, pair):
     for color, want in (("auto", True), ("never", False)):
         c = PtyChat(specgen, greedy + ["--color", color])
         c.send("def add(a, b):\n")
-        answered = c.read_until(rb"tokens per pass")
+        answered = c.read_until_err(rb"tokens per pass")
         rc = c.close()
         check(answered and rc == 0, f"pty --color {color}: answered {answered}, exit {rc}: {c.err[-300:]!r}")
         colored = b"\x1b[32m" in c.out and b"\x1b[36m" in c.out  # draft green and target cyan
@@ -185,13 +202,13 @@ def terminal(specgen, pair):
     # Ctrl-C (SIGINT) during a long answer stops it; the session goes on and answers the next turn.
     c = PtyChat(specgen, pair + ["-n", "100000", "-c", "4096", "--temp", "0", "--ignore-eos", "--color", "never"])
     c.send("def long(x):\n")
-    deadline = time.time() + 60
-    while time.time() < deadline and len(c.out) < 200:
-        c.read_until(None, timeout=0.2)
+    # The answer is under way once some of it is on the terminal, however long loading took.
+    started = c.read_until(lambda c: len(c.out) >= 200)
+    check(started, f"Ctrl-C: no answer began: {c.err[-500:]!r}")
     c.proc.send_signal(signal.SIGINT)
-    stopped = c.read_until(rb"\(stopped\)")
+    stopped = c.read_until_err(rb"\(stopped\)")
     c.send("import os\n")
-    answered = c.read_until(rb"(?s)\(stopped\).*tokens/s.*tokens/s")
+    answered = c.read_until_err(rb"(?s)\(stopped\).*tokens/s.*tokens/s")
     rc = c.close()
     check(stopped, f"Ctrl-C: the answer was not stopped: {c.err[-500:]!r}")
     first = SUMMARY.search(c.err.decode(errors="replace"))

@@ -7,6 +7,7 @@
 
 #include "engine/core/byte_size.h"
 #include "engine/io/synth.h"
+#include "moe/expert_cache_tables.h"
 #include "gtest/gtest.h"
 
 namespace specgen::moe {
@@ -38,6 +39,25 @@ void ExpectConsistent(const Plan& p, const ModelBytes& target, const std::string
         << what;
     EXPECT_EQ(p.streamed_experts, target.experts_total()) << what;
     EXPECT_DOUBLE_EQ(p.slot_share, double(p.expert_cache_slots) / double(p.total_experts)) << what;
+    // The cache as the device allocates it (expert_cache_tables.h): each matrix of a slot padded to
+    // 256 B, the tables, address tables and staging slot beside the slots, every block rounded to the
+    // arena's alignment; and the slots are the most that fit, one more would not.
+    EXPECT_EQ(p.slot_bytes, target.slot_bytes()) << what;
+    EXPECT_EQ(p.slot_bytes % 256, 0u) << what;
+    const int64_t layers = target.n_moe_layers(), experts = target.spec.n_experts;
+    auto cache = [&](int64_t s) {
+      return ArenaBytes(static_cast<size_t>(s) * p.slot_bytes) + ExpertCacheOverheadBytes(layers, experts, s, p.slot_bytes);
+    };
+    const int64_t s = p.expert_cache_slots;
+    EXPECT_EQ(p.resident(ResidentKind::kExpertSlots) + p.resident(ResidentKind::kSlotTable), cache(s)) << what;
+    // The tables block alone: slot_of for every (layer, expert), owner and stamp per slot, two fetch
+    // lists of 1024 and the 48-byte state, each 16-byte aligned, then the block on 256.
+    const size_t tables = Align16(static_cast<size_t>(layers * experts) * 4) + 2 * Align16(static_cast<size_t>(s) * 4) +
+                          2 * 4096 + 48;
+    EXPECT_EQ(ExpertCacheTables(layers, experts, s).bytes, tables) << what;
+    if (s + 1 < p.total_experts) {
+      EXPECT_GT(p.resident_total - cache(s) + cache(s + 1), p.vram_budget) << what << ": room for another slot";
+    }
   }
   size_t streamed_dense = 0;
   for (int l : p.streamed_dense_layers) streamed_dense += target.layers[l].dense_ffn;

@@ -107,15 +107,6 @@ class CudaBackend : public Backend {
   // (a captured pass) *d_length + row, so a replayed graph routes by the replay's positions.
   absl::Status PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) override;
   absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions) override;
-  // Experts in one pinned HostArena, streamed into a VRAM expert cache that the GPU drives
-  // (moe/cuda/streamed_experts.h).
-  absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
-      std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) override;
-
-  // Dense layers in one pinned HostArena, copied pass by pass through a ring of VRAM layer buffers on
-  // a copy stream of their own (moe/cuda/streamed_layers.h).
-  absl::StatusOr<std::unique_ptr<StreamedLayers>> PrepareStreamedLayers(
-      std::span<const LayerViews> layers, const LayerStreamingOptions& options) override;
 
   // --- beyond the Backend interface: what the resident speculative step needs ---
   cudaStream_t stream() const { return stream_; }
