@@ -79,12 +79,14 @@ MODEL_SPECS = {
                         beta_fast=32.0, beta_slow=1.0)), 606),
     # gpt-oss style: q/k/v/o bias, attention sinks, sliding window 8 (< the 40-token input) on layers
     # 0 and 2, YaRN without truncation, router bias, top-k then softmax, biased experts with the gate
-    # and up interleaved, a clamped SwiGLU whose limit (2) the activations reach.
+    # and up interleaved, a clamped SwiGLU whose limit the activations reach. The limit stays at 7:
+    # transformers 5.17's GptOssExperts hard-codes 7 whatever config.swiglu_limit says, so only 7 means
+    # the same to every reader; the experts' gate_up weights are scaled up (init_weights) to reach it.
     "gptoss-tiny": ("GptOssConfig", dict(
         vocab_size=509, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
         rope_theta=150000.0, max_position_embeddings=256, tie_word_embeddings=False,
-        num_local_experts=4, num_experts_per_tok=2, sliding_window=8, swiglu_limit=2.0,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=8, swiglu_limit=7.0,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         attention_bias=True, bos_token_id=None, eos_token_id=2,
         rope_extra=dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=32,
@@ -157,6 +159,9 @@ def init_weights(model, seed):
                 p.copy_(0.3 * torch.rand(p.shape, generator=g))
             elif name.endswith("sinks"):
                 p.copy_(torch.randn(p.shape, generator=g))  # attention sinks: a logit per head
+            elif name.endswith("experts.gate_up_proj"):
+                # gpt-oss: gate/up values of std ~8 over hidden 64, so the SwiGLU clamp at 7 engages.
+                p.copy_(torch.randn(p.shape, generator=g))
             elif name.endswith("router.weight") or name.endswith("router.bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))  # gpt-oss router: decisive, varied
             elif name.endswith("norm.weight"):
@@ -259,6 +264,27 @@ def check_issue45_model(name, model, kw):
     print(f"  {name}: rotary pairs {rot_dim // 2}, attention scaling {got_scale:.6f}: features took")
 
 
+def report_gptoss_clamp(model, ids):
+    """The share of expert gate/up values the SwiGLU clamp changes (it must be well above zero)."""
+    seen = []
+    hooks = [layer.mlp.experts.register_forward_pre_hook(lambda m, args, kw: seen.append((m, args[0])), with_kwargs=True)
+             for layer in model.model.layers]
+    with torch.no_grad():
+        model(input_ids=ids[None])
+    for h in hooks:
+        h.remove()
+    limit = 7.0
+    clamped = total = 0
+    for m, x in seen:
+        x = x.reshape(-1, x.shape[-1])
+        gate_up = torch.einsum("td,edf->etf", x, m.gate_up_proj) + m.gate_up_proj_bias[:, None, :]
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        clamped += int((gate > limit).sum() + (up.abs() > limit).sum())
+        total += gate.numel() + up.numel()
+    print(f"  swiglu clamp changes {clamped}/{total} gate/up values")
+    assert clamped > total // 50, "the clamp must engage"
+
+
 def make_model(name, out_dir):
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
@@ -294,6 +320,8 @@ def make_model(name, out_dir):
             if min(margins) >= MIN_GREEDY_MARGIN:
                 break
         assert greedy == greedy_no_cache(model, ids, N_GREEDY), "cached/uncached greedy differ"
+        if name.startswith("gptoss"):
+            report_gptoss_clamp(model, ids)
         logits = model(input_ids=ids[None]).logits[0].float().contiguous()
         # Every layer must matter: dropping the last layer must change the logits a lot.
         full_layers = model.model.layers
