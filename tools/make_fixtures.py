@@ -321,7 +321,12 @@ def make_model(name, out_dir):
                 break
         assert greedy == greedy_no_cache(model, ids, N_GREEDY), "cached/uncached greedy differ"
         if name.startswith("gptoss"):
-            report_gptoss_clamp(model, ids)
+            try:
+                report_gptoss_clamp(model, ids)
+            except AssertionError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a transformers version without these internals
+                print(f"  swiglu clamp report unavailable: {type(e).__name__}: {e}")
         logits = model(input_ids=ids[None]).logits[0].float().contiguous()
         # Every layer must matter: dropping the last layer must change the logits a lot.
         full_layers = model.model.layers
