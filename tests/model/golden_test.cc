@@ -170,7 +170,8 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
-  for (const char* m : {"llama-gqa", "qwen3-dense", "qwen3moe-norm", "qwen3moe-dense-layer", "mixtral"}) {
+  for (const char* m : {"llama-gqa", "qwen3-dense", "qwen3moe-norm", "qwen3moe-dense-layer", "mixtral",
+                        "glm4moe-tiny", "gptoss-tiny"}) {
     for (Source s : {Source::kHfDir, Source::kGgufF32, Source::kGgufF16, Source::kGgufQ8_0}) {
       cases.push_back({m, s});
     }

@@ -1,0 +1,169 @@
+// The readers of GLM-4.5 (glm4moe) and gpt-oss: both config.json spellings (transformers 4.x
+// rope_scaling, 5.x rope_parameters) give one spec, GGUF files as llama.cpp names them load, and bad
+// input (an unknown rope type, a group count that does not divide the experts, a missing sink or bias
+// tensor) gives an error naming what is wrong.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/io/gguf_export.h"
+#include "engine/io/hf_config.h"
+#include "engine/io/model_loader.h"
+#include "gtest/gtest.h"
+
+namespace specgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path Fixture(const std::string& name) { return fs::path(SPECGEN_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool Contains(const absl::Status& s, const std::string& what) {
+  return std::string(s.message()).find(what) != std::string::npos;
+}
+
+void ExpectSameSpec(const ModelSpec& a, const ModelSpec& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.rope_dim, b.rope_dim);
+  EXPECT_EQ(Describe(a.rope_scaling), Describe(b.rope_scaling));
+  EXPECT_EQ(a.layer_is_moe, b.layer_is_moe);
+  EXPECT_EQ(a.layer_is_swa, b.layer_is_swa);
+  EXPECT_EQ(RequiredFeatures(a), RequiredFeatures(b));
+}
+
+TEST(ArchReaders, Glm4MoeConfigBothSpellings) {
+  const fs::path dir = Fixture("glm4moe-tiny");
+  auto v5 = ModelSpecFromHfConfigText(ReadText(dir / "config.json"), "config.json");
+  auto v4 = ModelSpecFromHfConfigText(ReadText(dir / "config.v4.json"), "config.v4.json");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  ExpectSameSpec(*v5, *v4);
+  const ModelSpec& s = *v5;
+  EXPECT_EQ(s.arch, Arch::kGlm4Moe);
+  EXPECT_EQ(s.rotary_dim(), 8);  // partial_rotary_factor 0.5 of head_dim 16
+  EXPECT_EQ(s.rope_scaling.kind, RopeScalingKind::kYarn);
+  EXPECT_EQ(s.rope_scaling.factor, 4.0f);
+  EXPECT_EQ(s.rope_scaling.original_context_length, 64);
+  EXPECT_TRUE(s.rope_scaling.truncate);
+  EXPECT_TRUE(s.attn_qkv_bias);
+  EXPECT_FALSE(s.attn_out_bias);
+  EXPECT_TRUE(s.qk_norm);
+  EXPECT_EQ(s.layer_is_moe, (std::vector<bool>{false, true, true}));  // first_k_dense_replace 1
+  EXPECT_EQ(s.shared_expert_ffn_dim, 16);
+  EXPECT_EQ(s.router_norm, RouterNorm::kSigmoidTopKRenormalize);
+  EXPECT_TRUE(s.expert_selection_bias);
+  EXPECT_EQ(s.n_expert_groups, 2);
+  EXPECT_EQ(s.n_groups_used, 1);
+  EXPECT_EQ(s.routed_scale, 2.5f);
+}
+
+TEST(ArchReaders, GptOssConfigBothSpellings) {
+  const fs::path dir = Fixture("gptoss-tiny");
+  auto v5 = ModelSpecFromHfConfigText(ReadText(dir / "config.json"), "config.json");
+  auto v4 = ModelSpecFromHfConfigText(ReadText(dir / "config.v4.json"), "config.v4.json");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  ExpectSameSpec(*v5, *v4);
+  const ModelSpec& s = *v5;
+  EXPECT_EQ(s.arch, Arch::kGptOss);
+  EXPECT_TRUE(s.attn_qkv_bias && s.attn_out_bias && s.attn_sinks);
+  EXPECT_EQ(s.sliding_window, 8);
+  EXPECT_EQ(s.layer_is_swa, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(s.rope_scaling.kind, RopeScalingKind::kYarn);
+  EXPECT_FALSE(s.rope_scaling.truncate);
+  EXPECT_EQ(s.router_norm, RouterNorm::kTopKThenSoftmax);
+  EXPECT_TRUE(s.router_bias && s.expert_bias);
+  EXPECT_EQ(s.expert_act, FfnActivation::kSwiGluClamped);
+  EXPECT_EQ(s.swiglu_limit, 7.0f);
+}
+
+TEST(ArchReaders, UnknownRopeTypeIsNamed) {
+  std::string text = ReadText(Fixture("gptoss-tiny") / "config.json");
+  const size_t at = text.find("\"yarn\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 6, "\"warp\"");
+  auto s = ModelSpecFromHfConfigText(text, "gpt/config.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.status(), "gpt/config.json")) << s.status();
+  EXPECT_TRUE(Contains(s.status(), "rope_type\" = \"warp\"")) << s.status();
+}
+
+TEST(ArchReaders, GroupCountNotDividingTheExpertsIsNamed) {
+  std::string text = ReadText(Fixture("glm4moe-tiny") / "config.json");
+  const size_t at = text.find("\"n_group\": 2");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 12, "\"n_group\": 3");
+  auto s = ModelSpecFromHfConfigText(text, "glm/config.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.status(), "glm/config.json")) << s.status();
+  EXPECT_TRUE(Contains(s.status(), "n_expert_groups = 3")) << s.status();
+  EXPECT_TRUE(Contains(s.status(), "n_group")) << s.status();
+}
+
+// A GGUF of the fixture (exported as llama.cpp names the tensors) with one tensor's name changed in
+// place (same length), so the file lacks it.
+class GgufWithout : public ::testing::Test {
+ protected:
+  std::string Export(const std::string& model, const std::string& drop, const std::string& replacement) {
+    auto m = LoadModel(Fixture(model).string());
+    EXPECT_TRUE(m.ok()) << m.status();
+    const std::string path = ::testing::TempDir() + "/arch_readers_" + model + ".gguf";
+    GgufExportOptions opt;
+    opt.dtype = DType::kF32;
+    EXPECT_TRUE(ExportGguf((*m)->spec, (*m)->weights, path, opt).ok());
+    if (!drop.empty()) {
+      std::string bytes = ReadText(path);
+      const size_t at = bytes.find(drop);
+      EXPECT_NE(at, std::string::npos) << drop;
+      EXPECT_EQ(drop.size(), replacement.size());
+      bytes.replace(at, drop.size(), replacement);
+      std::ofstream(path, std::ios::binary) << bytes;
+    }
+    return path;
+  }
+};
+
+TEST_F(GgufWithout, NothingMissingLoadsBothArchitectures) {
+  for (const char* model : {"glm4moe-tiny", "gptoss-tiny"}) {
+    auto g = LoadModel(Export(model, "", ""));
+    ASSERT_TRUE(g.ok()) << model << ": " << g.status();
+    auto hf = LoadModelSpec(Fixture(model).string());
+    ASSERT_TRUE(hf.ok());
+    ExpectSameSpec((*g)->spec, *hf);
+    EXPECT_EQ((*g)->spec.qk_norm, hf->qk_norm);
+    EXPECT_EQ((*g)->spec.expert_selection_bias, hf->expert_selection_bias);
+    EXPECT_EQ((*g)->spec.shared_expert_ffn_dim, hf->shared_expert_ffn_dim);
+    EXPECT_EQ((*g)->spec.sliding_window, hf->sliding_window);
+  }
+}
+
+TEST_F(GgufWithout, MissingSinkIsNamed) {
+  auto g = LoadModel(Export("gptoss-tiny", "blk.1.attn_sinks.weight", "blk.1.attn_sinkz.weight"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(Contains(g.status(), "missing tensor blk.1.attn_sinks.weight")) << g.status();
+}
+
+TEST_F(GgufWithout, MissingBiasesAreNamed) {
+  auto g = LoadModel(Export("gptoss-tiny", "blk.0.attn_q.bias", "blk.0.attn_q.biaz"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(Contains(g.status(), "missing tensor blk.0.attn_q.bias")) << g.status();
+  g = LoadModel(Export("gptoss-tiny", "blk.2.ffn_down_exps.bias", "blk.2.ffn_down_exps.biaz"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(Contains(g.status(), "missing tensor blk.2.ffn_down_exps.bias")) << g.status();
+  g = LoadModel(Export("glm4moe-tiny", "blk.2.exp_probs_b.bias", "blk.2.exp_probs_b.biaz"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(Contains(g.status(), "missing tensor blk.2.exp_probs_b.bias")) << g.status();
+}
+
+}  // namespace
+}  // namespace specgen
