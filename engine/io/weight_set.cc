@@ -47,6 +47,22 @@ std::string_view RoleName(Role r) {
   return "unknown";
 }
 
+bool IsVectorRole(Role r) {
+  switch (r) {
+    case Role::kAttnQBias:
+    case Role::kAttnKBias:
+    case Role::kAttnVBias:
+    case Role::kAttnOutBias:
+    case Role::kAttnSinks:
+    case Role::kRouterBias:
+    case Role::kExpertSelBias:
+    case Role::kExpertGateBias:
+    case Role::kExpertUpBias:
+    case Role::kExpertDownBias: return true;
+    default: return false;
+  }
+}
+
 bool IsPerExpertRole(Role r) {
   switch (r) {
     case Role::kExpertGate:

@@ -59,6 +59,8 @@ enum class Role {
 std::string_view RoleName(Role r);
 // Tensors held once per expert (matrices and biases), addressed by WeightKey::expert.
 bool IsPerExpertRole(Role r);
+// The 1-D tensors beside the norms: biases, sinks, the selection bias. Kept f32 wherever written.
+bool IsVectorRole(Role r);
 // The RMSNorm gain vectors (output, attention, q/k, FFN norms).
 bool IsNormRole(Role r);
 

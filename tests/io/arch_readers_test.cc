@@ -2,15 +2,21 @@
 // rope_scaling, 5.x rope_parameters) give one spec, GGUF files as llama.cpp names them load, and bad
 // input (an unknown rope type, a group count that does not divide the experts, a missing sink or bias
 // tensor) gives an error naming what is wrong.
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/io/gguf_export.h"
+#include "engine/model/transformer.h"
 #include "engine/io/hf_config.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/quant_mix.h"
+#include "engine/io/synth.h"
 #include "gtest/gtest.h"
 
 namespace specgen {
@@ -163,6 +169,91 @@ TEST_F(GgufWithout, MissingBiasesAreNamed) {
   g = LoadModel(Export("glm4moe-tiny", "blk.2.exp_probs_b.bias", "blk.2.exp_probs_b.biaz"));
   ASSERT_FALSE(g.ok());
   EXPECT_TRUE(Contains(g.status(), "missing tensor blk.2.exp_probs_b.bias")) << g.status();
+}
+
+}  // namespace
+}  // namespace specgen
+
+namespace specgen {
+namespace {
+
+// The synth presets in the published shapes: parameter counts against the model cards (gpt-oss:
+// 116.8B total / 5.1B active and 20.9B / 3.6B; GLM-4.5-Air 106B / 12B; GLM-4.5 355B / 32B). The cards
+// count active parameters without the input embedding (a lookup). GLM's published totals include its
+// next-token-prediction layer (one more MoE layer, ~1-2% of the total), which the presets leave out,
+// and its cards round (12B, 32B): GLM gets 4% below on totals and 8% on active counts, gpt-oss 1% and
+// 2%; a wrong width or count is off by far more.
+TEST(SynthPresets, PublishedSizes) {
+  struct Want {
+    const char* preset;
+    double total, active, total_tol, active_tol;
+  };
+  for (const Want& w : {Want{"gpt-oss-120b", 116.8e9, 5.1e9, 0.01, 0.02},
+                        Want{"gpt-oss-20b", 20.9e9, 3.6e9, 0.01, 0.02},
+                        Want{"glm-4.5-air", 106e9, 12e9, 0.04, 0.08}, Want{"glm-4.5", 355e9, 32e9, 0.04, 0.08}}) {
+    auto spec = SynthSpec(w.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(Validate(*spec, w.preset).ok()) << Validate(*spec, w.preset);
+    const ParamCounts c = CountParams(*spec);
+    const double active = static_cast<double>(c.active - spec->vocab_size * spec->hidden);
+    std::printf("  %s: %.2fB total, %.2fB active without the input embedding\n", w.preset, c.total / 1e9,
+                active / 1e9);
+    EXPECT_NEAR(c.total, w.total, w.total * w.total_tol) << w.preset;
+    EXPECT_NEAR(active, w.active, w.active * w.active_tol) << w.preset;
+  }
+}
+
+// Under a quantized type synth's gpt-oss experts are MXFP4 (as published); biases and sinks, like
+// norms and routers, stay f32 under every type; float types keep floats.
+TEST(SynthPresets, GptOssExpertsAreMxfp4UnderQuantizedTypes) {
+  const ModelSpec spec = SynthSpec("gpt-oss-20b").value();
+  const ExportType q8 = PureExportType(DType::kQ8_0);
+  EXPECT_EQ(SynthTensorType(q8, spec, {Role::kExpertUp, 3, 5}, 2880), DType::kMXFP4);
+  EXPECT_EQ(SynthTensorType(q8, spec, {Role::kAttnQ, 3}, 2880), DType::kQ8_0);
+  EXPECT_EQ(SynthTensorType(q8, spec, {Role::kExpertUpBias, 3, 5}, 2880), DType::kF32);
+  EXPECT_EQ(SynthTensorType(q8, spec, {Role::kAttnSinks, 3}, 64), DType::kF32);
+  EXPECT_EQ(SynthTensorType(ParseExportType("q4_k_m").value(), spec, {Role::kExpertDown, 0, 0}, 2880), DType::kMXFP4);
+  EXPECT_EQ(SynthTensorType(PureExportType(DType::kBF16), spec, {Role::kExpertUp, 0, 0}, 2880), DType::kBF16);
+  // convert keeps the type asked for; other architectures' experts are not MXFP4.
+  EXPECT_EQ(ChooseTensorType(q8, spec, {Role::kExpertUp, 3, 5}, 2880).dtype, DType::kQ8_0);
+  EXPECT_EQ(ChooseTensorType(q8, spec, {Role::kAttnQBias, 3}, 4096).dtype, DType::kF32);
+  const ModelSpec glm = SynthSpec("glm-4.5-air").value();
+  EXPECT_EQ(SynthTensorType(q8, glm, {Role::kExpertUp, 3, 5}, 4096), DType::kQ8_0);
+}
+
+// A GGUF whose matrices are MXFP4 gives the logits of its f32 copy (the same file converted to f32:
+// every MXFP4 value dequantized exactly) up to fp32 summation order: both sides multiply the same fp32
+// values, the packed one dequantizing rows as it reads them, so 1e-5 of the logit scale is ample.
+TEST_F(GgufWithout, Mxfp4FileGivesTheLogitsOfItsF32Copy) {
+  auto m = LoadModel(Fixture("gptoss-tiny").string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string packed = ::testing::TempDir() + "/arch_mxfp4.gguf";
+  const std::string copy = ::testing::TempDir() + "/arch_mxfp4_f32.gguf";
+  GgufExportOptions opt;
+  opt.dtype = DType::kMXFP4;
+  ASSERT_TRUE(ExportGguf((*m)->spec, (*m)->weights, packed, opt).ok());
+  std::shared_ptr<const LoadedModel> q = std::move(LoadModel(packed)).value();
+  ASSERT_EQ(q->weights.Get({Role::kExpertGate, 1, 2})->dtype, DType::kMXFP4);
+  ASSERT_EQ(q->weights.Get({Role::kExpertDownBias, 1, 2})->dtype, DType::kF32);
+  opt.dtype = DType::kF32;
+  ASSERT_TRUE(ExportGguf(q->spec, q->weights, copy, opt).ok());
+  std::shared_ptr<const LoadedModel> f = std::move(LoadModel(copy)).value();
+  ASSERT_EQ(f->weights.Get({Role::kExpertGate, 1, 2})->dtype, DType::kF32);
+  CpuBackend be(2);
+  std::vector<int32_t> ids(24);
+  for (int i = 0; i < 24; ++i) ids[i] = (i * 37 + 5) % 509;
+  std::vector<float> a, b;
+  ASSERT_TRUE(Transformer::Create(q, &be).value()->Forward(ids, &a).ok());
+  ASSERT_TRUE(Transformer::Create(f, &be).value()->Forward(ids, &b).ok());
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::fabs(double(b[i])));
+    worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  }
+  EXPECT_LE(worst, 1e-5 * scale);
+  EXPECT_GT(scale, 0.0);
+  std::remove(packed.c_str());
+  std::remove(copy.c_str());
 }
 
 }  // namespace

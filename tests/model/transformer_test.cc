@@ -53,7 +53,12 @@ ModelSpec MoeWithDenseLayer() {  // norm_topk_prob = false, layer 1 dense
   return s;
 }
 
-const Variant kVariants[] = {{"tiny_moe", TinyMoe},
+ModelSpec TinyGlm4Moe() { return SynthSpec("tiny-glm4moe").value(); }
+ModelSpec TinyGptOss() { return SynthSpec("tiny-gptoss").value(); }
+
+const Variant kVariants[] = {{"tiny_glm4moe", TinyGlm4Moe},
+                             {"tiny_gptoss", TinyGptOss},
+                             {"tiny_moe", TinyMoe},
                              {"tiny_dense", TinyDense},
                              {"llama_like", LlamaLike},
                              {"mixtral_like", MixtralLike},
