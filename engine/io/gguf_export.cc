@@ -235,7 +235,9 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     if (IsExpertRole(k.role) && k.expert > 0) continue;  // written stacked with expert 0
     const std::string name = GgufTensorName(spec, k);
     ASSIGN_OR_RETURN(TensorView v, weights.Get(k));
-    const DType out = storage(k, v.cols(), name);
+    // MXFP4 tensors (gpt-oss's experts as shipped, synth's) stay MXFP4 under a quantized type, as
+    // llama.cpp keeps them: requantizing 4-bit values only loses.
+    const DType out = v.dtype == DType::kMXFP4 && Info(type.base).quantized ? DType::kMXFP4 : storage(k, v.cols(), name);
     if (!IsExpertRole(k.role)) {
       const bool permute = permute_qk && (k.role == Role::kAttnQ || k.role == Role::kAttnK);
       if (out == v.dtype && !permute) {

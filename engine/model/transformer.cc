@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
     t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.rotary_dim(), spec.rope_scaling);
   }
   t->rope_factor_ = RopeAttentionFactor(spec.rope_scaling);
+  t->general_moe_ = !RequiredFeatures(spec).empty();
   RETURN_IF_ERROR(t->UploadWeights(options));
   return t;
 }
@@ -145,7 +146,7 @@ absl::Status Transformer::UploadExperts(int64_t l) {
     }
   }
   // The device's own routing (RouteAndRunExperts) knows softmax routing and plain SwiGLU experts only.
-  if (!RequiredFeatures(model_->spec).empty()) return absl::OkStatus();
+  if (general_moe_) return absl::OkStatus();
   ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
   lw.device_experts = lw.expert_set.get();
   return absl::OkStatus();
@@ -580,7 +581,7 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
   if (lw.router_bias != nullptr) RETURN_IF_ERROR(be.AddBias(*lw.router_bias, s.router_logits.get()));
-  if (!RequiredFeatures(spec).empty()) return MoeFfnGeneral(layer);
+  if (general_moe_) return MoeFfnGeneral(layer);
   if (routing_override_ != nullptr) {  // benchmarks only: the trace's ids at the pass's positions
     const auto& is_moe = spec.layer_is_moe;
     const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));

@@ -173,6 +173,7 @@ class Transformer : public CausalLm {
   KvCache cache_;
   std::vector<float> rope_inv_freq_;  // per-pair inverse frequencies of a scaled or partial RoPE, else empty
   float rope_factor_ = 1.0f;          // YaRN's attention factor on the rotated dims (RopeAttentionFactor)
+  bool general_moe_ = false;          // the model needs a ModelFeature: MoE layers run MoeFfnGeneral
   std::unique_ptr<Weight> token_embd_;
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head

@@ -81,6 +81,16 @@ std::vector<double> NaiveAttention(const std::vector<float>& q, const std::vecto
   return out;
 }
 
+AttentionShape Shape(int64_t heads, int64_t kv_heads, int64_t d, int64_t prefix, float scale) {
+  AttentionShape s;
+  s.n_heads = heads;
+  s.n_kv_heads = kv_heads;
+  s.head_dim = d;
+  s.n_prefix = prefix;
+  s.scale = scale;
+  return s;
+}
+
 // Outputs are convex combinations of V rows (|v| ≤ 1) with weights from fp32 exp/sum over ≤ 24 keys:
 // relative weight error ≲ 24·4u, so |error| ≤ 1e-5 with margin.
 constexpr double kAttnTol = 1e-5;
@@ -95,7 +105,7 @@ TEST_F(ArchOps, AttentionWithSinksAndWindowMatchesNaive) {
   auto sink_w = Wt(1, H, sinks);
   for (const int64_t window : {int64_t{0}, int64_t{4}, int64_t{7}}) {
     for (const bool with_sinks : {false, true}) {
-      AttentionShape s{H, Hkv, d, prefix, 0.35f};
+      AttentionShape s = Shape(H, Hkv, d, prefix, 0.35f);
       s.sinks = with_sinks ? sink_w.get() : nullptr;
       s.window = window;
       s.positions = pos;
@@ -121,7 +131,7 @@ TEST_F(ArchOps, WindowFollowsPositionsNotRows) {
   const std::vector<uint8_t> mask = {1, 0, 0, 1, 1, 0, 1, 0, 1};  // rows 1 and 2 are siblings
   auto qb = Buf(n, d, q), kb = Buf(6, d, k), vb = Buf(6, d, v);
   auto out = be_.NewBuffer(n, d).value();
-  AttentionShape s{H, Hkv, d, prefix, 1.0f};
+  AttentionShape s = Shape(H, Hkv, d, prefix, 1.0f);
   s.window = 2;
   s.positions = pos;
   ASSERT_TRUE(be_.Attention(*qb, *kb, *vb, s, mask, out.get()).ok());

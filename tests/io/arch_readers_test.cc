@@ -221,6 +221,25 @@ TEST(SynthPresets, GptOssExpertsAreMxfp4UnderQuantizedTypes) {
   EXPECT_EQ(SynthTensorType(q8, glm, {Role::kExpertUp, 3, 5}, 4096), DType::kQ8_0);
 }
 
+// synth writes gpt-oss experts MXFP4 and a quantized export keeps them so (requantizing 4-bit values
+// only loses); the file's other matrices take the type asked for.
+TEST_F(GgufWithout, SynthGptOssExpertsStayMxfp4InAQuantizedFile) {
+  const ModelSpec spec = SynthSpec("tiny-gptoss").value();
+  auto w = SynthWeights(spec, PureExportType(DType::kQ8_0), 3, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ((*w)->weights.Get({Role::kExpertUp, 0, 1})->dtype, DType::kMXFP4);
+  const std::string path = ::testing::TempDir() + "/arch_synth_gptoss.gguf";
+  GgufExportOptions opt;
+  opt.dtype = DType::kQ8_0;
+  ASSERT_TRUE(ExportGguf(spec, (*w)->weights, path, opt).ok());
+  auto g = LoadModel(path);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)->weights.Get({Role::kExpertUp, 2, 3})->dtype, DType::kMXFP4);
+  EXPECT_EQ((*g)->weights.Get({Role::kAttnQ, 2})->dtype, DType::kQ8_0);
+  EXPECT_EQ((*g)->weights.Get({Role::kAttnSinks, 2})->dtype, DType::kF32);
+  std::remove(path.c_str());
+}
+
 // A GGUF whose matrices are MXFP4 gives the logits of its f32 copy (the same file converted to f32:
 // every MXFP4 value dequantized exactly) up to fp32 summation order: both sides multiply the same fp32
 // values, the packed one dequantizing rows as it reads them, so 1e-5 of the logit scale is ample.
