@@ -87,7 +87,7 @@ absl::Status Backend::RopePartial(std::span<const int32_t> positions, int64_t he
   return NotSupported(name(), ModelFeature::kPartialRope);
 }
 
-absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   if (trace == nullptr) return absl::OkStatus();
   return absl::UnimplementedError(Cat(name(), ": no routing override (benchmark routing regimes)"));
 }
