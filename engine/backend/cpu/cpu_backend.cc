@@ -573,7 +573,7 @@ absl::Status CpuBackend::RouteWith(const Buffer& logits, int64_t k, const Router
       w[j] *= p.scale;
     }
   }
-  if (site) return site->trace->Rewrite(site->layer, site->positions, routing->expert);
+  if (site) return site->table->Rewrite(site->layer, site->positions, routing->expert);
   return absl::OkStatus();
 }
 
