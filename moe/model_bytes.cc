@@ -11,7 +11,10 @@
 namespace specgen::moe {
 namespace {
 
-bool IsExpert(Role r) { return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown; }
+bool IsExpert(Role r) { return IsPerExpertRole(r); }
+bool IsShared(Role r) {
+  return r == Role::kSharedGate || r == Role::kSharedUp || r == Role::kSharedDown || r == Role::kSharedGateInp;
+}
 
 // Row length (the fastest dimension) and row count of a row-major shape of 1 or 2 dimensions.
 std::pair<int64_t, int64_t> RowsOf(const std::vector<int64_t>& shape) {
@@ -64,7 +67,7 @@ size_t ModelBytes::slot_bytes() const {
 
 size_t ModelBytes::device_total() const {
   size_t sum = embedding + head + experts_total();
-  for (const LayerBytes& l : layers) sum += l.norms + l.attention + l.router + l.dense_ffn;
+  for (const LayerBytes& l : layers) sum += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts;
   return sum;
 }
 
@@ -104,8 +107,10 @@ absl::StatusOr<ModelBytes> SumModelBytes(const ModelSpec& spec, const std::vecto
         layer.expert += *device;
         layer.expert_slot += (*device + ExpertLayout::kAlignment - 1) / ExpertLayout::kAlignment * ExpertLayout::kAlignment;
       }
-    } else if (t.key.role == Role::kRouter) {
+    } else if (t.key.role == Role::kRouter || t.key.role == Role::kRouterBias || t.key.role == Role::kExpertSelBias) {
       layer.router += *device;
+    } else if (IsShared(t.key.role)) {
+      layer.shared_experts += *device;
     } else if (t.key.role == Role::kFfnGate || t.key.role == Role::kFfnUp || t.key.role == Role::kFfnDown) {
       layer.dense_ffn += *device;
     } else {
@@ -122,7 +127,7 @@ absl::StatusOr<ModelBytes> ReadModelBytes(const std::string& path) {
     ASSIGN_OR_RETURN(const SynthPath sp, ParseSynthPath(path));
     ASSIGN_OR_RETURN(spec, SynthSpec(sp.preset));
     for (const ExpectedTensor& e : ExpectedTensors(spec)) {
-      entries.push_back({e.key, ChooseTensorType(sp.type, spec, e.key, e.shape.back()).dtype, e.shape});
+      entries.push_back({e.key, SynthTensorType(sp.type, spec, e.key, e.shape.back()), e.shape});
     }
     return SumModelBytes(spec, entries, path);
   }

@@ -27,7 +27,9 @@ struct LayerBytes {
   size_t attention = 0;  // Q, K, V and output projections
   size_t router = 0;     // MoE layers only
   size_t dense_ffn = 0;  // dense layers only: gate + up + down
-  // One expert's gate + up + down (MoE layers; a layer's experts all have one dtype per role).
+  size_t shared_experts = 0;  // MoE layers' shared experts (and their gate): resident, never streamed
+  // One expert's gate + up + down and their biases (MoE layers; a layer's experts all have one dtype
+  // per role).
   size_t expert = 0;
   // The same as a streamed expert lies in a cache slot: gate, up and down each from a 256-byte
   // boundary (moe/expert_layout.h).

@@ -25,6 +25,7 @@ std::string_view ResidentKindName(ResidentKind k) {
     case ResidentKind::kNorms: return "norms";
     case ResidentKind::kRouters: return "routers";
     case ResidentKind::kAttention: return "attention";
+    case ResidentKind::kSharedExperts: return "shared_experts";
     case ResidentKind::kDenseLayers: return "dense_layers";
     case ResidentKind::kDenseRing: return "dense_ring";
     case ResidentKind::kExpertsResident: return "experts";
@@ -89,6 +90,7 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
     Put(plan, ResidentKind::kNorms, l.norms);
     Put(plan, ResidentKind::kRouters, l.router);
     Put(plan, ResidentKind::kAttention, l.attention);
+    Put(plan, ResidentKind::kSharedExperts, l.shared_experts);
     dense_total += l.dense_ffn;
     largest_dense = std::max(largest_dense, l.dense_ffn);
   }
@@ -209,7 +211,9 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
   // for every distinct expert, hit or fetched. floor = PCIe bytes / 55 GB/s + VRAM bytes / 4.2 TB/s:
   // a layer's experts wait for their fetch and the next layer waits for them, so the two add up.
   size_t non_expert = target.head;
-  for (const LayerBytes& l : target.layers) non_expert += l.norms + l.attention + l.router + l.dense_ffn;
+  for (const LayerBytes& l : target.layers) {
+    non_expert += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts;
+  }
   const int64_t n_moe = target.n_moe_layers();
   const double cached_share =
       plan.expert_cache_slots < 0 || n_moe == 0

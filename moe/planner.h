@@ -66,6 +66,7 @@ enum class ResidentKind {
   kNorms,
   kRouters,
   kAttention,
+  kSharedExperts,  // MoE layers' shared experts (GLM, Qwen2-MoE): every token runs them, so resident
   kDenseLayers,
   kDenseRing,
   kExpertsResident,  // every expert, when all fit

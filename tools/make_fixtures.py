@@ -63,7 +63,37 @@ MODEL_SPECS = {
         rope_theta=1000000.0, max_position_embeddings=256, tie_word_embeddings=False,
         num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
         bos_token_id=1, eos_token_id=2), 505),
+    # issue 45: every feature of the architecture switched on with non-zero values. GLM-4.5 style:
+    # q/k/v bias, qk norm, partial RoPE (50%) under YaRN (truncated correction range), a leading dense
+    # layer, one shared expert, sigmoid routing with a selection-only bias, 2 groups of which 1 is kept,
+    # renormalised weights times a routed scaling factor.
+    "glm4moe-tiny": ("Glm4MoeConfig", dict(
+        vocab_size=521, hidden_size=48, intermediate_size=64, moe_intermediate_size=16,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        partial_rotary_factor=0.5, rms_norm_eps=1e-5, rope_theta=10000.0,
+        max_position_embeddings=256, tie_word_embeddings=False, attention_bias=True,
+        use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+        n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
+        routed_scaling_factor=2.5, num_nextn_predict_layers=0, bos_token_id=None, eos_token_id=2,
+        rope_extra=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64,
+                        beta_fast=32.0, beta_slow=1.0)), 606),
+    # gpt-oss style: q/k/v/o bias, attention sinks, sliding window 8 (< the 40-token input) on layers
+    # 0 and 2, YaRN without truncation, router bias, top-k then softmax, biased experts with the gate
+    # and up interleaved, a clamped SwiGLU whose limit the activations reach. The limit stays at 7:
+    # transformers 5.17's GptOssExperts hard-codes 7 whatever config.swiglu_limit says, so only 7 means
+    # the same to every reader; the experts' gate_up weights are scaled up (init_weights) to reach it.
+    "gptoss-tiny": ("GptOssConfig", dict(
+        vocab_size=509, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+        rope_theta=150000.0, max_position_embeddings=256, tie_word_embeddings=False,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=8, swiglu_limit=7.0,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        attention_bias=True, bos_token_id=None, eos_token_id=2,
+        rope_extra=dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=32,
+                        beta_fast=32.0, beta_slow=1.0, truncate=False)), 707),
 }
+# YaRN in these fixtures keeps factor = max_position_embeddings / original_max_position_embeddings:
+# some transformers versions derive the factor from that ratio, so the two spellings agree.
 
 N_INPUT = 40
 N_GREEDY = 20
@@ -76,7 +106,12 @@ def make_config(cls_name, kw):
     cls = getattr(transformers, cls_name)
     kw = dict(kw)
     theta = kw.pop("rope_theta")
+    extra = kw.pop("rope_extra", None)
     rope = {"rope_type": "default", "rope_theta": theta}
+    if extra is not None:
+        rope = dict(extra, rope_theta=theta)
+        if "partial_rotary_factor" in kw:  # transformers 5 reads it from rope_parameters too
+            rope["partial_rotary_factor"] = kw["partial_rotary_factor"]
     late = {}
     cfg = None
     for use_params in (True, False):
@@ -86,6 +121,8 @@ def make_config(cls_name, kw):
                 late = {"head_dim": k2.pop("head_dim")} if late_head_dim and "head_dim" in k2 else {}
                 if use_params:
                     cfg = cls(**k2, rope_parameters=rope)
+                elif extra is not None:
+                    cfg = cls(**k2, rope_theta=theta, rope_scaling=dict(extra))
                 else:
                     cfg = cls(**k2, rope_theta=theta)
                 break
@@ -116,7 +153,18 @@ def init_weights(model, seed):
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda x: x[0]):
-            if name.endswith("norm.weight"):
+            if name.endswith("e_score_correction_bias"):
+                # Positive: transformers masks the unselected groups with 0, llama.cpp with -inf; with
+                # every biased score above 0 the two agree.
+                p.copy_(0.3 * torch.rand(p.shape, generator=g))
+            elif name.endswith("sinks"):
+                p.copy_(torch.randn(p.shape, generator=g))  # attention sinks: a logit per head
+            elif name.endswith("experts.gate_up_proj"):
+                # gpt-oss: gate/up values of std ~8 over hidden 64, so the SwiGLU clamp at 7 engages.
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith("router.weight") or name.endswith("router.bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))  # gpt-oss router: decisive, varied
+            elif name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             elif "embed_tokens" in name:
                 p.copy_((0.5 if tied else 1.0) * torch.randn(p.shape, generator=g))
@@ -126,6 +174,10 @@ def init_weights(model, seed):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
+        # The GLM/DeepSeek selection bias is a buffer in some transformers versions.
+        for name, b in sorted(model.named_buffers(), key=lambda x: x[0]):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.rand(b.shape, generator=g))
 
 
 def greedy_with_cache(model, ids, n):
@@ -157,13 +209,80 @@ def v4_config(cfg):
     rope = d.pop("rope_parameters", None) or {}
     if "rope_theta" not in d:
         d["rope_theta"] = rope.get("rope_theta")
-    d["rope_scaling"] = None
+    scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    d["rope_scaling"] = None if scaling.get("rope_type", "default") == "default" else scaling
+    if "partial_rotary_factor" in rope and "partial_rotary_factor" not in d:
+        d["partial_rotary_factor"] = rope["partial_rotary_factor"]
     if "num_local_experts" in d and d.get("model_type") == "qwen3_moe":
         d["num_experts"] = d.pop("num_local_experts")
     if "dtype" in d:
         d["torch_dtype"] = d.pop("dtype")
     d["transformers_version"] = "4.51.0"
     return d
+
+
+def yarn_attention_factor(factor):
+    return 0.1 * __import__("math").log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def check_issue45_model(name, model, kw):
+    """Config keys a transformers version ignores are silently dropped: check each feature took."""
+    cfg = model.config
+    layers = model.model.layers
+    attn = layers[0].self_attn
+    rot = model.model.rotary_emb
+    hd = kw["head_dim"]
+    rot_dim = int(hd * kw.get("partial_rotary_factor", 1.0))
+    assert tuple(rot.inv_freq.shape) == (rot_dim // 2,), (tuple(rot.inv_freq.shape), rot_dim)
+    want_scale = yarn_attention_factor(kw["rope_extra"]["factor"])
+    got_scale = float(getattr(rot, "attention_scaling", 1.0))
+    assert abs(got_scale - want_scale) < 1e-6, (got_scale, want_scale)
+    assert attn.q_proj.bias is not None and attn.k_proj.bias is not None and attn.v_proj.bias is not None
+    if name.startswith("glm4moe"):
+        assert attn.o_proj.bias is None
+        assert getattr(attn, "q_norm", None) is not None and getattr(attn, "k_norm", None) is not None
+        assert not hasattr(layers[0].mlp, "experts"), "layer 0 must be dense (first_k_dense_replace)"
+        for layer in layers[1:]:
+            mlp = layer.mlp
+            assert hasattr(mlp, "shared_experts") and hasattr(mlp, "experts"), type(mlp)
+            bias = mlp.gate.e_score_correction_bias
+            assert tuple(bias.shape) == (kw["n_routed_experts"],) and float(bias.abs().min()) > 0
+        for k in ("n_group", "topk_group", "routed_scaling_factor", "n_routed_experts", "n_shared_experts",
+                  "first_k_dense_replace", "norm_topk_prob"):
+            assert getattr(cfg, k) == kw[k], (k, getattr(cfg, k), kw[k])
+    else:
+        assert attn.o_proj.bias is not None
+        assert tuple(attn.sinks.shape) == (kw["num_attention_heads"],)
+        assert list(cfg.layer_types) == kw["layer_types"], cfg.layer_types
+        assert cfg.sliding_window == kw["sliding_window"] and cfg.swiglu_limit == kw["swiglu_limit"]
+        mlp = layers[0].mlp
+        assert mlp.router.bias is not None
+        E, D, F = kw["num_local_experts"], kw["hidden_size"], kw["intermediate_size"]
+        assert tuple(mlp.experts.gate_up_proj.shape) == (E, D, 2 * F), mlp.experts.gate_up_proj.shape
+        assert tuple(mlp.experts.gate_up_proj_bias.shape) == (E, 2 * F)
+        assert tuple(mlp.experts.down_proj_bias.shape) == (E, D)
+    print(f"  {name}: rotary pairs {rot_dim // 2}, attention scaling {got_scale:.6f}: features took")
+
+
+def report_gptoss_clamp(model, ids):
+    """The share of expert gate/up values the SwiGLU clamp changes (it must be well above zero)."""
+    seen = []
+    hooks = [layer.mlp.experts.register_forward_pre_hook(lambda m, args, kw: seen.append((m, args[0])), with_kwargs=True)
+             for layer in model.model.layers]
+    with torch.no_grad():
+        model(input_ids=ids[None])
+    for h in hooks:
+        h.remove()
+    limit = 7.0
+    clamped = total = 0
+    for m, x in seen:
+        x = x.reshape(-1, x.shape[-1])
+        gate_up = torch.einsum("td,edf->etf", x, m.gate_up_proj) + m.gate_up_proj_bias[:, None, :]
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        clamped += int((gate > limit).sum() + (up.abs() > limit).sum())
+        total += gate.numel() + up.numel()
+    print(f"  swiglu clamp changes {clamped}/{total} gate/up values")
+    assert clamped > total // 50, "the clamp must engage"
 
 
 def make_model(name, out_dir):
@@ -181,7 +300,9 @@ def make_model(name, out_dir):
     hd = kw.get("head_dim", kw["hidden_size"] // kw["num_attention_heads"])
     assert attn.q_proj.weight.shape[0] == kw["num_attention_heads"] * hd, attn.q_proj.weight.shape
     rot = getattr(model.model, "rotary_emb", None) or getattr(attn, "rotary_emb", None)
-    if rot is not None:
+    if "rope_extra" in kw:
+        check_issue45_model(name, model, kw)
+    elif rot is not None:
         want = theta ** (-2.0 / hd)
         got = float(rot.inv_freq[1])
         assert abs(got - want) <= 1e-6 * want + 1e-9, (got, want)
@@ -199,6 +320,13 @@ def make_model(name, out_dir):
             if min(margins) >= MIN_GREEDY_MARGIN:
                 break
         assert greedy == greedy_no_cache(model, ids, N_GREEDY), "cached/uncached greedy differ"
+        if name.startswith("gptoss"):
+            try:
+                report_gptoss_clamp(model, ids)
+            except AssertionError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a transformers version without these internals
+                print(f"  swiglu clamp report unavailable: {type(e).__name__}: {e}")
         logits = model(input_ids=ids[None]).logits[0].float().contiguous()
         # Every layer must matter: dropping the last layer must change the logits a lot.
         full_layers = model.model.layers
@@ -222,7 +350,7 @@ def make_model(name, out_dir):
         dtypes = {str(f.get_tensor(k).dtype) for k in keys}
     print(f"  tensors ({len(keys)}), dtypes {dtypes}:")
     for k in keys:
-        if ".layers.0." in k or ".layers." not in k:
+        if ".layers.0." in k or ".layers.1." in k or ".layers." not in k:
             with safe_open(st, "pt") as f:
                 print(f"    {k} {tuple(f.get_slice(k).get_shape())}")
     assert dtypes == {"torch.float32"}, dtypes
@@ -252,7 +380,7 @@ def make_model(name, out_dir):
     with open(os.path.join(d, "config.json")) as f:
         cfg_json = json.load(f)
     print("  config.json:", json.dumps(cfg_json, sort_keys=True))
-    if name == "qwen3moe-norm":
+    if name == "qwen3moe-norm" or "rope_extra" in kw:
         with open(os.path.join(d, "config.v4.json"), "w") as f:
             json.dump(v4_config(cfg_json), f, indent=2, sort_keys=True)
             f.write("\n")
@@ -492,8 +620,13 @@ def tree_digest(root):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
-    ap.add_argument("--only", nargs="*", help="model names to build (default all)")
+    ap.add_argument("--only", nargs="*",
+                    help="names to build, space or comma separated (models, or 'tokenizers'); default all")
     args = ap.parse_args()
+    only = [n for item in (args.only or []) for n in item.split(",") if n]
+    unknown = [n for n in only if n not in MODEL_SPECS and n != "tokenizers"]
+    if unknown:
+        ap.error(f"--only: unknown names {unknown}; known: {sorted(MODEL_SPECS)} and 'tokenizers'")
     torch.set_num_threads(1)
     import transformers
     import tokenizers
@@ -502,21 +635,22 @@ def main():
     models_dir = os.path.join(args.out, "models")
     os.makedirs(models_dir, exist_ok=True)
     failures = []
-    for name in args.only or MODEL_SPECS:
+    for name in [n for n in only if n != "tokenizers"] if only else MODEL_SPECS:
         try:
             make_model(name, models_dir)
         except Exception as e:  # keep going so one bad architecture doesn't lose the others
             import traceback
             traceback.print_exc()
             failures.append(name)
-    tok_dir = os.path.join(args.out, "tokenizers")
-    os.makedirs(tok_dir, exist_ok=True)
-    try:
-        make_tokenizers(tok_dir)
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        failures.append("tokenizers")
+    if not only or "tokenizers" in only:
+        tok_dir = os.path.join(args.out, "tokenizers")
+        os.makedirs(tok_dir, exist_ok=True)
+        try:
+            make_tokenizers(tok_dir)
+        except Exception:
+            import traceback
+            traceback.print_exc()
+            failures.append("tokenizers")
     total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(args.out) for f in fs)
     print(f"tests/data total {total / 2**20:.2f} MiB, digest {tree_digest(args.out)}")
     if failures:

@@ -40,7 +40,11 @@ absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k,
     RETURN_IF_ERROR(RmsNorm(*q, *p.q_norm, p.head_dim, p.eps, q));
     RETURN_IF_ERROR(RmsNorm(*k, *p.k_norm, p.head_dim, p.eps, k));
   }
-  if (!p.inv_freq.empty()) {
+  if ((p.rope_dim != 0 && p.rope_dim != p.head_dim) || p.rope_factor != 1.0f) {
+    const int64_t rope_dim = p.rope_dim != 0 ? p.rope_dim : p.head_dim;
+    RETURN_IF_ERROR(RopePartial(p.positions, p.head_dim, rope_dim, p.inv_freq, p.rope_factor, p.style, q));
+    RETURN_IF_ERROR(RopePartial(p.positions, p.head_dim, rope_dim, p.inv_freq, p.rope_factor, p.style, k));
+  } else if (!p.inv_freq.empty()) {
     RETURN_IF_ERROR(RopeWithFrequencies(p.positions, p.head_dim, p.inv_freq, p.style, q));
     RETURN_IF_ERROR(RopeWithFrequencies(p.positions, p.head_dim, p.inv_freq, p.style, k));
   } else {
@@ -49,6 +53,38 @@ absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k,
   }
   RETURN_IF_ERROR(CopyRows(*k, dst_row, k_cache));
   return CopyRows(v, dst_row, v_cache);
+}
+
+absl::Status Backend::RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) {
+  if (p.plain()) return Route(logits, k, p.norm, routing);
+  return absl::UnimplementedError(Cat(name(), ": ", FeatureName(ModelFeature::kSigmoidRouting), " is not supported"));
+}
+
+namespace {
+absl::Status NotSupported(std::string_view backend, ModelFeature f) {
+  return absl::UnimplementedError(Cat(backend, ": ", FeatureName(f), " are not supported"));
+}
+}  // namespace
+
+absl::Status Backend::AddBias(const Weight& b, Buffer* y) {
+  (void)b, (void)y;
+  return NotSupported(name(), ModelFeature::kAttentionBias);
+}
+
+absl::Status Backend::SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out) {
+  (void)gate, (void)up, (void)alpha, (void)limit, (void)out;
+  return NotSupported(name(), ModelFeature::kClampedSwiGlu);
+}
+
+absl::Status Backend::ScaleRowsBySigmoid(const Buffer& g, Buffer* y) {
+  (void)g, (void)y;
+  return NotSupported(name(), ModelFeature::kSharedExperts);
+}
+
+absl::Status Backend::RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                                  std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x) {
+  (void)positions, (void)head_dim, (void)rope_dim, (void)inv_freq, (void)factor, (void)style, (void)x;
+  return NotSupported(name(), ModelFeature::kPartialRope);
 }
 
 absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {

@@ -92,6 +92,8 @@ struct Routing {
 // One MoE layer's experts, indexed by expert id: gate and up [ffn, hidden], down [hidden, ffn].
 struct ExpertWeights {
   std::vector<const Weight*> gate, up, down;
+  // Biases by expert id ([1, ffn], [1, ffn], [1, hidden]; ModelFeature::kExpertBias), or empty.
+  std::vector<const Weight*> gate_bias, up_bias, down_bias;
 };
 
 // A backend's own form of an ExpertWeights (Backend::PrepareExperts); it refers to, and must not
@@ -106,6 +108,10 @@ struct ExpertRefs {
   const Weight* gate = nullptr;
   const Weight* up = nullptr;
   const Weight* down = nullptr;
+  // Biases (ModelFeature::kExpertBias), or null.
+  const Weight* gate_bias = nullptr;
+  const Weight* up_bias = nullptr;
+  const Weight* down_bias = nullptr;
 };
 
 // Geometry of one attention call. The batch's n queries sit at KV rows n_prefix .. n_prefix+n-1 (their
@@ -117,6 +123,26 @@ struct AttentionShape {
   int64_t head_dim = 0;    // d
   int64_t n_prefix = 0;    // KV rows before the batch
   float scale = 0.0f;      // multiplies q·k (1/sqrt(d))
+  // gpt-oss (ModelFeature::kAttentionSinks): head h's softmax also counts exp(sinks[h]) in its
+  // denominator (a logit no value goes with). Null: none.
+  const Weight* sinks = nullptr;  // [1, H]
+  // A sliding layer (ModelFeature::kSlidingWindow): a query at position p sees only keys at positions
+  // > p − window. KV row r < n_prefix holds position r; batch row j holds positions[j]. 0: no window.
+  int64_t window = 0;
+  std::span<const int32_t> positions;  // the batch rows' positions (needed with a window)
+};
+
+// How router logits become the top-k experts and their weights (Backend::RouteWith).
+struct RouterParams {
+  RouterNorm norm = RouterNorm::kSoftmaxThenTopK;
+  const Weight* selection_bias = nullptr;  // [1, E], kSigmoid*: added to the scores for selection only
+  int64_t n_groups = 1;                    // kSigmoid*: group-limited selection (n_group) ...
+  int64_t groups_used = 1;                 // ... keeping the best groups_used (topk_group)
+  float scale = 1.0f;                      // routed_scaling_factor, on every final weight
+  // Whether Route alone computes it (no bias, groups or scale, a softmax norm).
+  bool plain() const {
+    return !IsSigmoidRouter(norm) && selection_bias == nullptr && n_groups == 1 && scale == 1.0f;
+  }
 };
 
 class Backend {
@@ -175,12 +201,35 @@ class Backend {
                                  Buffer* out) = 0;
   // Router logits [n, E] → top-k experts and weights per token (docs/formats.md §8).
   virtual absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) = 0;
+  // The same for any RouterParams: Route where p.plain(), else (sigmoid routing, selection bias, groups,
+  // a routed scale) Unimplemented unless the backend Supports(kSigmoidRouting). Per token the experts
+  // come by descending selection score (score + bias), ties: the lower id first.
+  virtual absl::Status RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing);
   // dst[i] = src[rows[i]]; dst->rows() must equal rows.size().
   virtual absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) = 0;
   // dst[rows[i]] += scales[i] · src[i], applied in order i = 0, 1, … (expert outputs into the residual
   // stream of the tokens that chose the expert).
   virtual absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                         std::span<const float> scales, Buffer* dst) = 0;
+
+  // --- the ops of ModelFeature (issue 45): each Unimplemented unless the backend Supports it ---
+  // Which ModelFeatures this backend computes (Transformer::Create refuses a model needing another).
+  virtual bool Supports(ModelFeature f) const {
+    (void)f;
+    return false;
+  }
+  // y[i, :] += b for every row (a projection's bias); b [1, y.cols()].
+  virtual absl::Status AddBias(const Weight& b, Buffer* y);
+  // gpt-oss's expert activation: g = min(gate, limit), u = clamp(up, −limit, limit),
+  // out = (u + 1) · g · σ(alpha · g). out may be gate or up.
+  virtual absl::Status SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out);
+  // y[i, :] *= σ(g[i, 0]) (a shared expert's gate); g [n, 1].
+  virtual absl::Status ScaleRowsBySigmoid(const Buffer& g, Buffer* y);
+  // RopeWithFrequencies on the first rope_dim dims of each head only (pairs within them: (j, j +
+  // rope_dim/2) or (2j, 2j+1); inv_freq has rope_dim / 2 entries), the rotated dims' cos and sin
+  // multiplied by `factor` (YaRN's attention factor); the other dims are kept.
+  virtual absl::Status RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                                   std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x);
 
   // Fused products. Each default runs the ops named; a backend may do it in one pass with the same
   // arithmetic (CUDA: one launch each for 1..16 rows, the same bits).
@@ -211,6 +260,9 @@ class Backend {
     // Per-pair inverse frequencies of a scaled RoPE (RopeWithFrequencies), or empty: from theta.
     std::span<const float> inv_freq;
     RopeStyle style = RopeStyle::kRotateHalf;
+    // Partial or YaRN RoPE (RopePartial): dims rotated (0: head_dim) and the rotated dims' factor.
+    int64_t rope_dim = 0;
+    float rope_factor = 1.0f;
   };
   virtual absl::Status NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                      int64_t dst_row, Buffer* k_cache, Buffer* v_cache);

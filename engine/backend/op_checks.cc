@@ -132,6 +132,13 @@ absl::Status CheckAttention(std::string_view be, const Buffer& q, const Buffer& 
   if (!mask.empty() && static_cast<int64_t>(mask.size()) != n * n) {
     return InvalidArgument(be, " Attention: mask of ", mask.size(), " entries for ", n, " queries");
   }
+  if (s.sinks != nullptr && s.sinks->rows() * s.sinks->cols() != s.n_heads) {
+    return InvalidArgument(be, " Attention: ", s.sinks->rows() * s.sinks->cols(), " sinks for ", s.n_heads, " heads");
+  }
+  if (s.window < 0 || (s.window > 0 && static_cast<int64_t>(s.positions.size()) != n)) {
+    return InvalidArgument(be, " Attention: a window of ", s.window, " with ", s.positions.size(),
+                           " positions for ", n, " queries");
+  }
   return absl::OkStatus();
 }
 

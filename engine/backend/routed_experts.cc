@@ -9,10 +9,24 @@ namespace specgen {
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               RouterNorm norm, const ExpertWeights& experts, const HostRoutingScratch& scratch,
                               Buffer* out) {
+  return RunRoutedExperts(be, x, router_logits, k, RouterParams{norm}, ExpertFfnOptions{}, experts, scratch, out);
+}
+
+absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
+                              const RouterParams& router, const ExpertFfnOptions& ffn,
+                              const ExpertWeights& experts, const HostRoutingScratch& scratch, Buffer* out) {
+  const size_t n = experts.gate.size();
+  for (const auto* biases : {&experts.gate_bias, &experts.up_bias, &experts.down_bias}) {
+    if (!biases->empty() && biases->size() != n) {
+      return absl::InvalidArgumentError(Cat("expert biases for ", biases->size(), " of ", n, " experts"));
+    }
+  }
+  auto bias = [](const std::vector<const Weight*>& v, int e) { return v.empty() ? nullptr : v[e]; };
   return RunRoutedExperts(
-      be, x, router_logits, k, norm, static_cast<int64_t>(experts.gate.size()),
-      [&experts](int e) -> absl::StatusOr<ExpertRefs> {
-        return ExpertRefs{experts.gate[e], experts.up[e], experts.down[e]};
+      be, x, router_logits, k, router, ffn, static_cast<int64_t>(n),
+      [&](int e) -> absl::StatusOr<ExpertRefs> {
+        return ExpertRefs{experts.gate[e], experts.up[e], experts.down[e], bias(experts.gate_bias, e),
+                          bias(experts.up_bias, e), bias(experts.down_bias, e)};
       },
       scratch, out);
 }
@@ -20,8 +34,15 @@ absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               RouterNorm norm, int64_t n_experts_in, const ExpertSource& experts,
                               const HostRoutingScratch& scratch, Buffer* out) {
+  return RunRoutedExperts(be, x, router_logits, k, RouterParams{norm}, ExpertFfnOptions{}, n_experts_in, experts,
+                          scratch, out);
+}
+
+absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
+                              const RouterParams& router, const ExpertFfnOptions& ffn, int64_t n_experts_in,
+                              const ExpertSource& experts, const HostRoutingScratch& scratch, Buffer* out) {
   Routing routing;
-  RETURN_IF_ERROR(be.Route(router_logits, k, norm, &routing));
+  RETURN_IF_ERROR(be.RouteWith(router_logits, k, router, &routing));
   const size_t n_experts = static_cast<size_t>(n_experts_in);
   // The (token, weight) pairs grouped by expert, tokens ascending within an expert.
   std::vector<std::vector<int32_t>> rows(n_experts);
@@ -45,8 +66,15 @@ absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router
     RETURN_IF_ERROR(be.GatherRows(x, rows[e], scratch.x_e));
     RETURN_IF_ERROR(be.MatMul(*scratch.x_e, *w.gate, scratch.g_e));
     RETURN_IF_ERROR(be.MatMul(*scratch.x_e, *w.up, scratch.u_e));
-    RETURN_IF_ERROR(be.SwiGlu(*scratch.g_e, *scratch.u_e, scratch.g_e));
+    if (w.gate_bias != nullptr) RETURN_IF_ERROR(be.AddBias(*w.gate_bias, scratch.g_e));
+    if (w.up_bias != nullptr) RETURN_IF_ERROR(be.AddBias(*w.up_bias, scratch.u_e));
+    if (ffn.act == FfnActivation::kSwiGluClamped) {
+      RETURN_IF_ERROR(be.SwiGluClamped(*scratch.g_e, *scratch.u_e, ffn.alpha, ffn.limit, scratch.g_e));
+    } else {
+      RETURN_IF_ERROR(be.SwiGlu(*scratch.g_e, *scratch.u_e, scratch.g_e));
+    }
     RETURN_IF_ERROR(be.MatMul(*scratch.g_e, *w.down, scratch.y_e));
+    if (w.down_bias != nullptr) RETURN_IF_ERROR(be.AddBias(*w.down_bias, scratch.y_e));
     RETURN_IF_ERROR(be.ScatterAddScaled(*scratch.y_e, rows[e], scales[e], out));
   }
   return absl::OkStatus();

@@ -334,7 +334,7 @@ Registrar kChat{
        AddGenerationFlags(app, &f->common);
        app.add_option("--system", f->system, "system prompt, the first message of the conversation");
        app.add_option("--chat-template", f->chat_template,
-                      "auto|chatml|llama3|mistral|gemma: the prompt format; auto reads it from the "
+                      "auto|chatml|llama3|mistral|gemma|harmony|glm4: the prompt format; auto reads it from the "
                       "model's template")
            ->capture_default_str();
        app.add_option("--reasoning", f->reasoning,

@@ -31,7 +31,7 @@ struct Row {
   int64_t count = 1;
 };
 
-bool IsExpert(Role r) { return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown; }
+bool IsExpert(Role r) { return IsPerExpertRole(r); }
 
 std::string Shape(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -63,6 +63,8 @@ std::string_view RouterText(RouterNorm n) {
     case RouterNorm::kSoftmaxThenTopK: return "softmax over all experts, top-k (no renormalization)";
     case RouterNorm::kSoftmaxTopKRenormalize: return "softmax over all experts, top-k, renormalized";
     case RouterNorm::kTopKThenSoftmax: return "top-k logits, softmax over the k";
+    case RouterNorm::kSigmoidTopK: return "sigmoid scores, top-k on score + selection bias";
+    case RouterNorm::kSigmoidTopKRenormalize: return "sigmoid scores, top-k on score + selection bias, renormalized";
   }
   return "?";
 }
@@ -128,7 +130,7 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
                                                                       : ", --type)");
     for (const ExpectedTensor& e : ExpectedTensors(spec)) {
       if (IsExpert(e.key.role) && e.key.expert > 0) continue;
-      Row r{e.key, KeyString(e.key), ChooseTensorType(t, spec, e.key, e.shape.back()).dtype, e.shape};
+      Row r{e.key, KeyString(e.key), SynthTensorType(t, spec, e.key, e.shape.back()), e.shape};
       ASSIGN_OR_RETURN(r.bytes, TensorBytes(r.dtype, e.shape.back(), e.shape.size() == 2 ? e.shape[0] : 1));
       if (IsExpert(e.key.role)) r.count = spec.n_experts;
       rows.push_back(r);
@@ -170,6 +172,26 @@ absl::Status Inspect(const std::string& path, bool tensors, const std::string& t
     Line("expert ffn_dim (F)", Cat(spec.expert_ffn_dim));
     Line("router", RouterText(spec.router_norm));
   }
+  // The features of GLM-4.5 / gpt-oss (docs/design.md §5.1), where the model has them.
+  if (spec.n_expert_groups > 1) Line("expert groups", Cat(spec.n_groups_used, " of ", spec.n_expert_groups, " kept"));
+  if (spec.routed_scale != 1.0f) Line("routed scale", Cat(spec.routed_scale));
+  if (spec.shared_expert_ffn_dim > 0) {
+    Line("shared expert ffn_dim", Cat(spec.shared_expert_ffn_dim, spec.shared_expert_gate ? " (sigmoid gate)" : ""));
+  }
+  if (spec.expert_act == FfnActivation::kSwiGluClamped) {
+    Line("expert activation", Cat("clamped SwiGLU (limit ", spec.swiglu_limit, ", alpha ", spec.swiglu_alpha, ")"));
+  }
+  if (spec.attn_qkv_bias || spec.attn_out_bias) {
+    Line("attention biases", Cat(spec.attn_qkv_bias ? "q/k/v" : "", spec.attn_qkv_bias && spec.attn_out_bias ? ", " : "",
+                                 spec.attn_out_bias ? "output" : ""));
+  }
+  if (spec.attn_sinks) Line("attention sinks", "yes (one logit a head)");
+  if (spec.sliding_window > 0) {
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < spec.n_layers; ++l) sliding += spec.is_swa(l);
+    Line("sliding window", Cat(spec.sliding_window, " positions on ", sliding, " of ", spec.n_layers, " layers"));
+  }
+  if (spec.rotary_dim() != spec.head_dim) Line("rotated dims", Cat(spec.rotary_dim(), " of ", spec.head_dim));
   Line("tied embeddings", spec.tied_embeddings ? "yes" : "no");
   Line("rms_eps", Cat(spec.rms_eps));
   Line("rope", Cat("theta ", spec.rope_theta, ", ",

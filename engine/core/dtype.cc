@@ -20,7 +20,7 @@ struct Entry {
 namespace q = quant_rows;
 
 // Block sizes and bytes from ggml-common.h (docs/formats.md §2).
-constexpr std::array<Entry, 13> kTable = {{
+constexpr std::array<Entry, 14> kTable = {{
     {DType::kF32, {"f32", 1, 4, false, q::DequantizeF32, q::QuantizeF32}},
     {DType::kF16, {"f16", 1, 2, false, q::DequantizeF16, q::QuantizeF16}},
     {DType::kBF16, {"bf16", 1, 2, false, q::DequantizeBf16, q::QuantizeBf16}},
@@ -34,6 +34,7 @@ constexpr std::array<Entry, 13> kTable = {{
     {DType::kQ4_K, {"q4_k", q::kQkK, q::kQ4_KBytes, true, q::DequantizeQ4_K, q::QuantizeQ4_K}},
     {DType::kQ5_K, {"q5_k", q::kQkK, q::kQ5_KBytes, true, q::DequantizeQ5_K, q::QuantizeQ5_K}},
     {DType::kQ6_K, {"q6_k", q::kQkK, q::kQ6_KBytes, true, q::DequantizeQ6_K, q::QuantizeQ6_K}},
+    {DType::kMXFP4, {"mxfp4", q::kQk, q::kMxfp4Bytes, true, q::DequantizeMxfp4, q::QuantizeMxfp4}},
 }};
 
 constexpr std::array<DType, kTable.size()> AllOf() {

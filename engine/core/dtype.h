@@ -28,6 +28,7 @@ enum class DType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 // Everything code needs to know about one DType, in one table (dtype.cc): a new type is one row there

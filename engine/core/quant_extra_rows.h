@@ -26,4 +26,9 @@ void DequantizeQ3_K(const uint8_t* src, int64_t n, float* dst);
 void QuantizeQ5_0(const float* src, int64_t n, uint8_t* dst);
 void QuantizeQ5_1(const float* src, int64_t n, uint8_t* dst);
 
+// MXFP4 (gpt-oss's experts; quant_mxfp4.cc): 32 elements a block, an E8M0 scale then 16 bytes of E2M1.
+inline constexpr size_t kMxfp4Bytes = 17;
+void DequantizeMxfp4(const uint8_t* src, int64_t n, float* dst);
+void QuantizeMxfp4(const float* src, int64_t n, uint8_t* dst);
+
 }  // namespace specgen::quant_rows

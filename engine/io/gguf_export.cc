@@ -15,9 +15,7 @@
 namespace specgen {
 namespace {
 
-bool IsExpertRole(Role r) {
-  return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown;
-}
+bool IsExpertRole(Role r) { return IsPerExpertRole(r); }
 
 // Runs fn(i) for i in [0, n) on `threads` threads; the first error wins.
 absl::Status ParallelFor(int64_t n, int threads, const std::function<absl::Status(int64_t)>& fn) {
@@ -71,6 +69,45 @@ std::vector<int64_t> Reversed(const TensorView& v) {
   return ne;
 }
 
+// glm4moe / gpt-oss metadata as llama.cpp's converter writes it. What llama.cpp has no key for and
+// specgen can run differently (gpt-oss's swiglu limit, a sliding pattern other than every even layer,
+// shared experts not a multiple of the expert width) is refused or written under specgen's own key.
+absl::Status SetGlmOrGptOssKeys(const ModelSpec& spec, const std::string& path, GgufWriter& w) {
+  if (spec.arch != Arch::kGlm4Moe && spec.arch != Arch::kGptOss) return absl::OkStatus();
+  const std::string arch(GgufArchName(spec.arch));
+  auto key = [&](std::string_view suffix) { return Cat(arch, ".", suffix); };
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.SetU32(key("expert_feed_forward_length"), u32(spec.expert_ffn_dim));
+  if (spec.arch == Arch::kGptOss) {
+    if (spec.swiglu_limit != 7.0f) w.SetF32(key("swiglu_limit"), spec.swiglu_limit);
+    w.SetU32(key("attention.sliding_window"), u32(spec.sliding_window));
+    for (int64_t l = 0; l < spec.n_layers; ++l) {
+      if (spec.sliding_window > 0 && spec.is_swa(l) != (l % 2 == 0)) {
+        return InvalidArgument(path, ": gpt-oss GGUF files slide every even layer; layer ", l, " of this model ",
+                               spec.is_swa(l) ? "slides" : "does not");
+      }
+    }
+    return absl::OkStatus();
+  }
+  int64_t dense = 0;
+  while (dense < spec.n_layers && !spec.layer_is_moe[dense]) ++dense;
+  for (int64_t l = dense; l < spec.n_layers; ++l) {
+    if (!spec.layer_is_moe[l]) return InvalidArgument(path, ": glm4moe GGUF files hold dense layers first only");
+  }
+  if (spec.expert_ffn_dim <= 0 || spec.shared_expert_ffn_dim % spec.expert_ffn_dim != 0 || spec.shared_expert_gate) {
+    return InvalidArgument(path, ": a glm4moe GGUF file holds ungated shared experts as a multiple of the expert width");
+  }
+  w.SetU32(key("leading_dense_block_count"), u32(dense));
+  w.SetU32(key("expert_shared_count"), u32(spec.shared_expert_ffn_dim / spec.expert_ffn_dim));
+  w.SetU32(key("expert_gating_func"), 2);  // sigmoid
+  w.SetBool(key("expert_weights_norm"), spec.router_norm == RouterNorm::kSigmoidTopKRenormalize);
+  w.SetF32(key("expert_weights_scale"), spec.routed_scale);
+  w.SetU32(key("expert_group_count"), u32(spec.n_expert_groups));
+  w.SetU32(key("expert_group_used_count"), u32(spec.n_groups_used));
+  w.SetU32(key("nextn_predict_layers"), 0);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view GgufArchName(Arch arch) {
@@ -79,6 +116,8 @@ std::string_view GgufArchName(Arch arch) {
     case Arch::kMixtral: return "llama";
     case Arch::kQwen3: return "qwen3";
     case Arch::kQwen3Moe: return "qwen3moe";
+    case Arch::kGlm4Moe: return "glm4moe";
+    case Arch::kGptOss: return "gpt-oss";
   }
   return "llama";
 }
@@ -145,7 +184,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   w.SetU32(key("attention.value_length"), u32(spec.head_dim));
   w.SetF32(key("attention.layer_norm_rms_epsilon"), spec.rms_eps);
   w.SetF32(key("rope.freq_base"), spec.rope_theta);
-  w.SetU32(key("rope.dimension_count"), u32(spec.head_dim));
+  w.SetU32(key("rope.dimension_count"), u32(spec.rotary_dim()));
   w.SetU32(key("vocab_size"), u32(spec.vocab_size));
   if (spec.is_moe()) {
     w.SetU32(key("expert_count"), u32(spec.n_experts));
@@ -155,6 +194,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       w.SetBool(key("expert_weights_norm"), spec.router_norm != RouterNorm::kSoftmaxThenTopK);
     }
   }
+  RETURN_IF_ERROR(SetGlmOrGptOssKeys(spec, path, w));
   // llama.cpp refuses a file without tokenizer.ggml.model; "none" is its own writers' word for "no
   // vocabulary". A tokenizer added below (add_metadata) replaces it.
   w.SetString("tokenizer.ggml.model", "none");
@@ -193,9 +233,11 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   for (const ExpectedTensor& e : ExpectedTensors(spec)) {
     const WeightKey& k = e.key;
     if (IsExpertRole(k.role) && k.expert > 0) continue;  // written stacked with expert 0
-    const std::string name = GgufTensorName(k);
+    const std::string name = GgufTensorName(spec, k);
     ASSIGN_OR_RETURN(TensorView v, weights.Get(k));
-    const DType out = storage(k, v.cols(), name);
+    // MXFP4 tensors (gpt-oss's experts as shipped, synth's) stay MXFP4 under a quantized type, as
+    // llama.cpp keeps them: requantizing 4-bit values only loses.
+    const DType out = v.dtype == DType::kMXFP4 && Info(type.base).quantized ? DType::kMXFP4 : storage(k, v.cols(), name);
     if (!IsExpertRole(k.role)) {
       const bool permute = permute_qk && (k.role == Role::kAttnQ || k.role == Role::kAttnK);
       if (out == v.dtype && !permute) {
@@ -225,7 +267,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
                        static_cast<const uint8_t*>(v.data) + per_expert * static_cast<size_t>(x);
       experts.push_back(ev);
     }
-    std::vector<int64_t> ne = {v.cols(), v.rows(), E};
+    std::vector<int64_t> ne = v.ndim == 1 ? std::vector<int64_t>{v.cols(), E} : std::vector<int64_t>{v.cols(), v.rows(), E};
     if (contiguous) {
       RETURN_IF_ERROR(w.AddTensor(name, ne, out, v.data, per_expert * static_cast<size_t>(E)));
       advance(k.layer, per_expert * static_cast<size_t>(E));
@@ -249,6 +291,15 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
   if (rs.kind == RopeScalingKind::kLinear) {
     w.SetString(key("rope.scaling.type"), "linear");
     w.SetF32(key("rope.scaling.factor"), rs.factor);
+  }
+  if (rs.kind == RopeScalingKind::kYarn) {  // llama.cpp's keys; truncation only where it differs
+    w.SetString(key("rope.scaling.type"), "yarn");
+    w.SetF32(key("rope.scaling.factor"), rs.factor);
+    w.SetU32(key("rope.scaling.original_context_length"), u32(rs.original_context_length));
+    w.SetF32(key("rope.scaling.yarn_beta_fast"), rs.beta_fast);
+    w.SetF32(key("rope.scaling.yarn_beta_slow"), rs.beta_slow);
+    if (rs.attention_factor > 0.0f) w.SetF32(key("rope.scaling.attn_factor"), rs.attention_factor);
+    if (rs.truncate != (spec.arch != Arch::kGptOss)) w.SetBool(key("rope.scaling.yarn_truncate"), rs.truncate);
   }
   std::vector<float> freq_factors = rs.freq_factors;
   if (rs.kind == RopeScalingKind::kLlama3) {

@@ -1,5 +1,6 @@
 #include "engine/io/hf_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -105,13 +106,100 @@ absl::StatusOr<RopeScaling> RopeScalingFromConfig(const Config& c, std::string_v
     out.low_freq_factor = static_cast<float>(low);
     out.high_freq_factor = static_cast<float>(high);
     ASSIGN_OR_RETURN(out.original_context_length, rp.IntOr("original_max_position_embeddings", 8192));
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: the original context defaults to max_position_embeddings;
+    // the attention factor is given, or DeepSeek's mscale ratio, or 0.1·ln(factor) + 1.
+    out.kind = RopeScalingKind::kYarn;
+    ASSIGN_OR_RETURN(out.factor, factor());
+    ASSIGN_OR_RETURN(int64_t max_pos, c.IntOr("max_position_embeddings", 4096));
+    ASSIGN_OR_RETURN(out.original_context_length, rp.IntOr("original_max_position_embeddings", max_pos));
+    ASSIGN_OR_RETURN(double beta_fast, rp.FloatOr("beta_fast", 32.0));
+    ASSIGN_OR_RETURN(double beta_slow, rp.FloatOr("beta_slow", 1.0));
+    out.beta_fast = static_cast<float>(beta_fast);
+    out.beta_slow = static_cast<float>(beta_slow);
+    ASSIGN_OR_RETURN(out.truncate, rp.BoolOr("truncate", true));
+    ASSIGN_OR_RETURN(double attention_factor, rp.FloatOr("attention_factor", 0.0));
+    ASSIGN_OR_RETURN(double mscale, rp.FloatOr("mscale", 0.0));
+    ASSIGN_OR_RETURN(double mscale_all_dim, rp.FloatOr("mscale_all_dim", 0.0));
+    if (attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0 && out.factor > 1.0f) {
+      const double ln = std::log(static_cast<double>(out.factor));
+      attention_factor = (0.1 * mscale * ln + 1.0) / (0.1 * mscale_all_dim * ln + 1.0);
+    }
+    if (attention_factor < 0.0) {
+      return InvalidArgument(source, ": key \"", key, ".attention_factor\" = ", attention_factor, " must be positive");
+    }
+    out.attention_factor = static_cast<float>(attention_factor);
   } else {
-    return Unimplemented(source, ": key \"", key, ".", type_key, "\" = \"", type, "\": ",
-                         type == "yarn" ? "YaRN RoPE scaling (it also rescales attention) is"
-                                        : "this RoPE scaling is",
-                         " not supported (default, linear and llama3 are)");
+    return Unimplemented(source, ": key \"", key, ".", type_key, "\" = \"", type,
+                         "\": this RoPE scaling is not supported (default, linear, llama3 and yarn are)");
   }
   return out;
+}
+
+// Glm4MoeForCausalLM (GLM-4.5, 4.5-Air, 4.6, 4.7): leading dense layers, then MoE layers of sigmoid-
+// routed experts with a selection bias (e_score_correction_bias), groups and a routed scale, plus
+// shared experts; q/k/v biases, optional qk norm, partial RoPE.
+absl::Status ReadGlm4Moe(const Config& c, ModelSpec& s) {
+  const std::string_view source = c.source();
+  ASSIGN_OR_RETURN(s.attn_qkv_bias, c.BoolOr("attention_bias", false));
+  ASSIGN_OR_RETURN(s.qk_norm, c.BoolOr("use_qk_norm", false));
+  const char* experts_key = c.Find("n_routed_experts") != nullptr ? "n_routed_experts" : "num_experts";
+  ASSIGN_OR_RETURN(s.n_experts, c.Int(experts_key));
+  ASSIGN_OR_RETURN(s.n_experts_used, c.Int("num_experts_per_tok"));
+  ASSIGN_OR_RETURN(s.expert_ffn_dim, c.Int("moe_intermediate_size"));
+  ASSIGN_OR_RETURN(int64_t n_shared, c.IntOr("n_shared_experts", 1));
+  if (n_shared < 0) return InvalidArgument(source, ": key \"n_shared_experts\" must not be negative");
+  s.shared_expert_ffn_dim = n_shared * s.expert_ffn_dim;
+  ASSIGN_OR_RETURN(int64_t first_dense, c.IntOr("first_k_dense_replace", 1));
+  if (first_dense < 0) return InvalidArgument(source, ": key \"first_k_dense_replace\" must not be negative");
+  ASSIGN_OR_RETURN(bool norm_topk, c.BoolOr("norm_topk_prob", true));
+  s.router_norm = norm_topk ? RouterNorm::kSigmoidTopKRenormalize : RouterNorm::kSigmoidTopK;
+  s.expert_selection_bias = true;
+  ASSIGN_OR_RETURN(double scale, c.FloatOr("routed_scaling_factor", 1.0));
+  s.routed_scale = static_cast<float>(scale);
+  ASSIGN_OR_RETURN(s.n_expert_groups, c.IntOr("n_group", 1));
+  ASSIGN_OR_RETURN(s.n_groups_used, c.IntOr("topk_group", 1));
+  ASSIGN_OR_RETURN(s.n_nextn_layers, c.IntOr("num_nextn_predict_layers", 0));
+  for (size_t l = 0; l < s.layer_is_moe.size(); ++l) s.layer_is_moe[l] = static_cast<int64_t>(l) >= first_dense;
+  return absl::OkStatus();
+}
+
+// GptOssForCausalLM (gpt-oss-20b, -120b): every layer MoE (router with a bias, top-k then softmax,
+// biased experts with a clamped SwiGLU), biases on q/k/v/o, attention sinks, sliding layers.
+absl::Status ReadGptOss(const Config& c, ModelSpec& s) {
+  const std::string_view source = c.source();
+  ASSIGN_OR_RETURN(bool bias, c.BoolOr("attention_bias", true));
+  s.attn_qkv_bias = s.attn_out_bias = bias;
+  s.attn_sinks = true;
+  const char* experts_key = c.Find("num_local_experts") != nullptr ? "num_local_experts" : "num_experts";
+  ASSIGN_OR_RETURN(s.n_experts, c.Int(experts_key));
+  ASSIGN_OR_RETURN(s.n_experts_used, c.Int("num_experts_per_tok"));
+  s.expert_ffn_dim = s.ffn_dim;
+  s.router_norm = RouterNorm::kTopKThenSoftmax;
+  s.router_bias = s.expert_bias = true;
+  s.expert_act = FfnActivation::kSwiGluClamped;
+  ASSIGN_OR_RETURN(double limit, c.FloatOr("swiglu_limit", 7.0));
+  ASSIGN_OR_RETURN(double alpha, c.FloatOr("swiglu_alpha", 1.702));
+  s.swiglu_limit = static_cast<float>(limit);
+  s.swiglu_alpha = static_cast<float>(alpha);
+  for (size_t l = 0; l < s.layer_is_moe.size(); ++l) s.layer_is_moe[l] = true;
+  ASSIGN_OR_RETURN(s.sliding_window, c.IntOr("sliding_window", 0));
+  s.layer_is_swa.assign(s.layer_is_moe.size(), false);
+  if (const Json* t = c.Find("layer_types"); t != nullptr) {
+    if (!t->is_array() || t->size() != s.layer_is_swa.size()) {
+      return InvalidArgument(source, ": key \"layer_types\" must list one type per layer (", s.layer_is_swa.size(), ")");
+    }
+    for (size_t l = 0; l < t->size(); ++l) {
+      const Json& v = (*t)[l];
+      if (!v.is_string() || (v != "sliding_attention" && v != "full_attention")) {
+        return InvalidArgument(source, ": key \"layer_types\"[", l, "] must be \"sliding_attention\" or \"full_attention\"");
+      }
+      s.layer_is_swa[l] = v == "sliding_attention";
+    }
+  } else {  // GptOssConfig's default: even layers slide
+    for (size_t l = 0; l < s.layer_is_swa.size(); ++l) s.layer_is_swa[l] = l % 2 == 0;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -135,6 +223,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
     else if (mt == "qwen3") arch_name = "Qwen3ForCausalLM";
     else if (mt == "qwen3_moe") arch_name = "Qwen3MoeForCausalLM";
     else if (mt == "mixtral") arch_name = "MixtralForCausalLM";
+    else if (mt == "glm4_moe") arch_name = "Glm4MoeForCausalLM";
+    else if (mt == "gpt_oss") arch_name = "GptOssForCausalLM";
     else arch_name = mt;
   } else {
     return InvalidArgument(source, ": missing required key \"architectures\" (or \"model_type\")");
@@ -145,10 +235,12 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
   else if (arch_name == "Qwen3ForCausalLM") s.arch = Arch::kQwen3;
   else if (arch_name == "Qwen3MoeForCausalLM") s.arch = Arch::kQwen3Moe;
   else if (arch_name == "MixtralForCausalLM") s.arch = Arch::kMixtral;
+  else if (arch_name == "Glm4MoeForCausalLM") s.arch = Arch::kGlm4Moe;
+  else if (arch_name == "GptOssForCausalLM") s.arch = Arch::kGptOss;
   else {
     return Unimplemented(source, ": unsupported architecture \"", arch_name,
                          "\" (supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                         "MixtralForCausalLM)");
+                         "MixtralForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM)");
   }
   const bool qwen = s.arch == Arch::kQwen3 || s.arch == Arch::kQwen3Moe;
 
@@ -175,6 +267,16 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
   ASSIGN_OR_RETURN(theta, c.FloatOr("rope_theta", theta));
   s.rope_theta = static_cast<float>(theta);
   ASSIGN_OR_RETURN(s.rope_scaling, RopeScalingFromConfig(c, source));
+  // partial_rotary_factor: top level (4.x) or in rope_parameters (5.x); the first rope_dim dims rotate.
+  double partial = 1.0;
+  if (const Json* p = c.Find("rope_parameters"); p != nullptr && p->is_object()) {
+    ASSIGN_OR_RETURN(partial, Config(*p, source).FloatOr("partial_rotary_factor", partial));
+  }
+  ASSIGN_OR_RETURN(partial, c.FloatOr("partial_rotary_factor", partial));
+  if (!(partial > 0.0 && partial <= 1.0)) {
+    return InvalidArgument(source, ": key \"partial_rotary_factor\" = ", partial, " must be in (0, 1]");
+  }
+  if (partial != 1.0) s.rope_dim = static_cast<int64_t>(static_cast<double>(s.head_dim) * partial);
   s.rope_style = RopeStyle::kRotateHalf;  // HF weights are unpermuted for every architecture here
   s.qk_norm = qwen;
 
@@ -212,6 +314,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(std::string_view json_text, 
       }
     }
   }
+  if (s.arch == Arch::kGlm4Moe) RETURN_IF_ERROR(ReadGlm4Moe(c, s));
+  if (s.arch == Arch::kGptOss) RETURN_IF_ERROR(ReadGptOss(c, s));
   ASSIGN_OR_RETURN(s.bos_token_id, c.TokenId("bos_token_id"));
   ASSIGN_OR_RETURN(s.eos_token_id, c.TokenId("eos_token_id"));
   RETURN_IF_ERROR(Validate(s, source));

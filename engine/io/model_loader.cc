@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "engine/core/quant.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/gguf.h"
 #include "engine/io/gguf_export.h"
@@ -29,9 +30,7 @@ TensorView MakeView(DType dtype, const std::vector<int64_t>& shape, const void* 
   return v;
 }
 
-bool IsExpertRole(Role r) {
-  return r == Role::kExpertGate || r == Role::kExpertUp || r == Role::kExpertDown;
-}
+bool IsExpertRole(Role r) { return IsPerExpertRole(r); }
 
 std::string ShapeText(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -72,7 +71,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadGguf(const std::string& path) {
   model->spec = spec;
   model->source = path;
   for (const ExpectedTensor& e : ExpectedTensors(spec)) {
-    const std::string name = GgufTensorName(e.key);
+    const std::string name = GgufTensorName(spec, e.key);
     const GgufTensorInfo* t = file->FindTensor(name);
     if (t == nullptr) {
       return NotFound(path, ": missing tensor ", name, " (", KeyString(e.key), ")");
@@ -82,20 +81,24 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadGguf(const std::string& path) {
       model->weights.Add(e.key, MakeView(t->dtype, shape, file->TensorData(*t), t->bytes), name);
       continue;
     }
-    // Stacked experts: ne = [in, out, E]; expert e is the contiguous slab e of nb[2] bytes.
-    if (shape.size() != 3 || shape[0] != spec.n_experts) {
+    // Stacked experts: ne = [in, out, E] (matrices) or [n, E] (biases); expert e is the contiguous
+    // slab e of the last dimension.
+    if (shape.size() != e.shape.size() + 1 || shape[0] != spec.n_experts) {
       return InvalidArgument(path, ": tensor ", name, " has ne ", ShapeText(t->ne), ", expected ",
-                             spec.n_experts, " stacked experts as ne[2]");
+                             spec.n_experts, " stacked experts as ne[", e.shape.size(), "]");
     }
     const size_t per_expert = t->bytes / static_cast<size_t>(spec.n_experts);
     const uint8_t* base = file->TensorData(*t) + per_expert * static_cast<size_t>(e.key.expert);
-    model->weights.Add(e.key, MakeView(t->dtype, {shape[1], shape[2]}, base, per_expert),
+    model->weights.Add(e.key, MakeView(t->dtype, std::vector<int64_t>(shape.begin() + 1, shape.end()), base,
+                                       per_expert),
                        Cat(name, "[", e.key.expert, "]"));
   }
   RETURN_IF_ERROR(model->weights.Validate(spec, path));
   std::vector<std::string> names;
   for (const GgufTensorInfo& t : file->tensors()) names.push_back(t.name);
-  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "blk.", spec, path,
+  ModelSpec with_nextn = spec;  // GLM's multi-token-prediction layers follow the last one, unused
+  with_nextn.n_layers += spec.n_nextn_layers;
+  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "blk.", with_nextn, path,
                                       Cat(GgufArchName(spec.arch), ".block_count")));
   model->weights.KeepAlive(std::shared_ptr<const GgufFile>(std::move(file)));
   return model;
@@ -118,7 +121,21 @@ std::string HfLayerName(const ModelSpec& spec, const WeightKey& k) {
     case Role::kFfnGate: return p + "mlp.gate_proj.weight";
     case Role::kFfnUp: return p + "mlp.up_proj.weight";
     case Role::kFfnDown: return p + "mlp.down_proj.weight";
-    case Role::kRouter: return p + moe + "gate.weight";
+    case Role::kRouter: return p + moe + (spec.arch == Arch::kGptOss ? "router.weight" : "gate.weight");
+    case Role::kAttnQBias: return p + "self_attn.q_proj.bias";
+    case Role::kAttnKBias: return p + "self_attn.k_proj.bias";
+    case Role::kAttnVBias: return p + "self_attn.v_proj.bias";
+    case Role::kAttnOutBias: return p + "self_attn.o_proj.bias";
+    case Role::kAttnSinks: return p + "self_attn.sinks";
+    case Role::kRouterBias: return p + "mlp.router.bias";
+    case Role::kExpertSelBias: return p + "mlp.gate.e_score_correction_bias";
+    case Role::kSharedGate: return p + "mlp.shared_experts.gate_proj.weight";
+    case Role::kSharedUp: return p + "mlp.shared_experts.up_proj.weight";
+    case Role::kSharedDown: return p + "mlp.shared_experts.down_proj.weight";
+    case Role::kSharedGateInp: return p + "mlp.shared_expert_gate.weight";
+    case Role::kExpertGateBias:
+    case Role::kExpertUpBias:
+    case Role::kExpertDownBias: return Cat(p, "mlp.experts.", k.expert, ".", RoleName(k.role));
     case Role::kExpertGate:
     case Role::kExpertUp:
     case Role::kExpertDown: {
@@ -176,13 +193,90 @@ absl::Status AddFusedExpert(const std::string& dir, const ModelSpec& spec, const
   return absl::OkStatus();
 }
 
+// gpt-oss's experts as transformers holds them: `experts.gate_up_proj` [E, D, 2F] ([in, out], gate and
+// up interleaved: column 2i is gate row i, 2i + 1 up row i), `gate_up_proj_bias` [E, 2F] (the same
+// interleave), `down_proj` [E, F, D] ([in, out]) and `down_proj_bias` [E, D]. Each expert's matrices
+// are transposed and de-interleaved into f32 [out, in] copies the WeightSet keeps alive.
+absl::Status AddGptOssExperts(const std::string& dir, const ModelSpec& spec, const SafetensorsSet& set, int layer,
+                              WeightSet& ws) {
+  const std::string p = Cat("model.layers.", layer, ".mlp.experts.");
+  if (set.Find(p + "gate_up_proj_blocks") != nullptr) {
+    return Unimplemented(dir, ": tensor ", p, "gate_up_proj_blocks: MXFP4 experts in safetensors are not read "
+                         "yet; use a GGUF of the model (llama.cpp's converter keeps them MXFP4) or a "
+                         "dequantized (bf16) checkpoint");
+  }
+  const int64_t E = spec.n_experts, F = spec.expert_ffn_dim, D = spec.hidden;
+  struct Want {
+    const char* leaf;
+    std::vector<int64_t> shape;
+  };
+  const Want wants[4] = {{"gate_up_proj", {E, D, 2 * F}}, {"gate_up_proj_bias", {E, 2 * F}},
+                         {"down_proj", {E, F, D}}, {"down_proj_bias", {E, D}}};
+  std::vector<std::vector<float>> f32(4);
+  for (int i = 0; i < 4; ++i) {
+    const SafetensorsTensor* t = set.Find(p + wants[i].leaf);
+    if (t == nullptr) return NotFound(dir, ": missing tensor ", p, wants[i].leaf, " (gpt-oss experts of layer ", layer, ")");
+    if (t->shape != wants[i].shape) {
+      return InvalidArgument(dir, ": tensor ", t->name, " has shape ", ShapeText(t->shape), ", expected ",
+                             ShapeText(wants[i].shape));
+    }
+    const int64_t cols = wants[i].shape.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < wants[i].shape.size(); ++d) rows *= wants[i].shape[d];
+    f32[i].resize(static_cast<size_t>(rows * cols));
+    absl::Status st = DequantizeRows(t->dtype, t->data, rows, cols, f32[i].data());
+    if (!st.ok()) return InvalidArgument(dir, ": tensor ", t->name, ": ", st.message());
+  }
+  // One owned buffer: per expert gate [F, D], up [F, D], down [D, F], then the biases.
+  const size_t per_expert = static_cast<size_t>(2 * F * D + D * F + 2 * F + D);
+  auto owned = std::make_shared<std::vector<float>>(per_expert * static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    float* base = owned->data() + per_expert * static_cast<size_t>(e);
+    float *gate = base, *up = gate + F * D, *down = up + F * D, *gb = down + D * F, *ub = gb + F, *db = ub + F;
+    const float* gu = f32[0].data() + e * D * 2 * F;  // [D][2F]
+    for (int64_t i = 0; i < F; ++i) {
+      for (int64_t d = 0; d < D; ++d) {
+        gate[i * D + d] = gu[d * 2 * F + 2 * i];
+        up[i * D + d] = gu[d * 2 * F + 2 * i + 1];
+      }
+      gb[i] = f32[1][e * 2 * F + 2 * i];
+      ub[i] = f32[1][e * 2 * F + 2 * i + 1];
+    }
+    const float* dn = f32[2].data() + e * F * D;  // [F][D]
+    for (int64_t o = 0; o < D; ++o) {
+      for (int64_t i = 0; i < F; ++i) down[o * F + i] = dn[i * D + o];
+      db[o] = f32[3][e * D + o];
+    }
+    auto add = [&](Role r, const float* data, std::vector<int64_t> shape, const char* leaf) {
+      size_t n = 1;
+      for (int64_t x : shape) n *= static_cast<size_t>(x);
+      ws.Add({r, layer, static_cast<int>(e)}, MakeView(DType::kF32, shape, data, n * sizeof(float)),
+             Cat(p, leaf, "[", e, "]"));
+    };
+    add(Role::kExpertGate, gate, {F, D}, "gate_up_proj.gate");
+    add(Role::kExpertUp, up, {F, D}, "gate_up_proj.up");
+    add(Role::kExpertDown, down, {D, F}, "down_proj");
+    add(Role::kExpertGateBias, gb, {F}, "gate_up_proj_bias.gate");
+    add(Role::kExpertUpBias, ub, {F}, "gate_up_proj_bias.up");
+    add(Role::kExpertDownBias, db, {D}, "down_proj_bias");
+  }
+  ws.KeepAlive(std::shared_ptr<const void>(owned, owned.get()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadHfDir(const std::string& dir) {
   ASSIGN_OR_RETURN(ModelSpec spec, ModelSpecFromHfConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSet> set, SafetensorsSet::Open(dir));
   auto model = std::make_unique<LoadedModel>();
   model->spec = spec;
   model->source = dir;
+  if (spec.arch == Arch::kGptOss) {
+    for (int l = 0; l < spec.n_layers; ++l) {
+      if (spec.layer_is_moe[l]) RETURN_IF_ERROR(AddGptOssExperts(dir, spec, *set, l, model->weights));
+    }
+  }
   for (const ExpectedTensor& e : ExpectedTensors(spec)) {
+    if (model->weights.Has(e.key)) continue;  // gpt-oss experts, added above
     const std::string name = HfTensorName(spec, e.key);
     const SafetensorsTensor* t = set->Find(name);
     if (t == nullptr && IsExpertRole(e.key.role)) {
@@ -195,7 +289,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadHfDir(const std::string& dir) {
   RETURN_IF_ERROR(model->weights.Validate(spec, dir));
   std::vector<std::string> names;
   for (const auto& [name, t] : set->tensors()) names.push_back(name);
-  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "model.layers.", spec, dir,
+  ModelSpec with_nextn = spec;  // GLM's multi-token-prediction layers follow the last one, unused
+  with_nextn.n_layers += spec.n_nextn_layers;
+  RETURN_IF_ERROR(CheckNoLayersBeyond(names, "model.layers.", with_nextn, dir,
                                       "config.json num_hidden_layers"));
   model->weights.KeepAlive(std::shared_ptr<const SafetensorsSet>(std::move(set)));
   return model;
@@ -239,8 +335,23 @@ std::string GgufTensorName(const WeightKey& k) {
     case Role::kExpertGate: return Cat("blk.", k.layer, ".ffn_gate_exps.weight");
     case Role::kExpertUp: return Cat("blk.", k.layer, ".ffn_up_exps.weight");
     case Role::kExpertDown: return Cat("blk.", k.layer, ".ffn_down_exps.weight");
-    default: return Cat("blk.", k.layer, ".", RoleName(k.role), ".weight");
+    case Role::kExpertGateBias: return Cat("blk.", k.layer, ".ffn_gate_exps.bias");
+    case Role::kExpertUpBias: return Cat("blk.", k.layer, ".ffn_up_exps.bias");
+    case Role::kExpertDownBias: return Cat("blk.", k.layer, ".ffn_down_exps.bias");
+    default: {
+      const std::string_view role = RoleName(k.role);  // biases carry their own ".bias" suffix
+      const bool bias = role.size() > 5 && role.substr(role.size() - 5) == ".bias";
+      return Cat("blk.", k.layer, ".", role, bias ? "" : ".weight");
+    }
   }
+}
+
+std::string GgufTensorName(const ModelSpec& spec, const WeightKey& k) {
+  // llama.cpp's glm4moe and gpt-oss name the FFN's norm after the attention "post_attention_norm".
+  if (k.role == Role::kFfnNorm && (spec.arch == Arch::kGlm4Moe || spec.arch == Arch::kGptOss)) {
+    return Cat("blk.", k.layer, ".post_attention_norm.weight");
+  }
+  return GgufTensorName(k);
 }
 
 std::string HfTensorName(const ModelSpec& spec, const WeightKey& k) {

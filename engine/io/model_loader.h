@@ -48,5 +48,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::string& path_or_synth);
 std::string HfTensorName(const ModelSpec& spec, const WeightKey& key);
 // GGUF name of the tensor that holds `key` (for experts, the stacked *_exps tensor).
 std::string GgufTensorName(const WeightKey& key);
+// The same as `spec`'s architecture names it in llama.cpp (glm4moe/gpt-oss: post_attention_norm).
+std::string GgufTensorName(const ModelSpec& spec, const WeightKey& key);
 
 }  // namespace specgen

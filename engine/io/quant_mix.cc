@@ -94,7 +94,10 @@ bool UseMoreBits(int64_t layer, int64_t n_layers) {
 
 TensorTypeChoice ChooseTensorType(const ExportType& type, const ModelSpec& spec, const WeightKey& key,
                                   int64_t row_len) {
-  if (IsNormRole(key.role) || key.role == Role::kRouter) return {DType::kF32, false, DType::kF32};
+  if (IsNormRole(key.role) || IsVectorRole(key.role) || key.role == Role::kRouter ||
+      key.role == Role::kSharedGateInp) {
+    return {DType::kF32, false, DType::kF32};
+  }
   if (type.mix == QuantMix::kPure) {  // one type throughout; rows it cannot hold in f16
     const DType t = Divides(type.base, row_len) ? type.base : DType::kF16;
     return {t, t != type.base, type.base};

@@ -15,7 +15,7 @@ absl::Status RowFromF32(DType dst_type, const float* src, int64_t n, void* dst) 
 
 DType StorageDType(Role role, int64_t row_len, DType requested, bool* fell_back) {
   if (fell_back) *fell_back = false;
-  if (IsNormRole(role) || role == Role::kRouter) return DType::kF32;
+  if (IsNormRole(role) || IsVectorRole(role) || role == Role::kRouter) return DType::kF32;
   if (row_len % Info(requested).block_elems != 0) {
     if (fell_back) *fell_back = true;
     return DType::kF16;

@@ -66,6 +66,56 @@ ModelSpec ForTests(ModelSpec s) {
   return s;
 }
 
+// GLM-4.5 family (Glm4MoeForCausalLM config.json): leading dense layers, 1 shared expert, sigmoid
+// routing with a selection bias, q/k/v biases, half the head rotated. The trailing next-token
+// prediction layer of the published checkpoints is not part of the preset (specgen does not run it).
+ModelSpec Glm45(std::string name, int64_t layers, int64_t D, int64_t E, int64_t F, int64_t Fd, int64_t dense,
+                float scale, bool qk_norm) {
+  ModelSpec s = Qwen3Moe(std::move(name), layers, D, 96, 8, E, 8, F, Fd);
+  s.arch = Arch::kGlm4Moe;
+  s.vocab_size = 151552;
+  for (int64_t l = 0; l < dense; ++l) s.layer_is_moe[l] = false;
+  s.router_norm = RouterNorm::kSigmoidTopKRenormalize;
+  s.expert_selection_bias = true;
+  s.routed_scale = scale;
+  s.shared_expert_ffn_dim = F;
+  s.attn_qkv_bias = true;
+  s.qk_norm = qk_norm;
+  s.rope_dim = 64;  // partial_rotary_factor 0.5 of head_dim 128
+  s.rms_eps = 1e-5f;
+  s.context_length = 131072;
+  s.bos_token_id = -1;
+  s.eos_token_id = 151329;
+  return s;
+}
+
+// gpt-oss (GptOssForCausalLM config.json): every layer MoE with 4 of E experts, biases everywhere,
+// attention sinks, a 128-position window on even layers, YaRN (factor 32 over 4096 positions).
+ModelSpec GptOss(std::string name, int64_t layers, int64_t E) {
+  ModelSpec s = Qwen3Moe(std::move(name), layers, 2880, 64, 8, E, 4, 2880, 2880);
+  s.arch = Arch::kGptOss;
+  s.vocab_size = 201088;
+  s.head_dim = 64;
+  s.qk_norm = false;
+  s.router_norm = RouterNorm::kTopKThenSoftmax;
+  s.router_bias = s.expert_bias = true;
+  s.expert_act = FfnActivation::kSwiGluClamped;
+  s.attn_qkv_bias = s.attn_out_bias = s.attn_sinks = true;
+  s.sliding_window = 128;
+  s.layer_is_swa.assign(layers, false);
+  for (int64_t l = 0; l < layers; l += 2) s.layer_is_swa[l] = true;
+  s.rope_theta = 150000.0f;
+  s.rope_scaling.kind = RopeScalingKind::kYarn;
+  s.rope_scaling.factor = 32.0f;
+  s.rope_scaling.original_context_length = 4096;
+  s.rope_scaling.truncate = false;
+  s.rms_eps = 1e-5f;
+  s.context_length = 131072;
+  s.bos_token_id = 199998;
+  s.eos_token_id = 200002;
+  return s;
+}
+
 struct Preset {
   const char* name;
   const char* description;
@@ -106,6 +156,14 @@ const Preset kPresets[] = {
        s.eos_token_id = 50279;
        return s;
      }},
+    {"glm-4.5-air", "GLM-4.5-Air: 46 layers (1 dense), 128 experts top-8 + 1 shared, 106B params, 12B active",
+     [] { return Glm45("glm-4.5-air", 46, 4096, 128, 1408, 10944, 1, 1.0f, false); }},
+    {"glm-4.5", "GLM-4.5 (and 4.6/4.7 shapes): 92 layers (3 dense), 160 experts top-8 + 1 shared, 355B params",
+     [] { return Glm45("glm-4.5", 92, 5120, 160, 1536, 12288, 3, 2.5f, true); }},
+    {"gpt-oss-120b", "gpt-oss-120b: 36 layers, 128 experts top-4 (MXFP4 under quantized types), 117B params",
+     [] { return GptOss("gpt-oss-120b", 36, 128); }},
+    {"gpt-oss-20b", "gpt-oss-20b: 24 layers, 32 experts top-4 (MXFP4 under quantized types), 21B params",
+     [] { return GptOss("gpt-oss-20b", 24, 32); }},
     {"qwen3-0.6b", "Qwen3-0.6B: dense, 28 layers, tied embeddings (a draft for Qwen3 targets)",
      [] { return Qwen3Dense("qwen3-0.6b", 28, 1024, 16, 8, 3072); }},
     {"qwen3-1.7b", "Qwen3-1.7B: dense, 28 layers, tied embeddings (a draft for Qwen3 targets)",
@@ -114,6 +172,34 @@ const Preset kPresets[] = {
      [] { return ForTests(Qwen3Moe("tiny-moe", 3, 64, 4, 2, 8, 2, 32, 96)); }},
     {"tiny-dense", "tests: qwen3, 2 layers, D=64, tied embeddings, vocab 300",
      [] { return ForTests(Qwen3Dense("tiny-dense", 2, 64, 4, 2, 128)); }},
+    {"tiny-glm4moe", "tests: glm4moe, 3 layers (1 dense), D=64, 8 experts in 2 groups top-2 + shared, YaRN",
+     [] {
+       ModelSpec s = ForTests(Glm45("tiny-glm4moe", 3, 64, 8, 32, 96, 1, 2.0f, true));
+       s.n_heads = 4;
+       s.n_kv_heads = 2;
+       s.rope_dim = 8;
+       s.n_expert_groups = 2;
+       s.n_experts_used = 2;
+       s.rope_scaling.kind = RopeScalingKind::kYarn;
+       s.rope_scaling.factor = 4.0f;
+       s.rope_scaling.original_context_length = 64;
+       return s;
+     }},
+    {"tiny-gptoss", "tests: gpt-oss, 3 layers, D=64, 4 experts top-2, window 4 on even layers, sinks, YaRN",
+     [] {
+       ModelSpec s = ForTests(GptOss("tiny-gptoss", 3, 4));
+       s.hidden = 64;
+       s.n_heads = 4;
+       s.n_kv_heads = 2;
+       s.head_dim = 16;
+       s.ffn_dim = s.expert_ffn_dim = 32;
+       s.n_experts_used = 2;
+       s.sliding_window = 4;
+       s.rope_scaling.original_context_length = 64;
+       s.rope_scaling.factor = 8.0f;
+       s.swiglu_limit = 1.0f;  // the random activations reach it
+       return s;
+     }},
 };
 
 uint64_t Mix64(uint64_t z) {  // splitmix64's finalizer
@@ -145,6 +231,10 @@ void ScaleFor(Role role, int64_t fan_in, float* scale, float* offset) {
   if (IsNormRole(role)) {
     *offset = 1.0f;
     *scale = 0.05f;
+    return;
+  }
+  if (IsVectorRole(role)) {  // biases and sinks: small, around 0
+    *scale = 0.1f;
     return;
   }
   switch (role) {
@@ -201,6 +291,19 @@ void RandomKQuantRow(DType t, uint64_t key, uint64_t row, int64_t cols, float sc
   }
 }
 
+}  // namespace
+
+DType SynthTensorType(const ExportType& type, const ModelSpec& spec, const WeightKey& key, int64_t row_len) {
+  const bool expert_matrix =
+      key.role == Role::kExpertGate || key.role == Role::kExpertUp || key.role == Role::kExpertDown;
+  if (spec.arch == Arch::kGptOss && expert_matrix && Info(type.base).quantized && row_len % 32 == 0) {
+    return DType::kMXFP4;
+  }
+  return ChooseTensorType(type, spec, key, row_len).dtype;
+}
+
+namespace {
+
 struct Planned {
   size_t index;        // in ExpectedTensors order: the generator's tensor number
   DType dtype;
@@ -225,7 +328,7 @@ absl::StatusOr<std::vector<Planned>> Plan(const ModelSpec& spec, const std::vect
     const ExpectedTensor& e = expected[i];
     const int64_t cols = e.shape.back();
     const int64_t rows = e.shape.size() == 2 ? e.shape[0] : 1;
-    const DType t = ChooseTensorType(type, spec, e.key, cols).dtype;
+    const DType t = SynthTensorType(type, spec, e.key, cols);
     ASSIGN_OR_RETURN(size_t bytes, TensorBytes(t, cols, rows));
     offset = (offset + 63) & ~size_t{63};
     plan.push_back({i, t, offset, bytes});

@@ -42,6 +42,11 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(
 absl::StatusOr<std::unique_ptr<LoadedModel>> SynthWeights(const ModelSpec& spec, DType dtype,
                                                           uint64_t seed, int threads = 0);
 
+// The dtype a synthetic tensor is stored in: ChooseTensorType's, except gpt-oss's expert matrices,
+// which are MXFP4 under every quantized type, as the published checkpoints ship them (float types keep
+// floats).
+DType SynthTensorType(const ExportType& type, const ModelSpec& spec, const WeightKey& key, int64_t row_len);
+
 // Bytes SynthWeights(spec, type or dtype, ...) would allocate for the tensors themselves.
 absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, const ExportType& type);
 absl::StatusOr<size_t> SynthBytes(const ModelSpec& spec, DType dtype);

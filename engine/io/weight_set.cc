@@ -29,8 +29,50 @@ std::string_view RoleName(Role r) {
     case Role::kExpertGate: return "gate";
     case Role::kExpertUp: return "up";
     case Role::kExpertDown: return "down";
+    case Role::kAttnQBias: return "attn_q.bias";
+    case Role::kAttnKBias: return "attn_k.bias";
+    case Role::kAttnVBias: return "attn_v.bias";
+    case Role::kAttnOutBias: return "attn_output.bias";
+    case Role::kAttnSinks: return "attn_sinks";
+    case Role::kRouterBias: return "ffn_gate_inp.bias";
+    case Role::kExpertSelBias: return "exp_probs_b.bias";
+    case Role::kExpertGateBias: return "gate.bias";
+    case Role::kExpertUpBias: return "up.bias";
+    case Role::kExpertDownBias: return "down.bias";
+    case Role::kSharedGate: return "ffn_gate_shexp";
+    case Role::kSharedUp: return "ffn_up_shexp";
+    case Role::kSharedDown: return "ffn_down_shexp";
+    case Role::kSharedGateInp: return "ffn_gate_inp_shexp";
   }
   return "unknown";
+}
+
+bool IsVectorRole(Role r) {
+  switch (r) {
+    case Role::kAttnQBias:
+    case Role::kAttnKBias:
+    case Role::kAttnVBias:
+    case Role::kAttnOutBias:
+    case Role::kAttnSinks:
+    case Role::kRouterBias:
+    case Role::kExpertSelBias:
+    case Role::kExpertGateBias:
+    case Role::kExpertUpBias:
+    case Role::kExpertDownBias: return true;
+    default: return false;
+  }
+}
+
+bool IsPerExpertRole(Role r) {
+  switch (r) {
+    case Role::kExpertGate:
+    case Role::kExpertUp:
+    case Role::kExpertDown:
+    case Role::kExpertGateBias:
+    case Role::kExpertUpBias:
+    case Role::kExpertDownBias: return true;
+    default: return false;
+  }
 }
 
 std::string KeyString(const WeightKey& k) {
@@ -52,6 +94,13 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
     add(Role::kAttnK, {s.kv_dim(), D});
     add(Role::kAttnV, {s.kv_dim(), D});
     add(Role::kAttnOut, {D, s.q_dim()});
+    if (s.attn_qkv_bias) {
+      add(Role::kAttnQBias, {s.q_dim()});
+      add(Role::kAttnKBias, {s.kv_dim()});
+      add(Role::kAttnVBias, {s.kv_dim()});
+    }
+    if (s.attn_out_bias) add(Role::kAttnOutBias, {D});
+    if (s.attn_sinks) add(Role::kAttnSinks, {s.n_heads});
     if (s.qk_norm) {
       add(Role::kAttnQNorm, {d});
       add(Role::kAttnKNorm, {d});
@@ -60,11 +109,25 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
     const bool moe = s.is_moe() && l < static_cast<int>(s.layer_is_moe.size()) && s.layer_is_moe[l];
     if (moe) {
       add(Role::kRouter, {s.n_experts, D});
+      if (s.router_bias) add(Role::kRouterBias, {s.n_experts});
+      if (s.expert_selection_bias) add(Role::kExpertSelBias, {s.n_experts});
       const int64_t F = s.expert_ffn_dim;
       for (int e = 0; e < static_cast<int>(s.n_experts); ++e) {
         out.push_back({{Role::kExpertGate, l, e}, {F, D}});
         out.push_back({{Role::kExpertUp, l, e}, {F, D}});
         out.push_back({{Role::kExpertDown, l, e}, {D, F}});
+        if (s.expert_bias) {
+          out.push_back({{Role::kExpertGateBias, l, e}, {F}});
+          out.push_back({{Role::kExpertUpBias, l, e}, {F}});
+          out.push_back({{Role::kExpertDownBias, l, e}, {D}});
+        }
+      }
+      if (s.shared_expert_ffn_dim > 0) {
+        const int64_t Fs = s.shared_expert_ffn_dim;
+        add(Role::kSharedGate, {Fs, D});
+        add(Role::kSharedUp, {Fs, D});
+        add(Role::kSharedDown, {D, Fs});
+        if (s.shared_expert_gate) add(Role::kSharedGateInp, {1, D});
       }
     } else {
       add(Role::kFfnGate, {s.ffn_dim, D});

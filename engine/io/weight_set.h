@@ -40,8 +40,27 @@ enum class Role {
   kExpertGate,   // [F, D]   per expert
   kExpertUp,     // [F, D]   per expert
   kExpertDown,   // [D, F]   per expert
+  // issue 45 (GLM-4.5, gpt-oss): biases, sinks, shared experts. Vectors are 1-D.
+  kAttnQBias,        // [H*d]     attn_qkv_bias
+  kAttnKBias,        // [Hkv*d]
+  kAttnVBias,        // [Hkv*d]
+  kAttnOutBias,      // [D]       attn_out_bias
+  kAttnSinks,        // [H]       attn_sinks
+  kRouterBias,       // [E]       router_bias (added to the logits)
+  kExpertSelBias,    // [E]       expert_selection_bias (selection only: exp_probs_b)
+  kExpertGateBias,   // [F]       per expert, expert_bias
+  kExpertUpBias,     // [F]       per expert
+  kExpertDownBias,   // [D]       per expert
+  kSharedGate,       // [Fs, D]   shared expert (shared_expert_ffn_dim)
+  kSharedUp,         // [Fs, D]
+  kSharedDown,       // [D, Fs]
+  kSharedGateInp,    // [1, D]    its sigmoid gate (shared_expert_gate)
 };
 std::string_view RoleName(Role r);
+// Tensors held once per expert (matrices and biases), addressed by WeightKey::expert.
+bool IsPerExpertRole(Role r);
+// The 1-D tensors beside the norms: biases, sinks, the selection bias. Kept f32 wherever written.
+bool IsVectorRole(Role r);
 // The RMSNorm gain vectors (output, attention, q/k, FFN norms).
 bool IsNormRole(Role r);
 

@@ -13,8 +13,8 @@
 
 namespace specgen {
 
-enum class Arch { kLlama, kQwen3, kQwen3Moe, kMixtral };
-std::string_view ArchName(Arch a);  // "llama", "qwen3", "qwen3moe", "mixtral"
+enum class Arch { kLlama, kQwen3, kQwen3Moe, kMixtral, kGlm4Moe, kGptOss };
+std::string_view ArchName(Arch a);  // "llama", "qwen3", "qwen3moe", "mixtral", "glm4moe", "gpt-oss"
 
 // How RoPE pairs dimensions within a head. HF checkpoints and GGUF qwen* use rotate-half (pairs i and
 // i + d/2, "neox"); GGUF `llama`/Mixtral files have Q/K rows permuted for interleaved pairs (2i, 2i+1).
@@ -24,8 +24,37 @@ enum class RopeStyle { kRotateHalf, kInterleaved };
 enum class RouterNorm {
   kSoftmaxThenTopK,           // qwen3moe, norm_topk_prob = false: top-k of softmax over all experts
   kSoftmaxTopKRenormalize,    // qwen3moe, norm_topk_prob = true: ... then divided by their sum
-  kTopKThenSoftmax,           // mixtral: softmax over the k selected logits (same as renormalize)
+  kTopKThenSoftmax,           // mixtral, gpt-oss: softmax over the k selected logits
+  // DeepSeek-V3 / GLM-4.5 ("noaux_tc"): scores σ(logit); the k experts are selected on score +
+  // selection bias (RouterParams), within the best topk_groups of n_groups groups; each weight is
+  // the unbiased score, times routed_scale.
+  kSigmoidTopK,               // ... not renormalized
+  kSigmoidTopKRenormalize,    // ... divided by their sum first (norm_topk_prob)
 };
+bool IsSigmoidRouter(RouterNorm n);
+
+// The activation between an FFN's gate/up and down products.
+enum class FfnActivation {
+  kSwiGlu,         // silu(gate) · up
+  kSwiGluClamped,  // gpt-oss: gate ≤ limit, up in ±limit, (up + 1) · gate · σ(alpha · gate)
+};
+
+// What a model needs from a backend beyond the llama/qwen3/mixtral forward pass (issue 45). A backend
+// says which it computes (Backend::Supports); Transformer::Create refuses a model needing one it does
+// not, naming the feature, rather than run it wrong.
+enum class ModelFeature {
+  kAttentionBias,     // q/k/v (GLM, gpt-oss) or output (gpt-oss) projection biases
+  kAttentionSinks,    // a per-head logit joining the softmax denominator only (gpt-oss)
+  kSlidingWindow,     // layers that see only the last `sliding_window` positions (gpt-oss)
+  kPartialRope,       // only the first rope_dim dims of each head rotated (GLM: half)
+  kScaledRope,        // YaRN: RoPE with a magnitude factor on the rotated dims
+  kSharedExperts,     // a dense SwiGLU beside the routed experts (GLM, Qwen2-MoE; optional σ gate)
+  kSigmoidRouting,    // sigmoid scores, selection bias, groups, routed scale (GLM, DeepSeek)
+  kRouterBias,        // a bias on the router logits (gpt-oss)
+  kExpertBias,        // biases on every expert's gate/up/down (gpt-oss)
+  kClampedSwiGlu,     // gpt-oss's expert activation
+};
+std::string_view FeatureName(ModelFeature f);
 
 struct ModelSpec {
   Arch arch = Arch::kLlama;
@@ -50,6 +79,26 @@ struct ModelSpec {
   RopeScaling rope_scaling;         // none unless the model's files say (rope_scaling.h)
   int64_t context_length = 4096;    // trained context (max_position_embeddings)
 
+  // --- the features of GLM-4.5 / gpt-oss (issue 45); the defaults are the other architectures' ---
+  bool attn_qkv_bias = false;       // q/k/v projections have biases (GLM, gpt-oss)
+  bool attn_out_bias = false;       // the output projection has one (gpt-oss)
+  bool attn_sinks = false;          // a learned per-head sink logit (gpt-oss)
+  int64_t rope_dim = 0;             // dims rotated per head, the first ones; 0: head_dim (GLM: d/2)
+  int64_t sliding_window = 0;       // positions a sliding layer sees (itself included); 0: none
+  std::vector<bool> layer_is_swa;   // per layer (empty: none); gpt-oss: even layers
+  int64_t shared_expert_ffn_dim = 0;  // width of the shared expert (0: none)
+  bool shared_expert_gate = false;  // σ(x · g) scales the shared expert (Qwen2-MoE style)
+  bool router_bias = false;         // bias on the router logits (gpt-oss)
+  bool expert_selection_bias = false;  // kSigmoid*: e_score_correction_bias / exp_probs_b
+  int64_t n_expert_groups = 1;      // kSigmoid*: experts in n_expert_groups groups (n_group) ...
+  int64_t n_groups_used = 1;        // ... of which the best n_groups_used (topk_group) may be chosen
+  float routed_scale = 1.0f;        // routed_scaling_factor: multiplies every routed weight
+  bool expert_bias = false;         // biases on every expert's gate/up/down (gpt-oss)
+  FfnActivation expert_act = FfnActivation::kSwiGlu;
+  float swiglu_alpha = 1.702f;      // kSwiGluClamped
+  float swiglu_limit = 7.0f;        // kSwiGluClamped
+  int64_t n_nextn_layers = 0;       // GLM's multi-token-prediction layers after the last; unused
+
   // Tokenizer facts known from the model file (0 / -1 when unknown).
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
@@ -57,7 +106,14 @@ struct ModelSpec {
   bool is_moe() const { return n_experts > 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  bool is_swa(int64_t layer) const {
+    return sliding_window > 0 && layer < static_cast<int64_t>(layer_is_swa.size()) && layer_is_swa[layer];
+  }
 };
+
+// The features of `spec` beyond the llama/qwen3/mixtral forward pass, in enum order.
+std::vector<ModelFeature> RequiredFeatures(const ModelSpec& spec);
 
 // Parameter counts (elements, not bytes): total and active per token (top-k of the experts).
 struct ParamCounts {

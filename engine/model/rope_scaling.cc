@@ -1,5 +1,6 @@
 #include "engine/model/rope_scaling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -36,7 +37,20 @@ Llama3Band Band(float inv, const RopeScaling& s) {
   return b;
 }
 
+// transformers' _compute_yarn_parameters: the (fractional) pair index at which a frequency makes
+// `rotations` turns over the original context.
+float YarnCorrectionDim(float rotations, int64_t dim, float theta, int64_t original) {
+  return static_cast<float>(dim) * std::log(static_cast<float>(original) / (rotations * 2.0f * std::numbers::pi_v<float>)) /
+         (2.0f * std::log(theta));
+}
+
 }  // namespace
+
+float RopeAttentionFactor(const RopeScaling& s) {
+  if (s.kind != RopeScalingKind::kYarn) return 1.0f;
+  if (s.attention_factor > 0.0f) return s.attention_factor;
+  return s.factor <= 1.0f ? 1.0f : 0.1f * std::log(s.factor) + 1.0f;
+}
 
 std::string Describe(const RopeScaling& s) {
   std::string out;
@@ -46,6 +60,11 @@ std::string Describe(const RopeScaling& s) {
     case RopeScalingKind::kLlama3:
       out = Cat("llama3 (factor ", s.factor, ", low ", s.low_freq_factor, ", high ", s.high_freq_factor,
                 ", original context ", s.original_context_length, ")");
+      break;
+    case RopeScalingKind::kYarn:
+      out = Cat("yarn (factor ", s.factor, ", original context ", s.original_context_length, ", beta ",
+                s.beta_fast, "/", s.beta_slow, s.truncate ? "" : ", untruncated", ", attention factor ",
+                RopeAttentionFactor(s), ")");
       break;
   }
   if (!s.freq_factors.empty()) {
@@ -70,6 +89,19 @@ absl::Status ValidateRopeScaling(const RopeScaling& s, int64_t head_dim, std::st
                              s.original_context_length);
     }
   }
+  if (s.kind == RopeScalingKind::kYarn) {
+    if (s.original_context_length <= 0) {
+      return InvalidArgument(source, ": yarn RoPE scaling needs a positive original_max_position_embeddings, got ",
+                             s.original_context_length);
+    }
+    if (!positive(s.beta_fast) || !positive(s.beta_slow) || !(s.beta_fast > s.beta_slow)) {
+      return InvalidArgument(source, ": yarn RoPE scaling needs 0 < beta_slow < beta_fast, got ", s.beta_slow,
+                             " and ", s.beta_fast);
+    }
+    if (!(s.attention_factor >= 0.0f) || !std::isfinite(s.attention_factor)) {
+      return InvalidArgument(source, ": yarn attention_factor ", s.attention_factor, " must be positive");
+    }
+  }
   if (!s.freq_factors.empty()) {
     if (static_cast<int64_t>(s.freq_factors.size()) != head_dim / 2) {
       return InvalidArgument(source, ": rope_freqs has ", s.freq_factors.size(), " factors, expected head_dim / 2 = ",
@@ -86,6 +118,18 @@ absl::Status ValidateRopeScaling(const RopeScaling& s, int64_t head_dim, std::st
 
 std::vector<float> RopeInverseFrequencies(float theta, int64_t head_dim, const RopeScaling& s) {
   std::vector<float> inv = UnscaledInverseFrequencies(theta, head_dim);
+  float low = 0.0f, high = 0.0f;  // kYarn: the ramp's ends, in pairs
+  if (s.kind == RopeScalingKind::kYarn) {
+    low = YarnCorrectionDim(s.beta_fast, head_dim, theta, s.original_context_length);
+    high = YarnCorrectionDim(s.beta_slow, head_dim, theta, s.original_context_length);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0f);
+    high = std::min(high, static_cast<float>(head_dim - 1));
+    if (low == high) high += 0.001f;  // as transformers: no division by zero
+  }
   for (size_t j = 0; j < inv.size(); ++j) {
     switch (s.kind) {
       case RopeScalingKind::kNone: break;
@@ -97,6 +141,14 @@ std::vector<float> RopeInverseFrequencies(float theta, int64_t head_dim, const R
         } else if (!b.high) {
           inv[j] = (1.0f - b.smooth) * inv[j] / s.factor + b.smooth * inv[j];
         }
+        break;
+      }
+      case RopeScalingKind::kYarn: {
+        // Pairs below `low` keep their frequency (extrapolation), those above `high` are divided by
+        // factor (interpolation), a linear ramp between.
+        const float ramp = std::clamp((static_cast<float>(j) - low) / (high - low), 0.0f, 1.0f);
+        const float keep = 1.0f - ramp;
+        inv[j] = inv[j] / s.factor * (1.0f - keep) + inv[j] * keep;
         break;
       }
     }

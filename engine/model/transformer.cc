@@ -12,12 +12,16 @@ namespace specgen {
 struct Transformer::LayerWeights {
   std::unique_ptr<Weight> attn_norm, q, k, v, o;
   std::unique_ptr<Weight> q_norm, k_norm;  // qk_norm only
+  std::unique_ptr<Weight> q_bias, k_bias, v_bias, o_bias, sinks;  // issue 45 attention, where present
+  std::unique_ptr<Weight> router_bias, selection_bias;             // issue 45 routing, where present
+  std::unique_ptr<Weight> shared_gate, shared_up, shared_down, shared_gate_inp;  // shared expert
   std::unique_ptr<Weight> ffn_norm;
   std::unique_ptr<Weight> gate, up, down;  // dense layers (null while their FFN streams)
   int64_t dense_streamed = -1;             // the layer's index among the streamed dense layers, else -1
   std::unique_ptr<Weight> router;          // MoE layers
   struct Expert {
     std::unique_ptr<Weight> gate, up, down;
+    std::unique_ptr<Weight> gate_bias, up_bias, down_bias;  // expert_bias only
   };
   std::vector<Expert> experts;
   ExpertWeights expert_refs;              // the same, by id, for the routing functions
@@ -40,6 +44,9 @@ struct Transformer::Scratch {
   std::unique_ptr<Buffer> router_logits;     // [n, E]
   std::unique_ptr<Buffer> ex_x, ex_y;        // [≤n, D] one expert's tokens in / out
   std::unique_ptr<Buffer> ex_g, ex_u;        // [≤n, F]
+  std::unique_ptr<Buffer> sh_g, sh_u;        // [n, Fs] the shared expert
+  std::unique_ptr<Buffer> sh_y;              // [n, D]
+  std::unique_ptr<Buffer> sh_gate;           // [n, 1] its sigmoid gate's logit
   // [rows, V]: its own capacity, since a prefill chunk of many rows asks for one row or none.
   int64_t logit_capacity = 0;
   std::unique_ptr<Buffer> logits;
@@ -48,7 +55,7 @@ struct Transformer::Scratch {
   std::vector<Buffer*> activations() {
     std::vector<Buffer*> v_all;
     for (auto* p : {&h, &x, &q, &k, &v, &attn, &out, &ffn_g, &ffn_u, &router_logits, &ex_x, &ex_y,
-                    &ex_g, &ex_u}) {
+                    &ex_g, &ex_u, &sh_g, &sh_u, &sh_y, &sh_gate}) {
       if (*p) v_all.push_back(p->get());
     }
     return v_all;
@@ -75,6 +82,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
                                         " backend (its RoPE computes frequencies from rope_theta alone); "
                                         "run this model with --device cpu"));
   }
+  for (const ModelFeature f : RequiredFeatures(spec)) {
+    if (!backend->Supports(f)) {
+      return absl::UnimplementedError(Cat(model->source, ": this ", ArchName(spec.arch), " model needs ",
+                                          FeatureName(f), ", which the ", backend->name(),
+                                          " backend does not compute yet; run it with --device cpu"));
+    }
+  }
   if (static_cast<int64_t>(spec.layer_is_moe.size()) != spec.n_layers) {
     return InvalidArgument(model->source, ": layer_is_moe has ", spec.layer_is_moe.size(),
                            " entries for ", spec.n_layers, " layers");
@@ -87,9 +101,12 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
                                                       options.kv_type));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
   if (options.prefill_chunk > 0) t->prefill_chunk_ = static_cast<size_t>(options.prefill_chunk);
-  if (spec.rope_scaling.active()) {
-    t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.head_dim, spec.rope_scaling);
+  // A scaled or partial RoPE needs its table: rotary_dim / 2 pairs, theta^(−2j/rotary_dim) scaled.
+  if (spec.rope_scaling.active() || spec.rotary_dim() != spec.head_dim) {
+    t->rope_inv_freq_ = RopeInverseFrequencies(spec.rope_theta, spec.rotary_dim(), spec.rope_scaling);
   }
+  t->rope_factor_ = RopeAttentionFactor(spec.rope_scaling);
+  t->general_moe_ = !RequiredFeatures(spec).empty();
   RETURN_IF_ERROR(t->UploadWeights(options));
   return t;
 }
@@ -119,7 +136,17 @@ absl::Status Transformer::UploadExperts(int64_t l) {
     lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
     lw.expert_refs.up.push_back(lw.experts[e].up.get());
     lw.expert_refs.down.push_back(lw.experts[e].down.get());
+    if (model_->spec.expert_bias) {
+      RETURN_IF_ERROR(UploadTensor({Role::kExpertGateBias, layer, e}, &lw.experts[e].gate_bias));
+      RETURN_IF_ERROR(UploadTensor({Role::kExpertUpBias, layer, e}, &lw.experts[e].up_bias));
+      RETURN_IF_ERROR(UploadTensor({Role::kExpertDownBias, layer, e}, &lw.experts[e].down_bias));
+      lw.expert_refs.gate_bias.push_back(lw.experts[e].gate_bias.get());
+      lw.expert_refs.up_bias.push_back(lw.experts[e].up_bias.get());
+      lw.expert_refs.down_bias.push_back(lw.experts[e].down_bias.get());
+    }
   }
+  // The device's own routing (RouteAndRunExperts) knows softmax routing and plain SwiGLU experts only.
+  if (general_moe_) return absl::OkStatus();
   ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
   lw.device_experts = lw.expert_set.get();
   return absl::OkStatus();
@@ -158,9 +185,24 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
       RETURN_IF_ERROR(up(Role::kAttnQNorm, l, -1, &lw.q_norm));
       RETURN_IF_ERROR(up(Role::kAttnKNorm, l, -1, &lw.k_norm));
     }
+    if (spec.attn_qkv_bias) {
+      RETURN_IF_ERROR(up(Role::kAttnQBias, l, -1, &lw.q_bias));
+      RETURN_IF_ERROR(up(Role::kAttnKBias, l, -1, &lw.k_bias));
+      RETURN_IF_ERROR(up(Role::kAttnVBias, l, -1, &lw.v_bias));
+    }
+    if (spec.attn_out_bias) RETURN_IF_ERROR(up(Role::kAttnOutBias, l, -1, &lw.o_bias));
+    if (spec.attn_sinks) RETURN_IF_ERROR(up(Role::kAttnSinks, l, -1, &lw.sinks));
     RETURN_IF_ERROR(up(Role::kFfnNorm, l, -1, &lw.ffn_norm));
     if (spec.layer_is_moe[l]) {
       RETURN_IF_ERROR(up(Role::kRouter, l, -1, &lw.router));
+      if (spec.router_bias) RETURN_IF_ERROR(up(Role::kRouterBias, l, -1, &lw.router_bias));
+      if (spec.expert_selection_bias) RETURN_IF_ERROR(up(Role::kExpertSelBias, l, -1, &lw.selection_bias));
+      if (spec.shared_expert_ffn_dim > 0) {  // resident: every token runs it
+        RETURN_IF_ERROR(up(Role::kSharedGate, l, -1, &lw.shared_gate));
+        RETURN_IF_ERROR(up(Role::kSharedUp, l, -1, &lw.shared_up));
+        RETURN_IF_ERROR(up(Role::kSharedDown, l, -1, &lw.shared_down));
+        if (spec.shared_expert_gate) RETURN_IF_ERROR(up(Role::kSharedGateInp, l, -1, &lw.shared_gate_inp));
+      }
       if (options.expert_cache_slots < 0) {
         RETURN_IF_ERROR(UploadExperts(l));
       } else {  // gathered below, for the backend to keep in host memory
@@ -322,6 +364,12 @@ absl::Status Transformer::EnsureScratch(int64_t n, int64_t logit_rows) {
       RETURN_IF_ERROR(alloc(spec.ffn_dim, &s->ffn_g));
       RETURN_IF_ERROR(alloc(spec.ffn_dim, &s->ffn_u));
     }
+    if (any_moe && spec.shared_expert_ffn_dim > 0) {
+      RETURN_IF_ERROR(alloc(spec.shared_expert_ffn_dim, &s->sh_g));
+      RETURN_IF_ERROR(alloc(spec.shared_expert_ffn_dim, &s->sh_u));
+      RETURN_IF_ERROR(alloc(spec.hidden, &s->sh_y));
+      if (spec.shared_expert_gate) RETURN_IF_ERROR(alloc(1, &s->sh_gate));
+    }
     if (any_moe) {
       RETURN_IF_ERROR(alloc(spec.n_experts, &s->router_logits));
       RETURN_IF_ERROR(alloc(spec.hidden, &s->ex_x));
@@ -470,6 +518,11 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   const Weight* qkv[3] = {lw.q.get(), lw.k.get(), lw.v.get()};
   Buffer* qkv_out[3] = {s.q.get(), s.k.get(), s.v.get()};
   RETURN_IF_ERROR(be.MatMulMany(*s.x, qkv, qkv_out));
+  if (lw.q_bias != nullptr) {
+    RETURN_IF_ERROR(be.AddBias(*lw.q_bias, s.q.get()));
+    RETURN_IF_ERROR(be.AddBias(*lw.k_bias, s.k.get()));
+    RETURN_IF_ERROR(be.AddBias(*lw.v_bias, s.v.get()));
+  }
   // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
   Backend::HeadNormRope nr;
   if (spec.qk_norm) {
@@ -482,6 +535,8 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   nr.theta = spec.rope_theta;
   nr.inv_freq = rope_inv_freq_;  // empty unless the model scales its RoPE
   nr.style = spec.rope_style;
+  nr.rope_dim = spec.rotary_dim();
+  nr.rope_factor = rope_factor_;
   RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, nr, s.q.get(), s.k.get(), *s.v));
   AttentionShape shape;
   shape.n_heads = spec.n_heads;
@@ -489,8 +544,16 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   shape.head_dim = spec.head_dim;
   shape.n_prefix = cache_.size();
   shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+  shape.sinks = lw.sinks.get();
+  if (spec.is_swa(layer)) {
+    shape.window = spec.sliding_window;
+    shape.positions = positions;
+  }
   RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), shape, mask, s.attn.get()));
-  return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
+  if (lw.o_bias == nullptr) return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
+  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));  // the bias before the residual, as transformers
+  RETURN_IF_ERROR(be.AddBias(*lw.o_bias, s.out.get()));
+  return be.Add(*s.out, s.h.get());
 }
 
 absl::Status Transformer::DenseFfnBlock(int64_t layer) {
@@ -519,6 +582,8 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   Backend& be = *backend_;
   RETURN_IF_ERROR(be.RmsNorm(*s.h, *lw.ffn_norm, spec.hidden, spec.rms_eps, s.x.get()));
   RETURN_IF_ERROR(be.MatMul(*s.x, *lw.router, s.router_logits.get()));
+  if (lw.router_bias != nullptr) RETURN_IF_ERROR(be.AddBias(*lw.router_bias, s.router_logits.get()));
+  if (general_moe_) return MoeFfnGeneral(layer);
   if (routing_override_ != nullptr) {  // benchmarks only: the trace's ids at the pass's positions
     const auto& is_moe = spec.layer_is_moe;
     const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
@@ -540,6 +605,50 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
   } else {
     RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
                                      lw.expert_refs, scratch, s.out.get()));
+  }
+  return be.Add(*s.out, s.h.get());
+}
+
+}  // namespace specgen
+
+namespace specgen {
+
+absl::Status Transformer::MoeFfnGeneral(int64_t layer) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  Backend& be = *backend_;
+  if (lw.streamed >= 0 || streamed_ != nullptr) {
+    return absl::UnimplementedError(Cat(model_->source, ": streamed experts of a ", ArchName(spec.arch),
+                                        " model (biases, sigmoid routing, shared experts) are not supported"));
+  }
+  if (routing_override_ != nullptr) {
+    const auto& is_moe = spec.layer_is_moe;
+    const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
+    RETURN_IF_ERROR(be.OverrideNextRouting(moe_layer, pass_positions_));
+  }
+  RouterParams router;
+  router.norm = spec.router_norm;
+  router.selection_bias = lw.selection_bias.get();
+  router.n_groups = spec.n_expert_groups;
+  router.groups_used = spec.n_groups_used;
+  router.scale = spec.routed_scale;
+  ExpertFfnOptions ffn;
+  ffn.act = spec.expert_act;
+  ffn.alpha = spec.swiglu_alpha;
+  ffn.limit = spec.swiglu_limit;
+  const HostRoutingScratch scratch{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
+  RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, router, ffn, lw.expert_refs,
+                                   scratch, s.out.get()));
+  if (lw.shared_gate != nullptr) {
+    // The shared expert on the same normed input, added to the routed sum (transformers' order).
+    RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.shared_gate, *lw.shared_up, s.sh_u.get(), s.sh_g.get()));
+    RETURN_IF_ERROR(be.MatMul(*s.sh_g, *lw.shared_down, s.sh_y.get()));
+    if (lw.shared_gate_inp != nullptr) {
+      RETURN_IF_ERROR(be.MatMul(*s.x, *lw.shared_gate_inp, s.sh_gate.get()));
+      RETURN_IF_ERROR(be.ScaleRowsBySigmoid(*s.sh_gate, s.sh_y.get()));
+    }
+    RETURN_IF_ERROR(be.Add(*s.sh_y, s.out.get()));
   }
   return be.Add(*s.out, s.h.get());
 }

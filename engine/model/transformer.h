@@ -170,11 +170,16 @@ class Transformer : public CausalLm {
                               std::span<const uint8_t> mask);
   absl::Status DenseFfnBlock(int64_t layer);
   absl::Status MoeFfnBlock(int64_t layer);
+  // An MoE layer with any of issue 45's features (sigmoid routing, biases, clamped experts, shared
+  // experts), routed on the host; router_logits already computed.
+  absl::Status MoeFfnGeneral(int64_t layer);
 
   std::shared_ptr<const LoadedModel> model_;
   Backend* backend_;
   KvCache cache_;
-  std::vector<float> rope_inv_freq_;  // per-pair inverse frequencies of a scaled RoPE, else empty
+  std::vector<float> rope_inv_freq_;  // per-pair inverse frequencies of a scaled or partial RoPE, else empty
+  float rope_factor_ = 1.0f;          // YaRN's attention factor on the rotated dims (RopeAttentionFactor)
+  bool general_moe_ = false;          // the model needs a ModelFeature: MoE layers run MoeFfnGeneral
   std::unique_ptr<Weight> token_embd_;
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head

@@ -5,7 +5,13 @@
 namespace specgen {
 namespace {
 
-constexpr char kFormatNames[] = "chatml, llama3, mistral (or llama2), gemma";
+constexpr char kFormatNames[] = "chatml, llama3, mistral (or llama2), gemma, harmony, glm4";
+
+// gpt-oss's system message as its template writes it without a date or tools (reasoning medium).
+constexpr char kHarmonySystem[] =
+    "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\n"
+    "Reasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+    "every message.";
 
 // The text of `tok`'s special token `id`, or `fallback` when the tokenizer has none.
 std::string SpecialText(const Tokenizer& tok, int32_t id, std::string_view fallback) {
@@ -43,6 +49,8 @@ std::string_view ChatFormatName(ChatFormat format) {
     case ChatFormat::kLlama2: return "mistral";
     case ChatFormat::kLlama3: return "llama3";
     case ChatFormat::kGemma: return "gemma";
+    case ChatFormat::kHarmony: return "harmony";
+    case ChatFormat::kGlm4: return "glm4";
   }
   return "?";
 }
@@ -52,6 +60,8 @@ absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
   if (name == "llama3") return ChatFormat::kLlama3;
   if (name == "mistral" || name == "llama2") return ChatFormat::kLlama2;
   if (name == "gemma") return ChatFormat::kGemma;
+  if (name == "harmony") return ChatFormat::kHarmony;
+  if (name == "glm4") return ChatFormat::kGlm4;
   return InvalidArgument("--chat-template must be one of ", kFormatNames, ", got '", name, "'");
 }
 
@@ -60,12 +70,16 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const Tokenizer& tok) {
   // Llama 3 and Gemma first: their templates can mention the others' markers in comments or tools.
   if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
   if (t.find("<start_of_turn>") != std::string::npos) return ChatFormat::kGemma;
+  if (t.find("<|channel|>") != std::string::npos) return ChatFormat::kHarmony;
+  if (t.find("[gMASK]") != std::string::npos || t.find("<|assistant|>") != std::string::npos) return ChatFormat::kGlm4;
   if (t.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatMl;
   if (t.find("[INST]") != std::string::npos) return ChatFormat::kLlama2;
   if (t.empty()) {
     if (tok.TokenId("<|im_start|>") >= 0) return ChatFormat::kChatMl;
     if (tok.TokenId("<|start_header_id|>") >= 0) return ChatFormat::kLlama3;
     if (tok.TokenId("<start_of_turn>") >= 0) return ChatFormat::kGemma;
+    if (tok.TokenId("<|channel|>") >= 0) return ChatFormat::kHarmony;
+    if (tok.TokenId("[gMASK]") >= 0) return ChatFormat::kGlm4;
     if (tok.kind() == TokenizerKind::kSpm) return ChatFormat::kLlama2;
   }
   return Unimplemented("the model's chat template is not one specgen recognises (",
@@ -79,6 +93,8 @@ std::string EndOfTurnText(ChatFormat format, const Tokenizer& tok) {
     case ChatFormat::kChatMl: text = "<|im_end|>"; break;
     case ChatFormat::kLlama3: text = "<|eot_id|>"; break;
     case ChatFormat::kGemma: text = "<end_of_turn>"; break;
+    case ChatFormat::kHarmony: text = "<|return|>"; break;  // the final channel's end
+    case ChatFormat::kGlm4: text = "<|user|>"; break;       // GLM ends a reply by starting the next turn
     case ChatFormat::kLlama2: return tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
   }
   return tok.TokenId(text) >= 0 ? text : "";
@@ -113,6 +129,31 @@ absl::StatusOr<std::string> FormatChat(ChatFormat format, const Tokenizer& tok,
         out += Cat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n", m.content, "<|eot_id|>");
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out;
+    case ChatFormat::kHarmony:
+      // The system message (identity, reasoning level, channels), the caller's system text as the
+      // developer's instructions, then the turns; earlier replies as final-channel messages.
+      out = Cat("<|start|>system<|message|>", kHarmonySystem, "<|end|>");
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system") out += Cat("<|start|>developer<|message|># Instructions\n\n", m.content, "<|end|>");
+      }
+      for (const ChatMessage& m : messages) {
+        if (m.role == "user") out += Cat("<|start|>user<|message|>", m.content, "<|end|>");
+        if (m.role == "assistant") out += Cat("<|start|>assistant<|channel|>final<|message|>", m.content, "<|end|>");
+      }
+      if (add_generation_prompt) out += "<|start|>assistant";
+      return out;
+    case ChatFormat::kGlm4:
+      // Earlier replies with an empty reasoning block, as the template writes them.
+      out = "[gMASK]<sop>";
+      for (const ChatMessage& m : messages) {
+        if (m.role == "assistant") {
+          out += Cat("<|assistant|>\n<think></think>\n", m.content);
+        } else {
+          out += Cat("<|", m.role, "|>\n", m.content);
+        }
+      }
+      if (add_generation_prompt) out += "<|assistant|>";
       return out;
     case ChatFormat::kGemma:
     case ChatFormat::kLlama2:

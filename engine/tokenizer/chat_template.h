@@ -4,6 +4,10 @@
 //   llama3   <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
 //   mistral  Llama-2 / Mistral / Mixtral: <s>[INST] user [/INST]answer</s> (alias: llama2)
 //   gemma    <bos><start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n...
+//   harmony  gpt-oss: <|start|>role<|message|>content<|end|>, the reply on the final channel,
+//            stopping at <|return|>; a system message becomes the developer's instructions
+//   glm4     GLM-4.5: [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>, the reply ending where
+//            the model writes <|user|>
 // Formats without a system role (mistral, gemma) put the system message in front of the first user
 // message, as their newer templates do.
 #pragma once
@@ -17,14 +21,14 @@
 
 namespace specgen {
 
-enum class ChatFormat { kChatMl, kLlama2, kLlama3, kGemma };
+enum class ChatFormat { kChatMl, kLlama2, kLlama3, kGemma, kHarmony, kGlm4 };
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 
-// The --chat-template names: chatml, llama3, mistral (or llama2), gemma.
+// The --chat-template names: chatml, llama3, mistral (or llama2), gemma, harmony, glm4.
 std::string_view ChatFormatName(ChatFormat format);
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
 

@@ -119,7 +119,10 @@ TEST_F(CpuOps, PackedWeightsEqualDequantizedAtLoad) {
   const int64_t rows = 300, cols = 512;  // 128 rows a cache block at 512 columns: three blocks
   for (DType t : AllDTypes()) {
     if (t == DType::kF32) continue;
-    const std::vector<uint8_t> packed = RandomFinitePacked(TensorBytes(t, cols, rows).value(), 40 + int(t));
+    std::vector<uint8_t> packed = RandomFinitePacked(TensorBytes(t, cols, rows).value(), 40 + int(t));
+    if (t == DType::kMXFP4) {  // E8M0 scales above 2^124 overflow fp32 with the largest code (12/2)
+      for (size_t i = 0; i < packed.size(); i += 17) packed[i] &= 0x7F;
+    }
     std::vector<float> f32(rows * cols);
     ASSERT_TRUE(DequantizeRows(t, packed.data(), rows, cols, f32.data()).ok()) << Name(t);
     for (float v : f32) ASSERT_TRUE(std::isfinite(v)) << Name(t);

@@ -289,7 +289,7 @@ TEST(Quantize, Errors) {
 // The DType table (dtype.cc) is what every conversion dispatches through: each row must name its own
 // type, convert a row of one block at all, and round-trip through the GGUF id and the name.
 TEST(DTypeTable, EveryTypeIsWholeAndFindable) {
-  ASSERT_EQ(AllDTypes().size(), 13u);
+  ASSERT_EQ(AllDTypes().size(), 14u);
   for (DType t : AllDTypes()) {
     const DTypeInfo& info = Info(t);
     SCOPED_TRACE(std::string(info.name));
@@ -313,7 +313,7 @@ TEST(DTypeTable, EveryTypeIsWholeAndFindable) {
   }
   EXPECT_EQ(quantizable, (std::vector<DType>{DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
                                              DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
-                                             DType::kQ5_K, DType::kQ6_K}));
+                                             DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}));
 }
 
 }  // namespace

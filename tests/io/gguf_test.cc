@@ -399,7 +399,7 @@ TEST(GgufBadInput, TensorInfoErrors) {
   // A real ggml type we do not read is named by its ggml name, beside the types we do read.
   Bytes iq4 = TwoTensors(32, {256}, 23);
   ExpectError(iq4, "tensor 'b': type IQ4_XS (23) is not supported; supported: F32, F16, BF16, Q8_0");
-  expect_error(TwoTensors(32, {32}, 39), "type MXFP4 (39) is not supported");
+  expect_error(TwoTensors(32, {32}, 40), "type NVFP4 (40) is not supported");
   expect_error(TwoTensors(32, {256}, 35), "type TQ2_0 (35) is not supported");
   Bytes unknown = TwoTensors(32, {8}, 1000);
   ExpectError(unknown, "tensor 'b': type id 1000 (not a ggml type) is not supported");

@@ -164,14 +164,22 @@ TEST(RopeScalingConfig, Llama3AndLinearAndTheV5Spelling) {
   EXPECT_FALSE(plain->rope_scaling.active());
 }
 
-TEST(RopeScalingConfig, YarnAndUnknownTypesAreRefusedNamingFileAndKey) {
+// YaRN is read (its math: tests/backend_cpu/arch_ops_test.cc); other unknown types are refused.
+TEST(RopeScalingConfig, YarnIsReadAndUnknownTypesAreRefusedNamingFileAndKey) {
   auto yarn = ModelSpecFromHfConfigText(
       LlamaConfig(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                    "original_max_position_embeddings": 32768})"),
       "models/q/config.json");
-  ASSERT_FALSE(yarn.ok());
-  EXPECT_THAT(std::string(yarn.status().message()),
-              HasSubstr("models/q/config.json: key \"rope_scaling.rope_type\" = \"yarn\": YaRN"));
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  EXPECT_EQ(yarn->rope_scaling.kind, RopeScalingKind::kYarn);
+  EXPECT_EQ(yarn->rope_scaling.factor, 4.0f);
+  EXPECT_EQ(yarn->rope_scaling.original_context_length, 32768);
+  EXPECT_TRUE(yarn->rope_scaling.truncate);
+  auto warp = ModelSpecFromHfConfigText(LlamaConfig(R"("rope_scaling": {"rope_type": "warp", "factor": 4.0})"),
+                                        "models/q/config.json");
+  ASSERT_FALSE(warp.ok());
+  EXPECT_THAT(std::string(warp.status().message()),
+              HasSubstr("models/q/config.json: key \"rope_scaling.rope_type\" = \"warp\""));
   auto dynamic = ModelSpecFromHfConfigText(LlamaConfig(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"),
                                            "c.json");
   ASSERT_FALSE(dynamic.ok());
@@ -255,11 +263,12 @@ TEST(RopeScalingGguf, ScalingKeysAsLlamaCppReadsThem) {
   ASSERT_TRUE(typed_none.ok()) << typed_none.status();
   EXPECT_FALSE((*typed_none)->spec.rope_scaling.active());
 
+  // YaRN needs its original context (llama.cpp's key); without it the error names the key.
   const std::string yarn_path = export_with("rope_yarn.gguf", {{"qwen3.rope.scaling.type", yarn}});
   auto refused = LoadModel(yarn_path);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr(yarn_path + ": metadata key qwen3.rope.scaling.type = 'yarn': YaRN"));
+              HasSubstr(yarn_path + ": yarn RoPE scaling needs metadata key qwen3.rope.scaling.original_context_length"));
 }
 
 // ---- The forward pass ------------------------------------------------------------------------------

@@ -53,7 +53,12 @@ ModelSpec MoeWithDenseLayer() {  // norm_topk_prob = false, layer 1 dense
   return s;
 }
 
-const Variant kVariants[] = {{"tiny_moe", TinyMoe},
+ModelSpec TinyGlm4Moe() { return SynthSpec("tiny-glm4moe").value(); }
+ModelSpec TinyGptOss() { return SynthSpec("tiny-gptoss").value(); }
+
+const Variant kVariants[] = {{"tiny_glm4moe", TinyGlm4Moe},
+                             {"tiny_gptoss", TinyGptOss},
+                             {"tiny_moe", TinyMoe},
                              {"tiny_dense", TinyDense},
                              {"llama_like", LlamaLike},
                              {"mixtral_like", MixtralLike},
@@ -335,6 +340,40 @@ TEST(TransformerErrors, TensorsThatDoNotMatchTheConfig) {
   lm = Transformer::Create(missing, &be);
   ASSERT_FALSE(lm.ok());
   EXPECT_NE(std::string(lm.status().message()).find("blk.2"), std::string::npos) << lm.status();
+}
+
+// A backend that computes none of the GLM-4.5 / gpt-oss features (as the CUDA backend today) refuses
+// those models when they are created, naming the first feature missing, instead of running them wrong;
+// the older architectures need none and still run on it.
+class CpuWithoutNewFeatures : public CpuBackend {
+ public:
+  CpuWithoutNewFeatures() : CpuBackend(1) {}
+  bool Supports(ModelFeature) const override { return false; }
+};
+
+TEST(TransformerErrors, BackendWithoutAFeatureRefusesTheModelNamingIt) {
+  CpuWithoutNewFeatures be;
+  auto gptoss = Transformer::Create(Build(TinyGptOss()), &be);
+  ASSERT_FALSE(gptoss.ok());
+  EXPECT_EQ(gptoss.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(gptoss.status().message()).find("gpt-oss model needs attention projection biases"),
+            std::string::npos)
+      << gptoss.status();
+  EXPECT_NE(std::string(gptoss.status().message()).find("--device cpu"), std::string::npos);
+  auto glm = Transformer::Create(Build(TinyGlm4Moe()), &be);
+  ASSERT_FALSE(glm.ok());
+  EXPECT_NE(std::string(glm.status().message()).find("glm4moe model needs"), std::string::npos) << glm.status();
+  EXPECT_TRUE(Transformer::Create(Build(TinyMoe()), &be).ok());
+  EXPECT_EQ(RequiredFeatures(TinyMoe()), std::vector<ModelFeature>{});
+  EXPECT_EQ(RequiredFeatures(TinyGptOss()),
+            (std::vector<ModelFeature>{ModelFeature::kAttentionBias, ModelFeature::kAttentionSinks,
+                                       ModelFeature::kSlidingWindow, ModelFeature::kScaledRope,
+                                       ModelFeature::kRouterBias, ModelFeature::kExpertBias,
+                                       ModelFeature::kClampedSwiGlu}));
+  EXPECT_EQ(RequiredFeatures(TinyGlm4Moe()),
+            (std::vector<ModelFeature>{ModelFeature::kAttentionBias, ModelFeature::kPartialRope,
+                                       ModelFeature::kScaledRope, ModelFeature::kSharedExperts,
+                                       ModelFeature::kSigmoidRouting}));
 }
 
 }  // namespace

@@ -105,6 +105,40 @@ TEST_F(TransformerPairTest, GreedyEqualsTargetOnlyGreedyForEveryDraftLength) {
   EXPECT_GT(accepted, 0);  // the close draft's tokens were actually used
 }
 
+// GLM-4.5 and gpt-oss shapes (tiny presets: sigmoid routing with groups, shared experts, biases, sinks,
+// a sliding window of 4 that a 24-token run crosses many times, YaRN): verifying k drafts at once and
+// rolling back what is rejected gives target-only greedy output token for token, every draft length.
+TEST(TransformerPairNewArchs, GreedyEqualsTargetOnlyGreedy) {
+  for (const char* preset : {"synth:tiny-gptoss", "synth:tiny-glm4moe"}) {
+    CpuBackend backend(1);
+    auto target = LoadCpuLm(preset, &backend, kContext);
+    auto inner = LoadCpuLm(preset, &backend, kContext);
+    ASSERT_TRUE(target && inner) << preset;
+    PerturbedLm draft(std::move(inner), 1.0f);
+    const auto greedy = SamplingParams::Greedy();
+    int64_t accepted = 0;
+    for (const auto& prompt : kPrompts) {
+      auto run = [&](CausalLm* d, int k, SpeculativeStats* stats) {
+        SpeculativeOptions options = Options(greedy, k);
+        ModelProposer proposer(d, target->vocab_size(), options.sampling, options.accept);
+        SpeculativeDecoder decoder(target.get(), d ? &proposer : nullptr, options);
+        auto out = decoder.Generate(prompt);
+        EXPECT_TRUE(out.ok()) << preset << ": " << out.status();
+        if (stats) *stats = decoder.stats();
+        return out.ok() ? *out : std::vector<int32_t>{};
+      };
+      const auto plain = run(nullptr, 0, nullptr);
+      ASSERT_EQ(plain.size(), 24u) << preset;
+      for (int k : {1, 3, 8}) {
+        SpeculativeStats stats;
+        EXPECT_EQ(run(&draft, k, &stats), plain) << preset << " k=" << k;
+        accepted += stats.accepted;
+      }
+    }
+    EXPECT_GT(accepted, 0) << preset;  // the close draft's tokens were actually used
+  }
+}
+
 // The same identity with both models' KV caches in f16 and bf16 (--cache-type): rows rounded when
 // stored are the same whatever pass stores them, so the rolled-back and re-verified caches still equal
 // plain decoding's, and speculative greedy output equals target-only greedy token for token.

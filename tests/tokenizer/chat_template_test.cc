@@ -30,6 +30,8 @@ TEST(ChatFormatTest, RecognisesEachFamilyByItsMarkers) {
       {"{{ '<start_of_turn>' + role + '\n' }}", ChatFormat::kGemma},
       {"{{'<|im_start|>' + message['role'] }}", ChatFormat::kChatMl},
       {"{{ bos_token + '[INST] ' + content + ' [/INST]' }}", ChatFormat::kLlama2},
+      {"{{- '<|start|>assistant<|channel|>final<|message|>' }}", ChatFormat::kHarmony},
+      {"[gMASK]<sop>{%- for m in messages %}<|{{ m.role }}|>", ChatFormat::kGlm4},
   };
   for (const auto& [text, format] : cases) {
     auto tok = BpeWithTemplate(text);
@@ -44,14 +46,16 @@ TEST(ChatFormatTest, RecognisesEachFamilyByItsMarkers) {
 }
 
 TEST(ChatFormatTest, NamesRoundTrip) {
-  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama2, ChatFormat::kLlama3, ChatFormat::kGemma}) {
+  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama2, ChatFormat::kLlama3, ChatFormat::kGemma,
+                       ChatFormat::kHarmony, ChatFormat::kGlm4}) {
     auto parsed = ParseChatFormat(ChatFormatName(f));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, f);
   }
   EXPECT_EQ(*ParseChatFormat("llama2"), ChatFormat::kLlama2);
   EXPECT_THAT(std::string(ParseChatFormat("vicuna").status().message()),
-              ::testing::HasSubstr("--chat-template must be one of chatml, llama3, mistral (or llama2), gemma"));
+              ::testing::HasSubstr("--chat-template must be one of chatml, llama3, mistral (or llama2), gemma, "
+                                   "harmony, glm4"));
 }
 
 TEST(ChatFormatTest, Llama3AndGemmaPrompts) {
@@ -88,11 +92,37 @@ TEST(ChatFormatTest, ReasoningOffWritesQwen3sEmptyThinkSpan) {
   EXPECT_FALSE(FormatChat(ChatFormat::kLlama3, *tok, msgs, true, false).ok());
 }
 
+// gpt-oss (harmony) and GLM-4.5 prompts as their published templates write them without tools, dates or
+// reasoning settings.
+TEST(ChatFormatTest, HarmonyAndGlm4Prompts) {
+  auto tok = BpeWithTemplate("");
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "hi"}, {"assistant", "hello"},
+                                         {"user", "more"}};
+  auto harmony = FormatChat(ChatFormat::kHarmony, *tok, msgs);
+  ASSERT_TRUE(harmony.ok());
+  EXPECT_EQ(*harmony,
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+            "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+            "Channel must be included for every message.<|end|>"
+            "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+            "<|start|>user<|message|>hi<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>hello<|end|>"
+            "<|start|>user<|message|>more<|end|>"
+            "<|start|>assistant");
+  auto glm = FormatChat(ChatFormat::kGlm4, *tok, msgs);
+  ASSERT_TRUE(glm.ok());
+  EXPECT_EQ(*glm,
+            "[gMASK]<sop><|system|>\nBe brief.<|user|>\nhi<|assistant|>\n<think></think>\nhello"
+            "<|user|>\nmore<|assistant|>");
+}
+
 TEST(ChatFormatTest, EndOfTurnOnlyWhereTheVocabularyHasIt) {
   auto tok = BpeWithTemplate("");  // ChatML specials only
   EXPECT_EQ(EndOfTurnText(ChatFormat::kChatMl, *tok), "<|im_end|>");
   EXPECT_EQ(EndOfTurnText(ChatFormat::kLlama3, *tok), "");
   EXPECT_EQ(EndOfTurnText(ChatFormat::kGemma, *tok), "");
+  EXPECT_EQ(EndOfTurnText(ChatFormat::kHarmony, *tok), "");
+  EXPECT_EQ(EndOfTurnText(ChatFormat::kGlm4, *tok), "");
   EXPECT_EQ(EndOfTurnText(ChatFormat::kLlama2, *tok), "<|im_end|>");  // its EOS
 }
 

@@ -255,17 +255,26 @@ absl::Status CpuBackend::Rope(std::span<const int32_t> positions, int64_t head_d
 
 absl::Status CpuBackend::RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
                                              std::span<const float> inv_freq, RopeStyle style, Buffer* x) {
+  return RopePartial(positions, head_dim, head_dim, inv_freq, 1.0f, style, x);
+}
+
+absl::Status CpuBackend::RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                                     std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x) {
   RETURN_IF_ERROR(CheckRope("cpu", positions.size(), head_dim, *x));
-  const int64_t half = head_dim / 2, n_heads = x->cols() / head_dim;
+  if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
+    return InvalidArgument("cpu Rope: rotating ", rope_dim, " of ", head_dim, " dims (an even count, at most all)");
+  }
+  const int64_t half = rope_dim / 2, n_heads = x->cols() / head_dim;
   if (static_cast<int64_t>(inv_freq.size()) != half) {
-    return InvalidArgument("cpu Rope: ", inv_freq.size(), " inverse frequencies for head_dim ", head_dim);
+    return InvalidArgument("cpu Rope: ", inv_freq.size(), " inverse frequencies for ", rope_dim, " rotated dims");
   }
   std::vector<float> cos_t(half), sin_t(half);
   for (int64_t i = 0; i < x->rows(); ++i) {
     for (int64_t j = 0; j < half; ++j) {
       const float angle = static_cast<float>(positions[i]) * inv_freq[j];
-      cos_t[j] = std::cos(angle);
-      sin_t[j] = std::sin(angle);
+      // As transformers: cos and sin each times the attention factor (1 but for YaRN).
+      cos_t[j] = std::cos(angle) * factor;
+      sin_t[j] = std::sin(angle) * factor;
     }
     float* row = B(*x).row(i);
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -279,6 +288,46 @@ absl::Status CpuBackend::RopeWithFrequencies(std::span<const int32_t> positions,
         *b = x1 * cos_t[j] + x0 * sin_t[j];
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AddBias(const Weight& b, Buffer* y) {
+  if (b.rows() * b.cols() != y->cols()) {
+    return InvalidArgument("cpu AddBias: a bias of ", b.rows() * b.cols(), " for rows of ", y->cols());
+  }
+  std::vector<float> unpacked;
+  const float* bd = W(b).Rows(0, 1, &unpacked);
+  for (int64_t i = 0; i < y->rows(); ++i) {
+    float* row = B(*y).row(i);
+    for (int64_t c = 0; c < y->cols(); ++c) row[c] += bd[c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out) {
+  RETURN_IF_ERROR(CheckSwiGlu("cpu", gate, up, *out));
+  const float* g = B(gate).data();
+  const float* u = B(up).data();
+  float* o = B(*out).data();
+  for (int64_t i = 0, n = gate.rows() * gate.cols(); i < n; ++i) {
+    // As transformers' GptOssExperts (the same order of operations).
+    const float gc = std::min(g[i], limit);
+    const float uc = std::clamp(u[i], -limit, limit);
+    const float glu = gc * (1.0f / (1.0f + std::exp(-(gc * alpha))));
+    o[i] = (uc + 1.0f) * glu;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ScaleRowsBySigmoid(const Buffer& g, Buffer* y) {
+  if (g.cols() != 1 || g.rows() != y->rows()) {
+    return InvalidArgument("cpu ScaleRowsBySigmoid: gates ", g.rows(), "x", g.cols(), " for ", y->rows(), " rows");
+  }
+  for (int64_t i = 0; i < y->rows(); ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-B(g).row(i)[0]));
+    float* row = B(*y).row(i);
+    for (int64_t c = 0; c < y->cols(); ++c) row[c] *= s;
   }
   return absl::OkStatus();
 }
@@ -330,6 +379,8 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
   const int64_t n = q.rows(), d = s.head_dim;
   RETURN_IF_ERROR(CheckAttention("cpu", q, k_cache, v_cache, s, mask, *out));
   const int64_t group = s.n_heads / s.n_kv_heads;
+  std::vector<float> sinks_unpacked;
+  const float* sinks = s.sinks != nullptr ? W(*s.sinks).Rows(0, 1, &sinks_unpacked) : nullptr;
   const int64_t work_per_item = (s.n_prefix + n) * d * 2;
   pool_.ParallelFor(n * s.n_heads, std::max<int64_t>(1, kMinParallelWork / work_per_item),
                     [&](int64_t begin, int64_t end) {
@@ -338,9 +389,14 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / s.n_heads, h = item % s.n_heads, g = h / group;
       keys.clear();
-      for (int64_t j = 0; j < s.n_prefix; ++j) keys.push_back(j);
+      // A sliding layer sees positions > p − window: prefix row r holds position r, batch row j
+      // positions[j].
+      const int64_t first = s.window > 0 ? static_cast<int64_t>(s.positions[i]) - s.window + 1 : 0;
+      for (int64_t j = std::max<int64_t>(first, 0); j < s.n_prefix; ++j) keys.push_back(j);
       for (int64_t j = 0; j < n; ++j) {
-        if (mask.empty() ? j <= i : mask[i * n + j] != 0) keys.push_back(s.n_prefix + j);
+        if (!(mask.empty() ? j <= i : mask[i * n + j] != 0)) continue;
+        if (s.window > 0 && s.positions[j] < first) continue;
+        keys.push_back(s.n_prefix + j);
       }
       const float* qh = B(q).row(i) + h * d;
       float* oh = B(*out).row(i) + h * d;
@@ -352,11 +408,15 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
         p[t] = DotF32(qh, B(k_cache).row(keys[t]) + g * d, d) * s.scale;
         max_score = std::max(max_score, p[t]);
       }
+      // A sink (gpt-oss) joins the max and the denominator, as transformers' eager attention does.
+      const float sink = s.sinks != nullptr ? sinks[h] : -INFINITY;
+      max_score = std::max(max_score, sink);
       float sum = 0.0f;
       for (float& v : p) {
         v = std::exp(v - max_score);
         sum += v;
       }
+      if (s.sinks != nullptr) sum += std::exp(sink - max_score);
       // As transformers' eager attention: normalize the probabilities, then weight V.
       const float inv_sum = 1.0f / sum;
       for (size_t t = 0; t < keys.size(); ++t) {
@@ -379,6 +439,7 @@ absl::Status CpuBackend::OverrideNextRouting(int layer, std::span<const int32_t>
 }
 
 absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
+  if (IsSigmoidRouter(norm)) return RouteWith(logits, k, RouterParams{norm}, routing);
   const int64_t n = logits.rows(), e = logits.cols();
   RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
   ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, e, k));
@@ -419,6 +480,97 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
       float sum = 0.0f;
       for (int64_t j = 0; j < k; ++j) sum += w[j] = std::exp(w[j] - m);
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+    }
+  }
+  if (site) return site->table->Rewrite(site->layer, site->positions, routing->expert);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) {
+  if (!IsSigmoidRouter(p.norm)) {
+    if (p.selection_bias != nullptr || p.n_groups != 1) {
+      return InvalidArgument("cpu Route: a selection bias or expert groups need sigmoid routing");
+    }
+    RETURN_IF_ERROR(Route(logits, k, p.norm, routing));
+    if (p.scale != 1.0f) {
+      for (float& w : routing->weight) w *= p.scale;
+    }
+    return absl::OkStatus();
+  }
+  const int64_t n = logits.rows(), e = logits.cols();
+  RETURN_IF_ERROR(CheckRoute("cpu", logits, k));
+  if (p.n_groups <= 0 || e % p.n_groups != 0 || p.groups_used <= 0 || p.groups_used > p.n_groups ||
+      p.groups_used * (e / p.n_groups) < k || (p.n_groups > 1 && e / p.n_groups < 2)) {
+    return InvalidArgument("cpu Route: top-", k, " of ", e, " experts in ", p.n_groups, " groups keeping ",
+                           p.groups_used);
+  }
+  std::vector<float> bias_unpacked;
+  const float* bias = nullptr;
+  if (p.selection_bias != nullptr) {
+    if (p.selection_bias->rows() * p.selection_bias->cols() != e) {
+      return InvalidArgument("cpu Route: a selection bias of ", p.selection_bias->rows() * p.selection_bias->cols(),
+                             " for ", e, " experts");
+    }
+    bias = W(*p.selection_bias).Rows(0, 1, &bias_unpacked);
+  }
+  ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cpu", n, e, k));
+  routing->n_tokens = n;
+  routing->k = k;
+  routing->expert.assign(n * k, 0);
+  routing->weight.assign(n * k, 0.0f);
+  const int64_t group_size = e / p.n_groups;
+  std::vector<float> score(e), choice(e), group_score(p.n_groups);
+  std::vector<int32_t> order(e), groups(p.n_groups);
+  std::vector<bool> allowed(e);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* l = B(logits).row(i);
+    for (int64_t j = 0; j < e; ++j) {
+      score[j] = 1.0f / (1.0f + std::exp(-l[j]));
+      choice[j] = score[j] + (bias != nullptr ? bias[j] : 0.0f);
+    }
+    // Groups ranked by the sum of their best two choice scores (DeepSeek-V3); the best groups_used kept.
+    std::fill(allowed.begin(), allowed.end(), true);
+    if (p.n_groups > 1) {
+      for (int64_t g = 0; g < p.n_groups; ++g) {
+        const float* c = choice.data() + g * group_size;
+        float a = -INFINITY, b = -INFINITY;
+        for (int64_t j = 0; j < group_size; ++j) {
+          if (c[j] > a) {
+            b = a;
+            a = c[j];
+          } else if (c[j] > b) {
+            b = c[j];
+          }
+        }
+        group_score[g] = a + b;
+      }
+      std::iota(groups.begin(), groups.end(), 0);
+      std::partial_sort(groups.begin(), groups.begin() + p.groups_used, groups.end(), [&](int32_t a, int32_t b) {
+        return group_score[a] != group_score[b] ? group_score[a] > group_score[b] : a < b;
+      });
+      std::fill(allowed.begin(), allowed.end(), false);
+      for (int64_t g = 0; g < p.groups_used; ++g) {
+        std::fill_n(allowed.begin() + groups[g] * group_size, group_size, true);
+      }
+    }
+    std::iota(order.begin(), order.end(), 0);
+    auto better = [&](int32_t a, int32_t b) {
+      if (allowed[a] != allowed[b]) return static_cast<bool>(allowed[a]);
+      return choice[a] != choice[b] ? choice[a] > choice[b] : a < b;
+    };
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+    int32_t* ids = routing->expert.data() + i * k;
+    float* w = routing->weight.data() + i * k;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      ids[j] = order[j];
+      w[j] = score[order[j]];  // the unbiased score: the bias only selects
+      sum += w[j];
+    }
+    // As transformers: divided by (sum + 1e-20) when renormalizing, then times the routed scale.
+    for (int64_t j = 0; j < k; ++j) {
+      if (p.norm == RouterNorm::kSigmoidTopKRenormalize) w[j] /= sum + 1e-20f;
+      w[j] *= p.scale;
     }
   }
   if (site) return site->table->Rewrite(site->layer, site->positions, routing->expert);

@@ -50,6 +50,17 @@ class CpuBackend : public Backend {
                          const AttentionShape& shape, std::span<const uint8_t> mask,
                          Buffer* out) override;
   absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) override;
+  absl::Status RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) override;
+  // Every ModelFeature (issue 45) is computed here.
+  bool Supports(ModelFeature f) const override {
+    (void)f;
+    return true;
+  }
+  absl::Status AddBias(const Weight& b, Buffer* y) override;
+  absl::Status SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out) override;
+  absl::Status ScaleRowsBySigmoid(const Buffer& g, Buffer* y) override;
+  absl::Status RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                           std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x) override;
   absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
