@@ -215,8 +215,21 @@ def run_concurrently(s, reqs, results, errors):
 def check_batch_invariance(s, alone):
     reqs = requests_mix()
     results, errors = [None] * len(reqs), []
+    # /health while they run: the check means something only if sequences did run side by side.
+    most, polling = [0], [True]
+
+    def poll():
+        while polling[0]:
+            most[0] = max(most[0], json.loads(s.request("GET", "/health")[2])["running"])
+            time.sleep(0.005)
+    poller = threading.Thread(target=poll)
+    poller.start()
     run_concurrently(s, reqs, results, errors)
+    polling[0] = False
+    poller.join()
     check(not errors, "concurrent: %r" % errors[:3])
+    check(most[0] > 1, "concurrent: at most %d sequence ran at once" % most[0])
+    print("concurrent: up to %d sequences at once" % most[0])
     for i, r in enumerate(reqs):
         check(results[i] == alone[i], "concurrent request %d (%r) gave %r, alone %r" % (i, r, results[i], alone[i]))
 
