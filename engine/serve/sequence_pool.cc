@@ -2,8 +2,10 @@
 
 #include <utility>
 
+#include "draft/model_proposer.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/make_loop.h"
+#include "engine/speculative/speculative_decoder.h"
 
 namespace specgen::serve {
 
@@ -14,7 +16,8 @@ SequencePool::Admission::~Admission() {
 
 SequencePool::SequencePool(CudaBackend* cuda, Transformer* target, Transformer* draft,
                            const PoolOptions& options)
-    : cuda_(cuda), target_(target), draft_(draft), options_(options), interleave_(cuda == nullptr) {}
+    : cuda_(cuda), target_(target), draft_(draft), options_(options), interleave_(cuda == nullptr),
+      batcher_(target) {}
 
 SequencePool::~SequencePool() = default;
 
@@ -28,17 +31,14 @@ absl::StatusOr<std::unique_ptr<SequencePool>> SequencePool::Create(CudaBackend* 
   pool->slots_.resize(options.parallel);
   for (int i = 0; i < options.parallel; ++i) {
     pool->free_slots_.push_back(options.parallel - 1 - i);
-    // Interleaved sequences need caches of their own; one at a time, the models' own suffice.
+    // Shared passes need a pair of caches per sequence; one request at a time, the models' own do.
     if (!pool->interleave_) continue;
     Slot& s = pool->slots_[i];
-    auto make = [](Transformer& m) -> absl::StatusOr<std::unique_ptr<KvCache>> {
-      ASSIGN_OR_RETURN(KvCache c, KvCache::Create(m.backend(), m.spec().n_layers, m.max_context(),
-                                                  m.spec().kv_dim(), m.kv_cache().dtype()));
-      return std::make_unique<KvCache>(std::move(c));
-    };
-    ASSIGN_OR_RETURN(s.target_cache, make(*target));
+    ASSIGN_OR_RETURN(KvCache tc, target->NewKvCache());
+    s.target = std::make_unique<SequenceTarget>(target, &pool->batcher_, std::move(tc));
     if (draft != nullptr) {
-      ASSIGN_OR_RETURN(s.draft_cache, make(*draft));
+      ASSIGN_OR_RETURN(KvCache dc, draft->NewKvCache());
+      s.draft = std::make_unique<SequenceDraft>(draft, &pool->draft_mu_, std::move(dc));
     }
   }
   return pool;
@@ -60,21 +60,14 @@ SequencePool::Load SequencePool::load() const {
   return Load{running_, admitted_ - running_, options_.parallel, options_.queue};
 }
 
-void SequencePool::SwapCaches(Slot& slot) {
-  std::swap(target_->kv_cache(), *slot.target_cache);
-  if (draft_ != nullptr) std::swap(draft_->kv_cache(), *slot.draft_cache);
-}
-
-void SequencePool::AcquireTurn(Slot& slot) {
+void SequencePool::AcquireTurn() {
   std::unique_lock lock(turn_mu_);
   const uint64_t ticket = next_ticket_++;
   turn_cv_.wait(lock, [&] { return serving_ == ticket; });
-  if (interleave_) SwapCaches(slot);
 }
 
-void SequencePool::ReleaseTurn(Slot& slot) {
+void SequencePool::ReleaseTurn() {
   std::lock_guard lock(turn_mu_);
-  if (interleave_) SwapCaches(slot);
   ++serving_;
   turn_cv_.notify_all();
 }
@@ -89,25 +82,8 @@ absl::StatusOr<std::vector<int32_t>> SequencePool::Run(const Admission& admissio
     free_slots_.pop_back();
     ++running_;
   }
-  Slot& slot = slots_[index];
-  AcquireTurn(slot);
-  SpeculativeOptions options = job.options;
-  options.keep_cache = false;  // a slot serves many requests: each starts from an empty cache
-  options.stop = [&]() {
-    // Interleaved: others step while this one flushes its text and looks at its connection.
-    if (interleave_) ReleaseTurn(slot);
-    const bool stop = job.between_steps && job.between_steps();
-    if (interleave_) AcquireTurn(slot);
-    return stop;
-  };
-  absl::StatusOr<std::vector<int32_t>> generated = [&]() -> absl::StatusOr<std::vector<int32_t>> {
-    ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
-                     MakeSpeculativeLoop(cuda_, target_, draft_, options));
-    ASSIGN_OR_RETURN(std::vector<int32_t> out, loop->Generate(job.prompt, job.sink));
-    if (stats != nullptr) *stats = loop->stats();
-    return out;
-  }();
-  ReleaseTurn(slot);
+  absl::StatusOr<std::vector<int32_t>> generated =
+      interleave_ ? RunShared(slots_[index], job, stats) : RunAlone(job, stats);
   {
     std::lock_guard lock(mu_);
     free_slots_.push_back(index);
@@ -115,6 +91,44 @@ absl::StatusOr<std::vector<int32_t>> SequencePool::Run(const Admission& admissio
   }
   slot_freed_.notify_one();
   return generated;
+}
+
+absl::StatusOr<std::vector<int32_t>> SequencePool::RunShared(Slot& slot, const Job& job, SpeculativeStats* stats) {
+  SpeculativeOptions options = job.options;
+  options.keep_cache = false;  // a slot serves many requests: each starts from an empty cache
+  options.stop = [&]() {
+    // Away from the models while it sends its text: no pass waits for it meanwhile.
+    batcher_.Leave();
+    const bool stop = job.between_steps && job.between_steps();
+    batcher_.Join();
+    return stop;
+  };
+  std::unique_ptr<Proposer> proposer;
+  if (slot.draft != nullptr && options.draft_max > 0) {
+    proposer = std::make_unique<ModelProposer>(slot.draft.get(), target_->vocab_size(), options.sampling,
+                                               options.accept);
+  }
+  SpeculativeDecoder loop(slot.target.get(), std::move(proposer), options);
+  batcher_.Join();
+  absl::StatusOr<std::vector<int32_t>> out = loop.Generate(job.prompt, job.sink);
+  batcher_.Leave();
+  if (out.ok() && stats != nullptr) *stats = loop.stats();
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> SequencePool::RunAlone(const Job& job, SpeculativeStats* stats) {
+  AcquireTurn();
+  SpeculativeOptions options = job.options;
+  options.keep_cache = false;
+  options.stop = [&]() { return job.between_steps && job.between_steps(); };
+  absl::StatusOr<std::vector<int32_t>> out = [&]() -> absl::StatusOr<std::vector<int32_t>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop, MakeSpeculativeLoop(cuda_, target_, draft_, options));
+    ASSIGN_OR_RETURN(std::vector<int32_t> generated, loop->Generate(job.prompt, job.sink));
+    if (stats != nullptr) *stats = loop->stats();
+    return generated;
+  }();
+  ReleaseTurn();
+  return out;
 }
 
 }  // namespace specgen::serve

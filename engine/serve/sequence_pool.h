@@ -3,13 +3,14 @@
 // state) and its own target and draft KV caches from a pool made at start; requests beyond them wait
 // in a bounded queue, and past that bound are refused (the server's 503).
 //
-// Continuous batching, one sequence's step at a time (docs/design.md §16): on the CPU reference, the
-// running sequences take turns, one speculative step each in arrival order; before a sequence's turn
-// its KV caches are swapped into the two models and after it they are swapped out, so a sequence
-// joins or leaves between any two steps. A step reads nothing but its own caches and tokens, so a
-// request's output is the one it gets alone (batch invariance). On the GPU, whose loop keeps CUDA
-// graphs that hold the models' own cache addresses, a sequence keeps the turn for its whole
-// generation: requests run one after another, each exactly as alone.
+// Continuous batching (docs/design.md §16). On the CPU reference, every running sequence's loop
+// runs on its request's thread over a SequenceTarget and a SequenceDraft (pass_batcher.h): the
+// drafts run one after another on the shared draft, each with its own cache, and the target verifies
+// every sequence's k_i + 1 positions in ONE pass (Transformer::ForwardSequences), each attending to
+// its own cache. A sequence joins or leaves between any two passes; a pass's rows equal those of the
+// sequence alone, so a request's output does not depend on what else runs (batch invariance). On the
+// GPU, whose loop keeps CUDA graphs holding the models' own cache addresses, a sequence keeps the
+// models for its whole generation: requests run one after another, each exactly as alone.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/transformer.h"
+#include "engine/serve/pass_batcher.h"
 #include "engine/speculative/speculative_loop.h"
 
 namespace specgen {
@@ -76,21 +78,25 @@ class SequencePool {
     int running = 0, waiting = 0, parallel = 0, queue = 0;
   };
   Load load() const;
-  // Whether sequences take turns step by step (the CPU) or request by request (the GPU).
+  // Whether sequences share passes (the CPU) or run request by request (the GPU).
   bool interleaves() const { return interleave_; }
+  // The shared passes so far (zero on the GPU).
+  PassBatcher::Counters pass_counters() const { return batcher_.counters(); }
   int64_t max_context() const { return target_->max_context(); }
 
  private:
-  // A sequence's own KV caches while it is not in its turn (the models hold them during the turn).
+  // A sequence's models, each with its own KV cache (the CPU; null on the GPU).
   struct Slot {
-    std::unique_ptr<KvCache> target_cache, draft_cache;
+    std::unique_ptr<SequenceTarget> target;
+    std::unique_ptr<SequenceDraft> draft;
   };
 
   SequencePool(CudaBackend* cuda, Transformer* target, Transformer* draft, const PoolOptions& options);
-  // The turn: FIFO by ticket, so that every running sequence steps once before any steps twice.
-  void AcquireTurn(Slot& slot);
-  void ReleaseTurn(Slot& slot);
-  void SwapCaches(Slot& slot);
+  // The GPU's turn (a whole request): FIFO by ticket.
+  void AcquireTurn();
+  void ReleaseTurn();
+  absl::StatusOr<std::vector<int32_t>> RunShared(Slot& slot, const Job& job, SpeculativeStats* stats);
+  absl::StatusOr<std::vector<int32_t>> RunAlone(const Job& job, SpeculativeStats* stats);
 
   CudaBackend* cuda_;
   Transformer* target_;
@@ -98,6 +104,8 @@ class SequencePool {
   PoolOptions options_;
   bool interleave_;
   std::vector<Slot> slots_;
+  PassBatcher batcher_;
+  std::mutex draft_mu_;  // the shared draft: one sequence's call at a time
 
   mutable std::mutex mu_;  // admitted_, running_, free_slots_
   std::condition_variable slot_freed_;

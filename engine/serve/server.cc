@@ -111,11 +111,15 @@ Server::Server(ServerConfig config, const Tokenizer* tokenizer, SequencePool* po
   });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const SequencePool::Load l = pool_->load();
+    const PassBatcher::Counters c = pool_->pass_counters();
     res.set_content(Dump(json{{"status", "ok"},
                               {"running", l.running},
                               {"waiting", l.waiting},
                               {"parallel", l.parallel},
-                              {"queue", l.queue}}),
+                              {"queue", l.queue},
+                              {"shared_passes", c.passes},
+                              {"shared_pass_sequences", c.sequences},
+                              {"shared_pass_rows", c.rows}}),
                     "application/json");
   });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
