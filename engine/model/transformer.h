@@ -96,7 +96,7 @@ class Transformer : public CausalLm {
   // The same at consecutive positions n_past() .. with a causal mask (what Forward computes).
   absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens, LogitRows rows = LogitRows::kAll);
 
-  // Several sequences in ONE pass (docs/design.md §16): sequence i's tokens run at positions
+  // Several sequences in ONE pass (docs/design.md §13): sequence i's tokens run at positions
   // cache->size() .. of its own KV cache, attending to that cache and its own earlier tokens alone
   // (causal); every other product of the pass (projections, FFN, the routed experts of the union of
   // all rows, the head) runs once over all rows. logits: [Σ n_i, V], the sequences' rows in order,

@@ -1,4 +1,4 @@
-// One target pass a step for every running sequence (docs/design.md §16), built from the unchanged
+// One target pass a step for every running sequence (docs/design.md §13), built from the unchanged
 // CPU speculative loop: each sequence's loop runs on its request's thread against a SequenceTarget,
 // a CausalLm over the shared target with a KV cache of its own, and a SequenceDraft over the shared
 // draft. A SequenceTarget's Forward does not run a pass: it hands its rows to the PassBatcher and

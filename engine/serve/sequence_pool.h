@@ -3,7 +3,7 @@
 // state) and its own target and draft KV caches from a pool made at start; requests beyond them wait
 // in a bounded queue, and past that bound are refused (the server's 503).
 //
-// Continuous batching (docs/design.md §16). On the CPU reference, every running sequence's loop
+// Continuous batching (docs/design.md §13). On the CPU reference, every running sequence's loop
 // runs on its request's thread over a SequenceTarget and a SequenceDraft (pass_batcher.h): the
 // drafts run one after another on the shared draft, each with its own cache, and the target verifies
 // every sequence's k_i + 1 positions in ONE pass (Transformer::ForwardSequences), each attending to
