@@ -42,7 +42,7 @@ class Server:
             raise RuntimeError("serve did not start: %r %s" % (line, self.proc.stderr.read()))
         self.port = int(line.split("127.0.0.1:")[1].split()[0])
 
-    def request(self, method, path, body=None, headers=None, timeout=120):
+    def request(self, method, path, body=None, headers=None, timeout=600):
         """(status, headers, body bytes); body: a dict (sent as JSON) or raw bytes."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
@@ -347,7 +347,7 @@ def check_load(s, alone, seconds):
     print("load: 48 requests from 16 clients in %.1f s" % took)
 
 
-def check_queue_and_key(specgen, common):
+def check_queue_and_key(specgen, common, long_tokens):
     s = Server(specgen, common + ["--parallel", "1", "--queue", "1", "--api-key", "sekrit"])
     try:
         status, _, r = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
@@ -364,7 +364,8 @@ def check_queue_and_key(specgen, common):
         results = []
 
         def long_one():
-            results.append(s.post("/v1/completions", {"prompt": "x", "max_tokens": 1500, "temperature": 0}, key)[0])
+            results.append(s.post("/v1/completions", {"prompt": "x", "max_tokens": long_tokens, "temperature": 0},
+                                   key)[0])
         threads = [threading.Thread(target=long_one) for _ in range(2)]
         for t in threads:
             t.start()
@@ -381,6 +382,20 @@ def check_queue_and_key(specgen, common):
         check(results == [200, 200], "queued requests: %r" % results)
     finally:
         s.stop()
+
+
+def calibrate(s):
+    """A request long enough (about 3 s, at most 2000 tokens) to tell a freed sequence from a finished
+    one, whatever the build's speed (the sanitizers' is many times slower): (tokens, seconds)."""
+    t0 = time.time()
+    s.post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 64, "temperature": 0})
+    rate = 64 / max(time.time() - t0, 1e-3)
+    tokens = int(min(2000, max(64, rate * 3)))
+    t0 = time.time()
+    status, _, _ = s.post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": tokens,
+                                              "temperature": 0})
+    check(status == 200, "long request: %d" % status)
+    return tokens, time.time() - t0
 
 
 def main():
@@ -409,20 +424,16 @@ def main():
             alone.append((text_of(body), body["usage"]["completion_tokens"]))
         check(alone[1] != alone[3], "coupled seeds: two prompts gave one text")
         check_batch_invariance(s, alone)
-        t0 = time.time()
-        long_tokens = 2000
-        status, _, _ = s.post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": long_tokens,
-                                                  "temperature": 0})
-        long_seconds = time.time() - t0
-        check(status == 200, "long request: %d" % status)
+        long_tokens, long_seconds = calibrate(s)
         check_disconnect(s, long_tokens, long_seconds)
         check_bad_input(s)
-        check_load(s, alone, 90)
+        # 48 requests of about 20 tokens: a time limit well above what they take at the measured speed.
+        check_load(s, alone, max(90.0, 3000.0 * long_seconds / long_tokens))
         check(wait_idle(s, 5) is not None, "not idle after the load")
     finally:
         rc = s.stop()
         check(rc == 0, "serve exited with %r after SIGTERM" % rc)
-    check_queue_and_key(specgen, common)
+    check_queue_and_key(specgen, common, long_tokens)
     if failures:
         print("%d failures" % len(failures), file=sys.stderr)
         return 1
