@@ -1,4 +1,5 @@
 #include "kernels/decode_fused.cuh"
+#include "kernels/type_dispatch.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -283,12 +284,12 @@ __global__ void DecodeInputKernel(DecodeInput in) {
     in.state->pos = in.pos;
   }
   const bool valid = token >= 0 && token < in.vocab;
-  switch (in.table_type) {
-    case ElemType::kQ8_0: return PackedEmbeddingRow<ElemType::kQ8_0>(in, token, valid);
-    case ElemType::kQ4_0: return PackedEmbeddingRow<ElemType::kQ4_0>(in, token, valid);
-    case ElemType::kQ4_K: return PackedEmbeddingRow<ElemType::kQ4_K>(in, token, valid);
-    case ElemType::kQ5_K: return PackedEmbeddingRow<ElemType::kQ5_K>(in, token, valid);
-    case ElemType::kQ6_K: return PackedEmbeddingRow<ElemType::kQ6_K>(in, token, valid);
+  switch (in.table_type) {  // device code: the packed list spelled by its macro (kernel_types.h)
+#define SPECGEN_EMBED_CASE(name) \
+  case ElemType::name:           \
+    return PackedEmbeddingRow<ElemType::name>(in, token, valid);
+    SPECGEN_PACKED_TYPES(SPECGEN_EMBED_CASE)
+#undef SPECGEN_EMBED_CASE
     default: break;
   }
   for (int i = threadIdx.x; i < in.dim; i += blockDim.x) {
@@ -422,16 +423,10 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
     const int per_block = kWarps * rows_per_warp;
     max_blocks = std::min(max_blocks, (segs.total_rows + per_block - 1) / per_block);
   }
-  switch (w_type) {
-    case ElemType::kBF16:
-      return LaunchTyped<ElemType::kBF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
-                                          stream, programmatic);
-    case ElemType::kF16:
-      return LaunchTyped<ElemType::kF16>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks,
-                                         stream, programmatic);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return detail::WithHalfType(w_type, [&](auto t) {
+    return LaunchTyped<decltype(t)::value>(x, norm_w, norm_type, eps, segs, in, epilogue, max_blocks, stream,
+                                           programmatic);
+  });
 }
 
 namespace {

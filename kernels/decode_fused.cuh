@@ -76,7 +76,7 @@ cudaError_t LaunchFusedGemv(const float* x, const void* norm_w, ElemType norm_ty
 
 // LaunchFusedGemv for packed weights (IsPacked(w_type); kernels/decode_fused_packed.cu), which
 // LaunchFusedGemv hands them to: the input staged and normed as above, then each row's product in the
-// one order of the packed kernels (kernels/packed_blocks.cuh, PackedRowDots) and the epilogues of
+// packed product of the packed kernels (kernels/packed_mma.cuh) and the epilogues of
 // LaunchPackedGemvSegments, so the results equal LaunchRmsNorm + LaunchGemvSegments on packed weights
 // bit for bit. `in` a whole number of blocks.
 cudaError_t LaunchPackedFusedGemv(const float* x, const void* norm_w, ElemType norm_type, float eps,

@@ -1,5 +1,6 @@
 #include "kernels/device_util.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/type_dispatch.cuh"
 #include "kernels/gemv_rows.cuh"
 #include "kernels/mma_tile.cuh"
 #include "kernels/packed.cuh"
@@ -311,14 +312,9 @@ cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, Elem
     s.rows[i] = g.rows;
     if (epilogue != GemvEpilogue::kSwiGlu || i == 0) s.total_rows += g.rows;
   }
-  switch (w_type) {
-    case ElemType::kBF16:
-      return DispatchEpi<ElemType::kBF16>(n, s, x, in, epilogue, stream, order);
-    case ElemType::kF16:
-      return DispatchEpi<ElemType::kF16>(n, s, x, in, epilogue, stream, order);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return detail::WithHalfType(w_type, [&](auto t) {
+    return DispatchEpi<decltype(t)::value>(n, s, x, in, epilogue, stream, order);
+  });
 }
 
 bool GemvTensorOrder(GemvOrder order, ElemType w_type, int in) { return detail::MmaOrder(order, w_type, in); }

@@ -54,7 +54,7 @@ constexpr bool GemvTakes(ElemType w_type, int in) {
 // one order under either GemvOrder.
 // Returns cudaErrorInvalidValue for bad shapes or types.
 cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y, int n, int out,
-                       int in, cudaStream_t stream, GemvOrder order = GemvOrder::kFma);
+                       int in, cudaStream_t stream, GemvOrder order = kDefaultGemvOrder);
 
 // LaunchGemv over up to 3 matrices of the same x in one launch, with an epilogue: segment i's output
 // is segments[i].y [n, segments[i].rows]; kStore writes the products, kAddTo adds them to y (as
@@ -64,7 +64,7 @@ cudaError_t LaunchGemv(const void* w, ElemType w_type, const float* x, float* y,
 //   weights 16-byte aligned, of w_type; y must not alias x; n 1..kGemvMaxTokens; in multiple of 8.
 cudaError_t LaunchGemvSegments(const GemvSegment* segments, int n_segments, ElemType w_type, const float* x,
                                int n, int in, GemvEpilogue epilogue, cudaStream_t stream,
-                               GemvOrder order = GemvOrder::kFma);
+                               GemvOrder order = kDefaultGemvOrder);
 
 // Whether LaunchGemv under `order` reduces a product of w_type weights over `in` inputs on tensor cores,
 // and how many parts then split each row of a matrix of `rows` rows: a function of the shape alone (so

@@ -19,9 +19,13 @@ enum class ElemType : uint8_t {
   kQ6_K = 7,
 };
 
+// The packed types, listed once: X(name) for each (kernels/type_dispatch.cuh dispatches over them).
+#define SPECGEN_PACKED_TYPES(X) X(kQ8_0) X(kQ4_0) X(kQ4_K) X(kQ5_K) X(kQ6_K)
+
 inline constexpr bool IsPacked(ElemType t) {
-  return t == ElemType::kQ8_0 || t == ElemType::kQ4_0 || t == ElemType::kQ4_K || t == ElemType::kQ5_K ||
-         t == ElemType::kQ6_K;
+#define SPECGEN_IS(name) t == ElemType::name ||
+  return SPECGEN_PACKED_TYPES(SPECGEN_IS) false;
+#undef SPECGEN_IS
 }
 // Bytes of one element of a plain type (0 for the packed types: use PackedRowBytes).
 inline constexpr int ElemBytes(ElemType t) {

@@ -1,4 +1,5 @@
 #include "kernels/matmul_rows.cuh"
+#include "kernels/type_dispatch.cuh"
 #include "kernels/device_util.cuh"
 
 namespace specgen::kernels {
@@ -39,18 +40,10 @@ cudaError_t LaunchMatMulRows(const void* w, ElemType w_type, const float* x, flo
                              int out, int in, cudaStream_t stream) {
   SPECGEN_KERNEL_REQUIRE(w && x && y && n >= 1 && out >= 1 && in >= 1);
   const unsigned blocks = static_cast<unsigned>((out + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  switch (w_type) {
-    case ElemType::kF32:
-      MatMulRowsKernel<ElemType::kF32><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(w, x, y, n, out, in);
-      break;
-    case ElemType::kF16:
-      MatMulRowsKernel<ElemType::kF16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(w, x, y, n, out, in);
-      break;
-    case ElemType::kBF16:
-      MatMulRowsKernel<ElemType::kBF16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(w, x, y, n, out, in);
-      break;
-  }
-  return cudaGetLastError();
+  return detail::WithPlainType(w_type, [&](auto t) {
+    MatMulRowsKernel<decltype(t)::value><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(w, x, y, n, out, in);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace specgen::kernels

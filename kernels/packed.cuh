@@ -1,7 +1,7 @@
 // Kernels on weights kept packed in a GGUF block type (ElemType kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K; rows
 // of whole blocks in the file's layout, docs/formats.md §2): dequantization of whole rows (to fp32 with
-// the CPU's bits, or to bf16 for the tensor-core prefill), the embedding gather, and the small-batch
-// product that LaunchGemvSegments (kernels/gemv.cuh) hands packed weights to.
+// the CPU's bits, or to bf16 for the tensor-core prefill), the embedding gather, and the packed product
+// of up to 64 tokens that LaunchGemvSegments (kernels/gemv.cuh) hands packed weights to.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,11 +25,13 @@ cudaError_t LaunchDequantizePacked(const void* w, ElemType type, int64_t row0, i
 cudaError_t LaunchPackedEmbedding(const void* table, ElemType type, int64_t vocab, int dim, const int32_t* ids,
                                   int tokens, float* out, cudaStream_t stream);
 
+inline constexpr int kPackedProductMaxTokens = 64;
+
 // LaunchGemvSegments for packed weights (all segments of `type`, 16-byte aligned; in a whole number of
-// blocks): each product reduced in the one order of kernels/packed_blocks.cuh (PackedRowDots), whatever
-// n (1..kGemvMaxTokens) and the epilogue, so results are batch invariant bit for bit and equal
-// LaunchGemv (+ LaunchAdd / LaunchSwiGlu) on each matrix alone. Packed weights have this one order under
-// either GemvOrder.
+// blocks), for n = 1..kPackedProductMaxTokens: every product is the packed product's one definition
+// (engine/core/packed_product.h; on tensor cores, kernels/packed_mma.cuh), whatever n, the epilogue or
+// the GemvOrder, so results are batch invariant and equal the CPU backend's MatMul bit for bit, and
+// the epilogues equal LaunchGemv + LaunchAdd / LaunchSwiGlu on each matrix alone.
 cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments, ElemType type, const float* x,
                                      int n, int in, GemvEpilogue epilogue, cudaStream_t stream);
 

@@ -1,19 +1,14 @@
 // Device reads of the GGUF block types kept packed in VRAM (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K in their file
-// layout, docs/formats.md §2): a lane's chunk of 32 consecutive elements loaded from a row, dequantized
-// in registers to the same bits as engine/core/quant.cc's CPU dequantizers, and the warp's dot products
-// of one packed row (or two sharing their inputs) with up to 16 fp32 token vectors in one fixed order.
-// Internal to kernels/: included from .cu files only (packed_gemv.cu, routed_experts.cu, decode kernels).
+// layout, docs/formats.md §2): a lane's chunk of 32 consecutive elements loaded from a row and
+// dequantized in registers to the same bits as engine/core/quant.cc's CPU dequantizers (the
+// dequantization kernels and the embedding gather use it; the products take the packed product's
+// definition, kernels/packed_mma.cuh), and the loads and scale helpers both share.
+// Internal to kernels/: included from .cu files only.
 //
 // Exactness: every product and sum is written with __fmul_rn / __fsub_rn (nvcc would otherwise
 // contract a*b - c into one FMA, which the CPU's separately rounded expression does not do), integers
 // become floats exactly, and the f16 scales convert exactly; so a dequantized element equals the CPU's
-// bit for bit, and only the order of a dot product's sum separates the GPU's products from the CPU's.
-//
-// Reduction order of PackedRowDots (what every packed product of the CUDA backend takes, whatever the
-// number of tokens, the GemvOrder or the kernel calling it): lane l of the warp multiplies the 32
-// consecutive inputs k = 1024 s + 32 l + j, j = 0..31, of its chunks s = 0, 1, .. in that order,
-// accumulating with __fmaf_rn from 0; then the fixed butterfly across the 32 lanes (detail::WarpSum).
-// A token is its own accumulator, so a row's result does not depend on how many tokens share the call.
+// bit for bit.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -24,12 +19,11 @@
 
 #include "kernels/device_util.cuh"
 #include "kernels/kernel_types.h"
+#include "kernels/type_dispatch.cuh"
 
 namespace specgen::kernels::detail {
 
-inline constexpr int kPackedChunk = 32;                  // elements a lane dequantizes at once
-inline constexpr int kPackedWarpK = 32 * kPackedChunk;   // inputs a warp covers per step
-inline constexpr int kPackedMaxTokens = 16;
+inline constexpr int kPackedChunk = 32;  // elements a lane dequantizes at once
 
 // ---- loads -------------------------------------------------------------------------------------
 
@@ -242,118 +236,6 @@ struct PackedChunk<ElemType::kQ6_K> {
   }
 };
 
-// ---- a warp's dot products -------------------------------------------------------------------------
-
-// acc[r][t] = sum_k W_r[k] x_t[k] for the warp's kRows packed rows of kT (`rows[r]`: the row's first
-// byte; rows of `in` inputs, a whole number of blocks) and tokens t < n (n <= kMaxT), in the order the
-// header describes; every lane ends with the sums. load_x4(t, k) returns x_t[k .. k + 3] (k a multiple
-// of 4) from wherever the caller keeps x. after_first_loads() runs once every lane has issued the loads
-// of its first kU chunks and before any x is read (a kernel launched with programmatic dependent launch
-// waits for its predecessor there); every lane calls it exactly once, even a lane with no chunk, so it
-// may hold a block barrier (staging x into shared memory) when every warp of the block calls this.
-// kU chunks a row are loaded before the first is used; neither kU nor where the loads are issued
-// changes the arithmetic.
-template <ElemType kT, int kRows, int kMaxT, int kU = 2, typename LoadX4, typename AfterFirstLoads>
-__device__ __forceinline__ void PackedRowDots(const uint8_t* const (&rows)[kRows], int in, int n, LoadX4 load_x4,
-                                              AfterFirstLoads after_first_loads, float (&acc)[kRows][kMaxT]) {
-  const int lane = threadIdx.x & 31;
-  const int chunks = in / kPackedChunk;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int t = 0; t < kMaxT; ++t) acc[r][t] = 0.f;
-  bool first = true;
-  for (int g0 = lane; g0 < chunks || first; g0 += 32 * kU) {
-    PackedChunk<kT> raw[kU][kRows];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (g0 + 32 * u < chunks) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) raw[u][r].Load(rows[r], g0 + 32 * u);
-      }
-    }
-    if (first) {
-      after_first_loads();
-      first = false;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int g = g0 + 32 * u;
-      if (g >= chunks) break;
-      float y[kRows][32];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) raw[u][r].Dequant(y[r]);
-#pragma unroll
-      for (int t = 0; t < kMaxT; ++t) {
-        if (t >= n) break;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const float4 xv = load_x4(t, g * kPackedChunk + 4 * q);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            acc[r][t] = __fmaf_rn(y[r][4 * q + 0], xv.x, acc[r][t]);
-            acc[r][t] = __fmaf_rn(y[r][4 * q + 1], xv.y, acc[r][t]);
-            acc[r][t] = __fmaf_rn(y[r][4 * q + 2], xv.z, acc[r][t]);
-            acc[r][t] = __fmaf_rn(y[r][4 * q + 3], xv.w, acc[r][t]);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int t = 0; t < kMaxT; ++t) acc[r][t] = WarpSum(acc[r][t]);
-}
-
-// x_t[k .. k + 3] of row-major fp32 activations in global memory (16-byte aligned, row stride `in`),
-// read through the read-only path.
-struct GlobalX4 {
-  const float* x;
-  int in;
-  __device__ __forceinline__ float4 operator()(int t, int k) const {
-    return __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * in + k));
-  }
-};
-
-// ---- x staged in shared memory ---------------------------------------------------------------------
-//
-// Lane l reads x_t[k .. k + 3] at k = 32 g + 4 q for its chunks g (g % 32 = l), q = 0..7: from global
-// memory the 32 lanes' float4s lie in 32 different 128-byte lines, which caps a product at the L1's
-// line rate rather than HBM's. Staged so that the 32 lanes' float4s are adjacent (float4 slot
-// t·stride4 + 256 (g / 32) + 32 q + g % 32), each read is conflict-free, and a block stages x once and
-// reuses it for every row its warps take. Only where x is read from changes, never the arithmetic.
-
-// Warps a block of a staged kernel, rows going to warps round-robin: fewer for more tokens, whose
-// accumulators need the registers a thread can have only with fewer threads a block.
-template <int N>
-inline constexpr int kStagedWarps = N == 1 ? 16 : 8;
-
-// float4 slots one token occupies (whole groups of 32 chunks).
-__host__ __device__ constexpr int StagedStride4(int in) { return (in / kPackedChunk + 31) / 32 * 256; }
-
-// The block copies tokens 0 .. n-1 of x (token t's `in` inputs at row_of(t), 16-byte aligned) into xs4
-// in the staged order; the caller synchronizes the block before reading them.
-template <typename RowOf>
-__device__ __forceinline__ void StageX4(float4* xs4, int in, int n, RowOf row_of) {
-  const int chunks = in / kPackedChunk, stride4 = StagedStride4(in);
-  for (int i = threadIdx.x; i < n * stride4; i += blockDim.x) {
-    const int t = i / stride4, slot = i - t * stride4;
-    const int g = (slot >> 8) * 32 + (slot & 31), q = (slot >> 5) & 7;
-    if (g < chunks) xs4[i] = __ldg(reinterpret_cast<const float4*>(row_of(t) + g * kPackedChunk + 4 * q));
-  }
-}
-
-// x_t[k .. k + 3] from what StageX4 wrote.
-struct PackedStagedX4 {
-  const float4* xs;
-  int stride4;
-  __device__ __forceinline__ float4 operator()(int t, int k) const {
-    const int g = k >> 5, q = (k >> 2) & 7;
-    return xs[t * stride4 + (g >> 5) * 256 + q * 32 + (g & 31)];
-  }
-};
-
 // Elements [32 g, 32 g + 32) of a packed row as fp32, the CPU's bits: the dequantization kernels and the
 // packed embedding gather use it.
 template <ElemType kT>
@@ -361,19 +243,6 @@ __device__ __forceinline__ void DequantChunk(const uint8_t* row, int g, float (&
   PackedChunk<kT> c;
   c.Load(row, g);
   c.Dequant(y);
-}
-
-// f(integral_constant<ElemType, kT>{}) for a packed runtime type; cudaErrorInvalidValue for any other.
-template <typename F>
-__host__ cudaError_t WithPackedType(ElemType t, F f) {
-  switch (t) {
-    case ElemType::kQ8_0: return f(std::integral_constant<ElemType, ElemType::kQ8_0>{});
-    case ElemType::kQ4_0: return f(std::integral_constant<ElemType, ElemType::kQ4_0>{});
-    case ElemType::kQ4_K: return f(std::integral_constant<ElemType, ElemType::kQ4_K>{});
-    case ElemType::kQ5_K: return f(std::integral_constant<ElemType, ElemType::kQ5_K>{});
-    case ElemType::kQ6_K: return f(std::integral_constant<ElemType, ElemType::kQ6_K>{});
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 }  // namespace specgen::kernels::detail

@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/device_util.cuh"
 #include "kernels/packed.cuh"
 #include "kernels/packed_blocks.cuh"
+#include "kernels/packed_mma.cuh"
 #include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
@@ -70,8 +72,6 @@ __global__ void __launch_bounds__(kDequantThreads) EmbeddingKernel(const uint8_t
 
 // ---- the small-batch product ------------------------------------------------------------------------
 
-constexpr int kWarps = 4;  // warps a block of PackedGemvKernel, one output row a warp
-
 // The matrices of one launch, rows concatenated (kSwiGlu: w[0] gate and w[1] up of the same rows).
 struct PackedSegs {
   const uint8_t* w[3];
@@ -100,124 +100,80 @@ __device__ __forceinline__ RowTarget TargetOf(const PackedSegs& s, int row) {
                    past1 ? s.rows[2] : past0 ? s.rows[1] : s.rows[0]};
 }
 
-// Output rows row[0 .. kM) (kSwiGlu: kM = 1, its gate and up rows) for every token up to n <= N, on the
-// calling warp: each row's products in PackedRowDots' order with x read through load_x4 (rows of one
-// call share each x read; a row's arithmetic does not depend on its partners), the epilogues as gemv.cu's
-// GemvKernel writes them. Only rows below s.total_rows are written; a row past it repeats row[0].
-template <ElemType kT, int N, GemvEpilogue kEpi, int kM, typename LoadX4, typename AfterFirstLoads>
-__device__ __forceinline__ void PackedRows(const PackedSegs& s, const int (&row)[kM], int in, int n, LoadX4 load_x4,
-                                           AfterFirstLoads after_first_loads) {
-  static_assert(kM == 1 || kEpi != GemvEpilogue::kSwiGlu);
-  constexpr int kPer = kEpi == GemvEpilogue::kSwiGlu ? 2 : kM;
-  RowTarget tg[kM];
-  const uint8_t* rows[kPer];
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    tg[m] = TargetOf<kEpi>(s, row[m] < s.total_rows ? row[m] : row[0]);
-    rows[m] = tg[m].w;
-  }
-  if constexpr (kEpi == GemvEpilogue::kSwiGlu) rows[1] = s.w[1] + (tg[0].w - s.w[0]);
-  float acc[kPer][N];
-  detail::PackedRowDots<kT, kPer, N>(rows, in, n, load_x4, after_first_loads, acc);
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    if (row[m] >= s.total_rows) continue;
-#pragma unroll
-    for (int t = 0; t < N; ++t) {
-      if (t >= n) break;
-      float* yt = tg[m].y + static_cast<int64_t>(t) * tg[m].ld;
-      const float d0 = acc[m][t];
-      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-        *yt = d0 / (1.f + expf(-d0)) * acc[kPer - 1][t];  // LaunchSwiGlu's
-      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-        *yt = *yt + d0;  // LaunchAdd's
-      } else {
-        *yt = d0;
-      }
-    }
-  }
+// The packed product (kernels/packed_mma.cuh) of up to 16 tokens: persistent blocks of kSliceWarps
+// warps, each quantizing x into shared memory once and then taking 16-row tiles of the launch's rows
+// round-robin; the epilogues as gemv.cu's GemvKernel writes them.
+constexpr int kProductThreads = detail::kSliceWarps * 32;
+constexpr int kLaunchTokens = 8 * detail::kMaxTokenTiles;  // tokens of one launch; more go in chunks
+
+template <GemvEpilogue kEpi>
+constexpr int MatsOf() {
+  return kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
 }
 
-// Warp = one output row, x read from global memory: the fallback when x does not fit in shared memory.
-template <ElemType kT, int N, GemvEpilogue kEpi>
-__global__ void __launch_bounds__(kWarps * 32) PackedGemvKernel(PackedSegs s, const float* __restrict__ x, int in,
-                                                                int n) {
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+template <ElemType kT, int kNT, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kProductThreads) PackedProductKernel(PackedSegs s, const float* __restrict__ x,
+                                                                       int in, int n) {
+  extern __shared__ __align__(16) uint8_t packed_smem[];
+  constexpr int kMats = MatsOf<kEpi>();
   LetDependentsLaunch();
-  if (row >= s.total_rows) {
-    WaitForPrecedingGrid();
-    return;
-  }
-  const int one[1] = {row};
-  PackedRows<kT, N, kEpi>(s, one, in, n, detail::GlobalX4{x, in}, [] { WaitForPrecedingGrid(); });
-}
-
-// ---- x staged once a block (detail::StageX4): the arithmetic is PackedRowDots' as in PackedGemvKernel.
-
-using detail::kStagedWarps;
-using detail::PackedStagedX4;
-using detail::StagedStride4;
-using detail::StageX4;
-constexpr size_t kStagedMaxBytes = 128 * 1024;     // 16 tokens of 2048 inputs
-
-
-template <ElemType kT, int N, GemvEpilogue kEpi>
-__global__ void __launch_bounds__(kStagedWarps<N> * 32, 1)
-    PackedGemvStagedKernel(PackedSegs s, const float* __restrict__ x, int in, int n) {
-  extern __shared__ float4 gemv_packed_xs4[];
-  LetDependentsLaunch();
-  WaitForPrecedingGrid();
-  const int stride4 = StagedStride4(in);
-  StageX4(gemv_packed_xs4, in, n, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
+  WaitForPrecedingGrid();  // x
+  const int ntiles = (n + 7) / 8;
+  float* partial = reinterpret_cast<float*>(packed_smem);
+  const detail::SmemActs a = detail::SmemActs::Carve(packed_smem + detail::kPartialBytes<kMats, kNT>, 8 * ntiles, in);
+  detail::QuantizeToSmem(a, n, 8 * ntiles, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
   __syncthreads();
-  const PackedStagedX4 xs{gemv_packed_xs4, stride4};
-  // Several tokens: two rows a warp at once, each x read feeding both (the 16-token product is bound by
-  // the shared-memory reads). kSwiGlu's gate and up rows already share them.
-  constexpr int kM = N > 1 && kEpi != GemvEpilogue::kSwiGlu ? 2 : 1;
-  const int stride = gridDim.x * kStagedWarps<N>;
-  for (int row = blockIdx.x * kStagedWarps<N> + (threadIdx.x >> 5); row < s.total_rows; row += kM * stride) {
-    int rows[kM];
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tiles = (s.total_rows + detail::kTileRows - 1) / detail::kTileRows;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
+    RowTarget tg[2];
+    const uint8_t* rows[kMats][2];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) rows[m] = row + m * stride;
-    PackedRows<kT, N, kEpi>(s, rows, in, n, xs, [] {});
+    for (int r = 0; r < 2; ++r) {
+      tg[r] = TargetOf<kEpi>(s, row[r] < s.total_rows ? row[r] : 0);
+      rows[0][r] = tg[r].w;
+      if constexpr (kMats == 2) rows[1][r] = s.w[1] + (tg[r].w - s.w[0]);
+    }
+    float out[kMats][kNT][4];
+    detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out);
+    if (detail::SlicesLead()) {
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, tok = 8 * t + 2 * c + (e & 1);
+          if (row[r] >= s.total_rows || tok >= n) continue;
+          float* yt = tg[r].y + static_cast<int64_t>(tok) * tg[r].ld;
+          const float d0 = out[0][t][e];
+          if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+            *yt = d0 / (1.f + expf(-d0)) * out[kMats - 1][t][e];  // LaunchSwiGlu's
+          } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+            *yt = *yt + d0;  // LaunchAdd's
+          } else {
+            *yt = d0;
+          }
+        }
+    }
+    __syncthreads();  // partial is written again by the next tile
   }
 }
 
-template <int kWarpsABlock, typename Kernel>
-cudaError_t LaunchStaged(Kernel kernel, const PackedSegs& s, const float* x, int in, int n, size_t smem,
-                         cudaStream_t stream) {
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsABlock * 32, smem);
+template <ElemType kT, int kNT, GemvEpilogue kEpi>
+cudaError_t LaunchProduct(const PackedSegs& s, const float* x, int in, int n, cudaStream_t stream) {
+  const auto kernel = PackedProductKernel<kT, kNT, kEpi>;
+  const size_t smem = detail::kPartialBytes<MatsOf<kEpi>(), kNT> + detail::ActsBytes(8 * kNT, in);
+  int resident = 0;
+  const cudaError_t e = detail::ResidentProductBlocks(kernel, smem, &resident);
   if (e != cudaSuccess) return e;
-  const int64_t needed = (s.total_rows + kWarpsABlock - 1) / kWarpsABlock;
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const dim3 grid(static_cast<unsigned>(needed < resident ? needed : resident)), block(kWarpsABlock * 32);
+  const int tiles = (s.total_rows + detail::kTileRows - 1) / detail::kTileRows;
+  const dim3 grid(static_cast<unsigned>(std::min(tiles, resident))), block(kProductThreads);
   return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
 template <ElemType kT, GemvEpilogue kEpi>
 cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, cudaStream_t stream) {
-  // Registers sized to the batch: one kernel for 1 token (decode), 4 and 16 (verification).
-  const size_t staged = static_cast<size_t>(n) * StagedStride4(in) * sizeof(float4);
-  if (staged <= kStagedMaxBytes) {
-    if (n <= 1) return LaunchStaged<kStagedWarps<1>>(PackedGemvStagedKernel<kT, 1, kEpi>, s, x, in, n, staged, stream);
-    if (n <= 4) return LaunchStaged<kStagedWarps<4>>(PackedGemvStagedKernel<kT, 4, kEpi>, s, x, in, n, staged, stream);
-    return LaunchStaged<kStagedWarps<kGemvMaxTokens>>(PackedGemvStagedKernel<kT, kGemvMaxTokens, kEpi>, s, x, in, n,
-                                                      staged, stream);
-  }
-  const dim3 grid((s.total_rows + kWarps - 1) / kWarps), block(kWarps * 32);
-  const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  if (n <= 1) return LaunchDecodeKernel(PackedGemvKernel<kT, 1, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
-  if (n <= 4) return LaunchDecodeKernel(PackedGemvKernel<kT, 4, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
-  return LaunchDecodeKernel(PackedGemvKernel<kT, kGemvMaxTokens, kEpi>, grid, block, 0, stream, pdl, s, x, in, n);
+  return n <= 8 ? LaunchProduct<kT, 1, kEpi>(s, x, in, n, stream) : LaunchProduct<kT, 2, kEpi>(s, x, in, n, stream);
 }
 
 }  // namespace
@@ -258,7 +214,8 @@ cudaError_t LaunchPackedEmbedding(const void* table, ElemType type, int64_t voca
 
 cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments, ElemType type, const float* x,
                                      int n, int in, GemvEpilogue epilogue, cudaStream_t stream) {
-  SPECGEN_KERNEL_REQUIRE(IsPacked(type) && n >= 1 && n <= kGemvMaxTokens && in > 0 && in % BlockElems(type) == 0);
+  SPECGEN_KERNEL_REQUIRE(IsPacked(type) && n >= 1 && n <= kPackedProductMaxTokens && in > 0 &&
+                         in % BlockElems(type) == 0);
   SPECGEN_KERNEL_REQUIRE(segments != nullptr && n_segments >= 1 && n_segments <= 3 && x != nullptr);
   SPECGEN_KERNEL_REQUIRE(epilogue != GemvEpilogue::kSwiGlu || (n_segments == 2 && segments[0].rows == segments[1].rows));
   SPECGEN_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0);
@@ -274,15 +231,24 @@ cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments
     s.rows[i] = g.rows;
     if (epilogue != GemvEpilogue::kSwiGlu || i == 0) s.total_rows += g.rows;
   }
-  return detail::WithPackedType(type, [&](auto t) {
-    constexpr ElemType kT = decltype(t)::value;
-    switch (epilogue) {
-      case GemvEpilogue::kStore: return LaunchEpi<kT, GemvEpilogue::kStore>(s, x, in, n, stream);
-      case GemvEpilogue::kAddTo: return LaunchEpi<kT, GemvEpilogue::kAddTo>(s, x, in, n, stream);
-      case GemvEpilogue::kSwiGlu: return LaunchEpi<kT, GemvEpilogue::kSwiGlu>(s, x, in, n, stream);
-    }
-    return cudaErrorInvalidValue;
-  });
+  // Up to kLaunchTokens tokens a launch; more in chunks (each token's bits are its own).
+  for (int t0 = 0; t0 < n; t0 += kLaunchTokens) {
+    const int m = std::min(kLaunchTokens, n - t0);
+    PackedSegs c = s;
+    for (int i = 0; i < n_segments; ++i) c.y[i] = s.y[i] + static_cast<int64_t>(t0) * s.rows[i];
+    const float* xc = x + static_cast<int64_t>(t0) * in;
+    const cudaError_t e = detail::WithPackedType(type, [&](auto t) {
+      constexpr ElemType kT = decltype(t)::value;
+      switch (epilogue) {
+        case GemvEpilogue::kStore: return LaunchEpi<kT, GemvEpilogue::kStore>(c, xc, in, m, stream);
+        case GemvEpilogue::kAddTo: return LaunchEpi<kT, GemvEpilogue::kAddTo>(c, xc, in, m, stream);
+        case GemvEpilogue::kSwiGlu: return LaunchEpi<kT, GemvEpilogue::kSwiGlu>(c, xc, in, m, stream);
+      }
+      return cudaErrorInvalidValue;
+    });
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace specgen::kernels

@@ -5,6 +5,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/mma_tile.cuh"
 #include "kernels/packed_blocks.cuh"
+#include "kernels/packed_mma.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
@@ -351,157 +352,125 @@ cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys
   });
 }
 
-// GateUpKernel and DownKernel on packed experts (gate/up of kT, down of kD): a warp is one row, every
-// token of the expert, in PackedRowDots' order, which is MatMul's (the packed GEMV's) on the gathered rows.
-// N: the most tokens an expert has in the launch (registers sized to the batch; the order never
-// depends on it).
-template <ElemType kT, int N>
-__global__ void __launch_bounds__(kWarps * 32) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                                  Plan plan) {
+// GateUpKernel and DownKernel on packed experts (gate/up of kT, down of kD): the packed product's one
+// definition (kernels/packed_mma.cuh), which is MatMul's on the gathered rows. Block (x, u) takes the
+// u-th active expert: it quantizes that expert's tokens' inputs into shared memory once, then takes
+// the expert's 16-row tiles x, x + gridDim.x, ..; each expert's weights are read once for all its
+// tokens. kNT: token tiles of 8 (the most tokens an expert has in the launch, rounded up).
+constexpr int kProductThreads = detail::kSliceWarps * 32;
+
+template <ElemType kT, int kNT>
+__global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
+                                                                      Plan plan) {
+  extern __shared__ __align__(16) uint8_t experts_smem[];
   WaitForPrecedingGrid();  // the plan
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= tab.ffn) return;
   const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
-  const int64_t off = static_cast<int64_t>(row) * PackedRowBytes(kT, tab.hidden);
-  const uint8_t* const rows[2] = {static_cast<const uint8_t*>(tab.gate[e]) + off,
-                                  static_cast<const uint8_t*>(tab.up[e]) + off};
+  const int hidden = tab.hidden, ffn = tab.ffn, ntiles = (m + 7) / 8;
   const int* slot_token = plan.slot_token + first;
-  const int hidden = tab.hidden;
-  float gu[2][N];
-  detail::PackedRowDots<kT, 2, N>(
-      rows, hidden, m,
-      [&](int t, int k) {
-        return __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(slot_token[t]) * hidden + k));
-      },
-      [] {}, gu);
-  LetDependentsLaunch();  // as in GateUpKernel
-  StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
-}
-
-template <ElemType kD, int N>
-__global__ void __launch_bounds__(kWarps * 32) PackedDownKernel(ExpertTables tab, Plan plan) {
-  WaitForPrecedingGrid();  // the activations
-  const int u = blockIdx.y;
-  if (u >= *plan.n_active) return;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= tab.hidden) return;
-  const int m = plan.count[u], first = plan.first[u];
-  const uint8_t* const rows[1] = {static_cast<const uint8_t*>(tab.down[plan.expert[u]]) +
-                                  static_cast<int64_t>(row) * PackedRowBytes(kD, tab.ffn)};
-  const float* act = plan.act + static_cast<int64_t>(first) * tab.ffn;
-  float y[1][N];
-  detail::PackedRowDots<kD, 1, N>(rows, tab.ffn, m, detail::GlobalX4{act, tab.ffn}, [] {}, y);
-  LetDependentsLaunch();
-  StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
-}
-
-// The packed kernels with x staged in shared memory (detail::StageX4): a block takes expert u =
-// blockIdx.y, stages its m tokens' inputs once and its warps take the expert's rows round-robin over the
-// gridDim.x blocks of that expert. Each row is reduced exactly as above (PackedRowDots); only where x is
-// read from changes. The grid fits the device at once, so the dependent kernel may launch at the start.
-template <ElemType kT, int N>
-__global__ void __launch_bounds__(detail::kStagedWarps<N> * 32, 1)
-    PackedGateUpStagedKernel(ExpertTables tab, const float* __restrict__ x, Plan plan) {
-  extern __shared__ float4 experts_xs4[];
-  WaitForPrecedingGrid();  // the plan
-  LetDependentsLaunch();
-  const int u = blockIdx.y;
-  if (u >= *plan.n_active) return;
-  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
-  const int hidden = tab.hidden;
-  const int* slot_token = plan.slot_token + first;
-  detail::StageX4(experts_xs4, hidden, m,
-                  [x, slot_token, hidden](int t) { return x + static_cast<int64_t>(slot_token[t]) * hidden; });
+  float* partial = reinterpret_cast<float*>(experts_smem);
+  const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<2, kNT>, 8 * ntiles, hidden);
+  detail::QuantizeToSmem(a, m, 8 * ntiles, [x, slot_token, hidden](int t) {
+    return x + static_cast<int64_t>(slot_token[t]) * hidden;
+  });
   __syncthreads();
-  const detail::PackedStagedX4 xs{experts_xs4, detail::StagedStride4(hidden)};
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int64_t row_bytes = PackedRowBytes(kT, hidden);
-  constexpr int kW = detail::kStagedWarps<N>;
-  for (int row = blockIdx.x * kW + (threadIdx.x >> 5); row < tab.ffn; row += gridDim.x * kW) {
-    const int64_t off = static_cast<int64_t>(row) * row_bytes;
-    const uint8_t* const rows[2] = {static_cast<const uint8_t*>(tab.gate[e]) + off,
-                                    static_cast<const uint8_t*>(tab.up[e]) + off};
-    float gu[2][N];
-    detail::PackedRowDots<kT, 2, N>(rows, hidden, m, xs, [] {}, gu);
-    StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
+  const int tiles = (ffn + detail::kTileRows - 1) / detail::kTileRows;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
+    const uint8_t* rows[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t off = static_cast<int64_t>(row[r] < ffn ? row[r] : 0) * row_bytes;
+      rows[0][r] = static_cast<const uint8_t*>(tab.gate[e]) + off;
+      rows[1][r] = static_cast<const uint8_t*>(tab.up[e]) + off;
+    }
+    float gu[2][kNT][4];
+    detail::TileProducts<kT, 2, kNT>(rows, a, ntiles, partial, gu);
+    if (detail::SlicesLead()) {
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = i >> 1, tok = 8 * t + 2 * c + (i & 1);
+          if (row[r] >= ffn || tok >= m) continue;
+          const float gv = gu[0][t][i];
+          plan.act[static_cast<int64_t>(first + tok) * ffn + row[r]] = gv / (1.f + expf(-gv)) * gu[1][t][i];  // StoreSwiGlu's
+        }
+    }
+    __syncthreads();
   }
+  LetDependentsLaunch();
 }
 
-template <ElemType kD, int N>
-__global__ void __launch_bounds__(detail::kStagedWarps<N> * 32, 1) PackedDownStagedKernel(ExpertTables tab, Plan plan) {
-  extern __shared__ float4 experts_xs4[];
+template <ElemType kD, int kNT>
+__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan) {
+  extern __shared__ __align__(16) uint8_t experts_smem[];
   WaitForPrecedingGrid();  // the activations
-  LetDependentsLaunch();
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
   const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
-  const int ffn = tab.ffn;
+  const int hidden = tab.hidden, ffn = tab.ffn, ntiles = (m + 7) / 8;
   const float* act = plan.act + static_cast<int64_t>(first) * ffn;
-  detail::StageX4(experts_xs4, ffn, m, [act, ffn](int t) { return act + static_cast<int64_t>(t) * ffn; });
+  float* partial = reinterpret_cast<float*>(experts_smem);
+  const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<1, kNT>, 8 * ntiles, ffn);
+  detail::QuantizeToSmem(a, m, 8 * ntiles, [act, ffn](int t) { return act + static_cast<int64_t>(t) * ffn; });
   __syncthreads();
-  const detail::PackedStagedX4 xs{experts_xs4, detail::StagedStride4(ffn)};
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int64_t row_bytes = PackedRowBytes(kD, ffn);
-  constexpr int kW = detail::kStagedWarps<N>;
-  for (int row = blockIdx.x * kW + (threadIdx.x >> 5); row < tab.hidden; row += gridDim.x * kW) {
-    const uint8_t* const rows[1] = {static_cast<const uint8_t*>(tab.down[e]) + static_cast<int64_t>(row) * row_bytes};
-    float y[1][N];
-    detail::PackedRowDots<kD, 1, N>(rows, ffn, m, xs, [] {}, y);
-    StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
+  const int tiles = (hidden + detail::kTileRows - 1) / detail::kTileRows;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
+    const uint8_t* rows[1][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      rows[0][r] = static_cast<const uint8_t*>(tab.down[e]) + static_cast<int64_t>(row[r] < hidden ? row[r] : 0) * row_bytes;
+    }
+    float y[1][kNT][4];
+    detail::TileProducts<kD, 1, kNT>(rows, a, ntiles, partial, y);
+    if (detail::SlicesLead()) {
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = i >> 1, tok = 8 * t + 2 * c + (i & 1);
+          if (row[r] >= hidden || tok >= m) continue;
+          plan.y[static_cast<int64_t>(first + tok) * hidden + row[r]] = y[0][t][i];
+        }
+    }
+    __syncthreads();
   }
+  LetDependentsLaunch();
 }
 
-// Staging N tokens of `in` inputs takes this much shared memory; above it the unstaged kernels run.
-constexpr size_t kStagedExpertMaxBytes = 64 * 1024;
-size_t StagedExpertBytes(int n, int in) { return static_cast<size_t>(n) * detail::StagedStride4(in) * sizeof(float4); }
-
-// A staged launch over `ys` experts of `rows` rows each: as many blocks an expert as let the whole grid
-// be resident at once (at least one, at most one a kStagedWarps rows).
-template <int N, typename Kernel, typename... Args>
-cudaError_t LaunchStagedExperts(Kernel kernel, int rows, unsigned ys, size_t smem, cudaStream_t stream, bool pdl,
-                                Args... args) {
-  constexpr int kThreads = detail::kStagedWarps<N> * 32;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+// A launch over `ys` expert slots of `tiles` row tiles each: enough blocks an expert that the slots
+// that can be active (at most min(n k, experts)) fill the device twice over, at most one a tile.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchExpertProduct(Kernel kernel, int tiles, unsigned ys, int in, int mats, int nt, cudaStream_t stream,
+                                bool pdl, Args... args) {
+  const size_t smem = sizeof(float) * detail::kSliceWarps * mats * nt * 4 * 32 + detail::ActsBytes(8 * nt, in);
+  int resident = 0;
+  const cudaError_t e = detail::ResidentProductBlocks(kernel, smem, &resident);
   if (e != cudaSuccess) return e;
-  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
-  const int64_t wanted = (rows + detail::kStagedWarps<N> - 1) / detail::kStagedWarps<N>;
-  const int64_t per_expert = std::max<int64_t>(1, std::min<int64_t>(wanted, resident / ys));
-  return LaunchDecodeKernel(kernel, dim3(static_cast<unsigned>(per_expert), ys), dim3(kThreads), smem, stream, pdl,
-                            args...);
+  const int per_expert = std::max(1, std::min(tiles, 2 * resident / static_cast<int>(ys)));
+  return LaunchDecodeKernel(kernel, dim3(static_cast<unsigned>(per_expert), ys), dim3(kProductThreads), smem, stream,
+                            pdl, args...);
 }
 
-template <int N>
-cudaError_t LaunchPackedStagedN(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan,
-                                cudaStream_t stream, bool pdl) {
+template <int kNT>
+cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
+                           bool pdl) {
+  const int tile = detail::kTileRows;
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchStagedExperts<N>(PackedGateUpStagedKernel<decltype(t)::value, N>, tab.ffn, ys,
-                                  StagedExpertBytes(N, tab.hidden), stream, pdl, tab, x, plan);
+    return LaunchExpertProduct(PackedGateUpKernel<decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
+                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchStagedExperts<N>(PackedDownStagedKernel<decltype(t)::value, N>, tab.hidden, ys,
-                                  StagedExpertBytes(N, tab.ffn), stream, pdl, tab, plan);
-  });
-}
-
-template <int N>
-cudaError_t LaunchPackedN(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
-                          bool pdl) {
-  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchDecodeKernel(PackedGateUpKernel<decltype(t)::value, N>, dim3((tab.ffn + kWarps - 1) / kWarps, ys),
-                              dim3(kWarps * 32), 0, stream, pdl, tab, x, plan);
-  });
-  if (e != cudaSuccess) return e;
-  return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchDecodeKernel(PackedDownKernel<decltype(t)::value, N>, dim3((tab.hidden + kWarps - 1) / kWarps, ys),
-                              dim3(kWarps * 32), 0, stream, pdl, tab, plan);
+    return LaunchExpertProduct(PackedDownKernel<decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
+                               1, kNT, stream, pdl, tab, plan);
   });
 }
 
@@ -509,21 +478,8 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
                          bool accumulate, cudaStream_t stream) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  // An expert has at most n tokens: kernels sized for 1 (decode), 4, 8 (a verification of up to 7
-  // drafts) and 16 tokens; x staged where its tokens fit kStagedExpertMaxBytes (16 tokens' would not
-  // leave room for a second block).
-  const int staged_n = n <= 1 ? 1 : n <= 4 ? 4 : 8;
-  const bool staged = n <= 8 && StagedExpertBytes(staged_n, std::max(tab.hidden, tab.ffn)) <= kStagedExpertMaxBytes;
-  cudaError_t e;
-  if (staged) {
-    e = staged_n == 1   ? LaunchPackedStagedN<1>(tab, x, ys, plan, stream, pdl)
-        : staged_n == 4 ? LaunchPackedStagedN<4>(tab, x, ys, plan, stream, pdl)
-                        : LaunchPackedStagedN<8>(tab, x, ys, plan, stream, pdl);
-  } else {
-    e = n <= 1   ? LaunchPackedN<1>(tab, x, ys, plan, stream, pdl)
-        : n <= 4 ? LaunchPackedN<4>(tab, x, ys, plan, stream, pdl)
-                 : LaunchPackedN<kMaxT>(tab, x, ys, plan, stream, pdl);
-  }
+  // An expert has at most n tokens: one tile of 8 columns up to 8, two up to 16.
+  cudaError_t e = n <= 8 ? LaunchPackedNT<1>(tab, x, ys, plan, stream, pdl) : LaunchPackedNT<2>(tab, x, ys, plan, stream, pdl);
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
                            tab.hidden, out, accumulate);
@@ -603,14 +559,12 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
   // `order`), else the row kernel.
   if (IsPacked(tab.type)) return LaunchPacked(tab, x, n, k, plan, out, accumulate, stream);
-  switch (tab.type) {
-    case ElemType::kF32:
-      return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
-    case ElemType::kF16: return LaunchHalf<ElemType::kF16>(tab, x, n, k, plan, out, accumulate, stream, order);
-    case ElemType::kBF16: return LaunchHalf<ElemType::kBF16>(tab, x, n, k, plan, out, accumulate, stream, order);
-    default: break;
+  if (tab.type == ElemType::kF32) {
+    return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
   }
-  return cudaErrorInvalidValue;
+  return detail::WithHalfType(tab.type, [&](auto t) {
+    return LaunchHalf<decltype(t)::value>(tab, x, n, k, plan, out, accumulate, stream, order);
+  });
 }
 
 }  // namespace specgen::kernels

@@ -52,6 +52,6 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
                                 float* out, bool accumulate, cudaStream_t stream,
-                                GemvOrder order = GemvOrder::kFma);
+                                GemvOrder order = kDefaultGemvOrder);
 
 }  // namespace specgen::kernels

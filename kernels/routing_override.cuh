@@ -1,6 +1,6 @@
 // The routing regimes of the offload benchmarks (docs/design.md §12; never generate or chat): after the
 // router has written a pass's top-k ids on the device, this rewrites them from a device copy of a
-// RoutingTrace (engine/offload/routing_trace.h), row t taking the trace's ids of one MoE layer at the
+// RoutingTable (engine/backend/routing_table.h), row t taking the table's ids of one MoE layer at the
 // row's absolute position mod the trace's length. The router's weights are left as they are. The
 // positions are read from device memory when the launch runs, so a pass replayed from a CUDA graph
 // routes by the replay's positions, not the captured ones.

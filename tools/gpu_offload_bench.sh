@@ -4,7 +4,7 @@
 # target must print the same ids whatever the budget or the draft (streamed = resident, speculative =
 # target-only). One line of --stats json a run; a table last. Run there after tools/pack_gpu_check.sh:
 #   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_offload_bench.sh
-# TARGET, DRAFT, BUDGETS and TOKENS override the defaults below. These runs route by the model's own
+# TARGET, DRAFT, BUDGETS, TOKENS and KS override the defaults below; FIXED=1 drafts exactly k a pass. These runs route by the model's own
 # router; the routing regimes (uniform, locality: benchmarks only, never a generate flag) run in
 # streamed_bench's BM_StreamedGeneration (tools/gpu_check.sh stream with STREAM_FILTER).
 set -u
@@ -13,14 +13,16 @@ target=${TARGET:-synth:qwen3-30b-a3b:q4_k_m}
 draft=${DRAFT:-synth:qwen3-0.6b:q8_0}
 budgets=${BUDGETS:-"none 16GiB 8GiB"}
 tokens=${TOKENS:-128}
+ks=${KS:-"0 4"}  # draft lengths (0: the target alone)
+fixed=(); [ -n "${FIXED:-}" ] && fixed=(--draft-fixed)  # FIXED=1: draft exactly k every pass
 ids=$(seq -s, 11 42)  # a 32-token prompt
 log="$OUT_FINAL/offload_runs.txt"; : > "$log"
 for budget in $budgets; do
-  for k in 0 4; do
+  for k in $ks; do
     name="budget=$budget k=$k"
     extra=(); [ "$budget" != none ] && extra=(--vram-budget "$budget")
     start=$(date +%s%N)
-    timeout 280 specgen generate -m "$target" -md "$draft" --draft-max "$k" --prompt-ids "$ids" -n "$tokens" \
+    timeout 280 specgen generate -m "$target" -md "$draft" --draft-max "$k" "${fixed[@]}" --prompt-ids "$ids" -n "$tokens" \
       --temp 0 --ignore-eos --print-ids --stats json "${extra[@]}" > "$OUT_FINAL/run.out" 2> "$OUT_FINAL/run.err"
     rc=$?
     echo "### $name rc=$rc wall_ms=$(( ($(date +%s%N) - start) / 1000000 ))" >> "$log"

@@ -10,8 +10,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build-h200}
 pack=${SPECGEN_DEVICE_PACK:-$top/../shared/tools/device-pack}
 "$pack" "$build" > /dev/null
-keep=" specgen specgen_bench e2e_gpu_bench kernels_bench streamed_bench $(sed -n 's/^gpu_tests="\(.*\)/\1/p;s/^ *\([a-z_ ]*\)"$/\1/p' \
-  "$top/tools/gpu_check.sh" | tr '\n' ' ') "
+# SPECGEN_PACK_KEEP: only these executables (space-separated), for a quicker pack of a few.
+keep=" ${SPECGEN_PACK_KEEP:-specgen specgen_bench e2e_gpu_bench kernels_bench streamed_bench $(sed -n 's/^gpu_tests="\(.*\)/\1/p;s/^ *\([a-z_ ]*\)"$/\1/p' \
+  "$top/tools/gpu_check.sh" | tr '\n' ' ')} "
 # The commit the binaries were built from, for the benchmarks' JSON context (gpu_check.sh).
 { git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown; } | tr -d '\n' > "$top/.device/commit"
 git -C "$top" diff --quiet HEAD 2>/dev/null || echo -n "+changes" >> "$top/.device/commit"

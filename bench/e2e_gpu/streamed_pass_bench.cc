@@ -1,8 +1,8 @@
 // A verification pass with every expert streamed (docs/design.md §3.1, §12): synth:qwen3-30b-a3b as
 // llama.cpp's q4_k_m mix (packed), its experts in one pinned host arena, a VRAM expert cache of as many
-// slots as the planner (engine/offload/run_plan.h) fits in the budget beside the resident part.
+// slots as the planner (moe/run_plan.h) fits in the budget beside the resident part.
 // Each benchmark runs in one routing regime (routing: 0 the model's own router, 1 uniform, 2 the
-// locality generator; engine/offload/routing_trace.h): random weights route without a trained model's
+// locality generator; bench/routing/routing_trace.h): random weights route without a trained model's
 // locality, so the other two bracket it (the worst case and the published traces' reuse).
 // BM_StreamedVerifyPass: a pass of n positions replayed from a CUDA graph (the loop's way), the cache
 // decided and filled by the GPU. Each pass follows the last (positions advancing by n, as decode
@@ -32,8 +32,8 @@
 #include "engine/core/status_macros.h"
 #include "engine/io/synth.h"
 #include "engine/io/weight_set.h"
-#include "engine/offload/routing_trace.h"
-#include "engine/offload/run_plan.h"
+#include "bench/routing/routing_trace.h"
+#include "moe/run_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 
@@ -49,9 +49,9 @@ constexpr char kDraftType[] = "q8_0";
 // A trace longer than any position a run here reaches (kContext): no wrap-around.
 constexpr int64_t kTracePositions = 1024;
 
-offload::RoutingRegime Regime(int64_t arg) {
-  return arg == 1 ? offload::RoutingRegime::kUniform
-                  : arg == 2 ? offload::RoutingRegime::kLocality : offload::RoutingRegime::kOwn;
+bench::RoutingRegime Regime(int64_t arg) {
+  return arg == 1 ? bench::RoutingRegime::kUniform
+                  : arg == 2 ? bench::RoutingRegime::kLocality : bench::RoutingRegime::kOwn;
 }
 
 // The synthetic weights, generated once per process (tens of GB) and kept for every run.
@@ -111,17 +111,24 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
   s->budget = budget;
   s->with_draft = with_draft;
   s->moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
-  offload::OffloadRequest request;
+  moe::OffloadRequest request;
   request.target = Cat("synth:qwen3-30b-a3b:", kType);
   if (with_draft) request.draft = Cat("synth:", kDraft, ":", kDraftType);
   request.draft_max = 15;  // passes of up to 16 positions
   request.context = kContext;
   request.kv_element_bytes = 4;  // TransformerOptions' default: the fp32 cache
   request.vram_budget = budget;
-  ASSIGN_OR_RETURN(s->slots, offload::PlanExpertCacheSlots(request));
-  if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
   CudaBackendOptions o;
   o.arena_bytes = budget;
+  if (budget == 0) {  // resident: the weights, and room for the caches and workspaces
+    ASSIGN_OR_RETURN(const ExportType type, ParseExportType(kType));
+    ASSIGN_OR_RETURN(const size_t bytes, SynthBytes(spec, type));
+    o.arena_bytes = bytes + (size_t{6} << 30);
+    s->slots = -1;
+  } else {
+    ASSIGN_OR_RETURN(s->slots, moe::PlanExpertCacheSlots(request));
+    if (s->slots < 0) return absl::InvalidArgumentError(Cat("a ", budget >> 20, " MiB budget holds every expert"));
+  }
   ASSIGN_OR_RETURN(s->backend, CudaBackend::Create(o));
   TransformerOptions t;
   t.max_context = kContext;
@@ -138,8 +145,8 @@ absl::StatusOr<Streamed*> MakeStreamed(size_t budget, bool with_draft) {
 }
 
 // The regime's trace of `seed` on the target (null: its own router).
-absl::Status UseRegime(Transformer& lm, offload::RoutingRegime regime, uint64_t seed) {
-  ASSIGN_OR_RETURN(auto trace, offload::RoutingTrace::ForModel(regime, lm.spec(), kTracePositions, seed));
+absl::Status UseRegime(Transformer& lm, bench::RoutingRegime regime, uint64_t seed) {
+  ASSIGN_OR_RETURN(auto trace, bench::TraceForModel(regime, lm.spec(), kTracePositions, seed));
   return lm.SetRoutingOverride(std::move(trace));
 }
 
@@ -148,7 +155,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int n = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
-  const offload::RoutingRegime regime = Regime(state.range(3));
+  const bench::RoutingRegime regime = Regime(state.range(3));
   auto made = MakeStreamed(budget, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
@@ -156,7 +163,7 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   if (absl::Status st = UseRegime(lm, regime, 0); !st.ok()) return fail(st);
-  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  state.SetLabel(std::string(bench::RoutingRegimeName(regime)));
   // A 32-token prompt (host-routed, experts staged) under the regime, once per benchmark.
   if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
   std::vector<int32_t> prompt(kPrompt);
@@ -230,17 +237,74 @@ BENCHMARK(BM_StreamedVerifyPass)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 
+// BM_ResidentVerifyPass: the same passes with every weight resident (the model's own router), so the
+// pass's growth with n is the products' alone: ms_per_pass (compare n with n = 1: the goal is a pass
+// of 16 within 3 passes of 1; docs/design.md §3.1).
+void BM_ResidentVerifyPass(benchmark::State& state) {
+  if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  auto made = MakeStreamed(0, false);
+  if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
+  Streamed& s = **made;
+  Transformer& lm = *s.lm;
+  const int64_t vocab = lm.vocab_size();
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+  if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
+  std::vector<int32_t> prompt(kPrompt);
+  for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
+  if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
+  int64_t step = 0;
+  auto pass = [&]() -> absl::StatusOr<double> {
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
+    ++step;
+    if (lm.n_past() + n > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
+    if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return absl::InternalError("token copy failed");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(s.graphed->Forward(n).status());
+    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (auto r = pass(); !r.ok()) return fail(r.status());
+  }
+  if (!s.graphed->fallback_reason().empty()) return state.SkipWithError(s.graphed->fallback_reason().c_str());
+  double seconds = 0;
+  int64_t passes = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < 8; ++r) {
+      auto sec = pass();
+      if (!sec.ok()) return fail(sec.status());
+      seconds += *sec;
+      ++passes;
+    }
+  }
+  const double sec = seconds / passes;
+  state.counters["ms_per_pass"] = sec * 1e3;
+  state.counters["tokens_per_s_at_n1"] = n == 1 ? 1.0 / sec : 0.0;
+}
+BENCHMARK(BM_ResidentVerifyPass)
+    ->ArgNames({"n"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int n : {1, 2, 3, 5, 9, 16}) b->Args({n});
+    })
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+
 void BM_StreamedGeneration(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
   const int k = static_cast<int>(state.range(1));
-  const offload::RoutingRegime regime = Regime(state.range(2));
+  const bench::RoutingRegime regime = Regime(state.range(2));
   auto made = MakeStreamed(budget, k > 0);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
-  state.SetLabel(std::string(offload::RoutingRegimeName(regime)));
+  state.SetLabel(std::string(bench::RoutingRegimeName(regime)));
   SpeculativeOptions opt;
   opt.draft_max = k;
   opt.adaptive = k > 0;  // as generate's default: k is the controller's bound

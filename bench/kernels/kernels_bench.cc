@@ -78,7 +78,7 @@ void BM_Gemv(benchmark::State& state) {
   const size_t wbytes = size_t(out) * in * 2;
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
   void* w = DeviceAlloc(wbytes * copies, 0x3c);  // 0x3c3c: a small finite bf16
-  void* x = DeviceAlloc(size_t(n) * in * 4, 0);
+  void* x = DeviceAlloc(size_t(n) * in * 4, 0x3c);  // finite non-zero inputs (0x3c3c3c3c)
   void* y = DeviceAlloc(size_t(n) * out * 4, 0);
   if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
   TimeLoop(state, 10, [&](int i) {
@@ -109,7 +109,7 @@ void BM_PackedGemv(benchmark::State& state) {
   const size_t wbytes = size_t(out) * PackedRowBytes(type, in);
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
   void* w = DeviceAlloc(wbytes * copies, 0x3c);  // every f16 scale 0x3c3c: finite
-  void* x = DeviceAlloc(size_t(n) * in * 4, 0);
+  void* x = DeviceAlloc(size_t(n) * in * 4, 0x3c);  // finite non-zero inputs (0x3c3c3c3c)
   void* y = DeviceAlloc(size_t(n) * out * 4, 0);
   if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
   TimeLoop(state, 10, [&](int i) {

@@ -10,10 +10,16 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "engine/offload/expert_cache_policy.h"
-#include "engine/offload/locality_routing.h"
+#include "moe/expert_cache_policy.h"
+#include "bench/routing/locality_routing.h"
 
-namespace specgen::offload {
+namespace specgen::bench {
+
+using moe::CacheCounters;
+using moe::CachePolicy;
+using moe::CachePolicyName;
+using moe::ExpertCachePolicy;
+using moe::PassUnion;
 namespace {
 
 constexpr int kLayers = 48, kExperts = 128, kTopK = 8;
@@ -69,6 +75,6 @@ BENCHMARK(BM_ExpertCacheHitRate)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
-}  // namespace specgen::offload
+}  // namespace specgen::bench
 
 BENCHMARK_MAIN();

@@ -1,5 +1,6 @@
 #include "bench/report/bench_results.h"
 
+#include <cmath>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -9,6 +10,9 @@
 
 namespace specgen::report {
 namespace {
+
+// The largest draft length a pairing config accepts (draft_lengths and adaptive_max are in [1, 64]).
+constexpr int kMaxDraftLength = 64;
 
 // Splits "PAIRING/k:LENGTH[/budget:B][/...]" into `row`; false when the name is not specgen_bench's.
 bool ParseName(const std::string& run_name, BenchRow* row) {
@@ -24,6 +28,7 @@ bool ParseName(const std::string& run_name, BenchRow* row) {
       row->adaptive = digits.rfind("adaptive", 0) == 0;
       if (row->adaptive) digits = digits.substr(8);
       if (!absl::SimpleAtoi(digits, &row->k) || row->k < 0) return false;
+      if (row->k > kMaxDraftLength) return false;  // the chart has one x slot per length
       has_k = true;
     } else if (p.rfind("budget:", 0) == 0) {
       row->budget = p.substr(7);
@@ -32,9 +37,57 @@ bool ParseName(const std::string& run_name, BenchRow* row) {
   return has_k;
 }
 
-double Counter(const nlohmann::json& b, const char* name) {
+// A counter's value, which must lie in [0, most]: a NaN, an infinity or an absurd value (1e308
+// tokens/s) would put nan coordinates in the chart or overflow its axis, so it is refused here,
+// where the file is read, naming the benchmark and the counter.
+struct CounterRange {
+  const char* name;
+  double most;
+};
+// Bounds far above anything measured, low enough that every sum and axis computed from them is finite.
+constexpr CounterRange kCounters[] = {
+    {"tokens_per_second", 1e9},     {"speedup", 1e6},
+    {"acceptance_rate", 1.0},       {"mean_accepted_length", kMaxDraftLength + 1},
+    {"mean_draft_length", kMaxDraftLength}, {"time_to_first_token", 1e7},
+    {"h2d_bytes_per_token", 1e15},  {"expert_cache_hit_rate", 1.0},
+};
+
+absl::StatusOr<double> Counter(const nlohmann::json& b, const char* name, const std::string& file,
+                               const std::string& run_name) {
   auto it = b.find(name);
-  return it != b.end() && it->is_number() ? it->get<double>() : 0.0;
+  if (it == b.end()) return 0.0;
+  double most = 0;
+  for (const CounterRange& c : kCounters) {
+    if (std::string_view(c.name) == name) most = c.most;
+  }
+  // Google Benchmark writes a non-finite counter as the bare word nan or inf, which is not JSON and
+  // fails the parse above; a string "nan" or a number out of range lands here.
+  if (!it->is_number()) {
+    return InvalidArgument(file, ": benchmark '", run_name, "': ", name, " is not a number: ",
+                           it->dump().substr(0, 40));
+  }
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0 || v > most) {
+    return InvalidArgument(file, ": benchmark '", run_name, "': ", name, " = ", v, " is outside [0, ", most,
+                           "]");
+  }
+  return v;
+}
+
+// A string or boolean field of a benchmark entry; `fallback` when absent. nlohmann's value() throws
+// on an entry that is not an object or a field of another type: here that is a named error.
+absl::StatusOr<std::string> StringField(const nlohmann::json& b, const char* key, const std::string& fallback,
+                                        const std::string& file) {
+  auto it = b.find(key);
+  if (it == b.end()) return fallback;
+  if (!it->is_string()) return InvalidArgument(file, ": a benchmark's \"", key, "\" is not a string");
+  return it->get<std::string>();
+}
+absl::StatusOr<bool> BoolField(const nlohmann::json& b, const char* key, const std::string& file) {
+  auto it = b.find(key);
+  if (it == b.end()) return false;
+  if (!it->is_boolean()) return InvalidArgument(file, ": a benchmark's \"", key, "\" is not true or false");
+  return it->get<bool>();
 }
 
 }  // namespace
@@ -54,23 +107,29 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
   std::vector<std::string> order;
   std::map<std::string, Group> groups;
   for (const nlohmann::json& b : j["benchmarks"]) {
-    const std::string run_name = b.value("run_name", b.value("name", std::string()));
+    if (!b.is_object()) return InvalidArgument(name, ": \"benchmarks\" holds ", b.type_name(), ", not objects");
+    ASSIGN_OR_RETURN(const std::string plain_name, StringField(b, "name", "", name));
+    ASSIGN_OR_RETURN(const std::string run_name, StringField(b, "run_name", plain_name, name));
     BenchRow row;
     if (!ParseName(run_name, &row)) {
-      return InvalidArgument(name, ": benchmark '", run_name, "' is not specgen_bench's (PAIRING/k:LENGTH)");
+      return InvalidArgument(name, ": benchmark '", run_name,
+                             "' is not specgen_bench's (PAIRING/k:LENGTH, LENGTH at most ", kMaxDraftLength, ")");
     }
-    const std::string run_type = b.value("run_type", std::string("iteration"));
-    const bool mean = run_type == "aggregate" && b.value("aggregate_name", std::string()) == "mean";
+    ASSIGN_OR_RETURN(const std::string run_type, StringField(b, "run_type", "iteration", name));
+    ASSIGN_OR_RETURN(const std::string aggregate, StringField(b, "aggregate_name", "", name));
+    const bool mean = run_type == "aggregate" && aggregate == "mean";
     if (run_type == "aggregate" && !mean) continue;  // median, stddev, cv
-    row.error = b.value("error_occurred", false) ? b.value("error_message", std::string("failed")) : "";
-    row.tokens_per_second = Counter(b, "tokens_per_second");
-    row.speedup = Counter(b, "speedup");
-    row.acceptance_rate = Counter(b, "acceptance_rate");
-    row.mean_accepted_length = Counter(b, "mean_accepted_length");
-    row.mean_draft_length = Counter(b, "mean_draft_length");
-    row.time_to_first_token = Counter(b, "time_to_first_token");
-    row.h2d_bytes_per_token = Counter(b, "h2d_bytes_per_token");
-    row.expert_cache_hit_rate = Counter(b, "expert_cache_hit_rate");
+    ASSIGN_OR_RETURN(const bool failed, BoolField(b, "error_occurred", name));
+    ASSIGN_OR_RETURN(const std::string message, StringField(b, "error_message", "failed", name));
+    row.error = failed ? message : "";
+    ASSIGN_OR_RETURN(row.tokens_per_second, Counter(b, "tokens_per_second", name, run_name));
+    ASSIGN_OR_RETURN(row.speedup, Counter(b, "speedup", name, run_name));
+    ASSIGN_OR_RETURN(row.acceptance_rate, Counter(b, "acceptance_rate", name, run_name));
+    ASSIGN_OR_RETURN(row.mean_accepted_length, Counter(b, "mean_accepted_length", name, run_name));
+    ASSIGN_OR_RETURN(row.mean_draft_length, Counter(b, "mean_draft_length", name, run_name));
+    ASSIGN_OR_RETURN(row.time_to_first_token, Counter(b, "time_to_first_token", name, run_name));
+    ASSIGN_OR_RETURN(row.h2d_bytes_per_token, Counter(b, "h2d_bytes_per_token", name, run_name));
+    ASSIGN_OR_RETURN(row.expert_cache_hit_rate, Counter(b, "expert_cache_hit_rate", name, run_name));
     auto [it, inserted] = groups.try_emplace(run_name);
     if (inserted) order.push_back(run_name);
     Group& g = it->second;

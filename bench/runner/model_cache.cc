@@ -6,6 +6,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/tensor_check.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 
 namespace specgen::bench {
@@ -49,13 +50,15 @@ void ModelCache::KeepOnly(const std::vector<LmKey>& keep) {
 }
 
 absl::StatusOr<CachedLm*> ModelCache::Get(const BackendKey& key, const std::string& path, int64_t context,
-                                          const offload::RunPlan& placement) {
+                                          const moe::RunPlan& placement) {
   RETURN_IF_ERROR(UseBackend(key));
   auto& slot = lms_[LmKey{path, context, placement.expert_cache_slots, placement.prefill_chunk}];
   if (slot) return slot.get();
   auto& weights = weights_[path];
   if (!weights) {
     ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(path));
+    // As the CLI does (docs/design.md §7): a NaN weight would time a run of NaN logits.
+    if (SourceKind(path) != ModelSourceKind::kSynth) RETURN_IF_ERROR(CheckTensorsFinite(loaded->weights, path));
     weights = std::move(loaded);
     ++weight_loads_[path];
     ASSIGN_OR_RETURN(tokenizers_[path], LoadTokenizerIfPresent(path));

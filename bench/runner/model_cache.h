@@ -17,7 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace specgen {
@@ -55,7 +55,7 @@ class ModelCache {
   // The model at `path` with room for `context` positions on `key`'s backend, placed as `placement`
   // says (the offload plan's; the default: every expert resident).
   absl::StatusOr<CachedLm*> Get(const BackendKey& key, const std::string& path, int64_t context,
-                                const offload::RunPlan& placement = {});
+                                const moe::RunPlan& placement = {});
   // Drops every Transformer but `keep` from the current backend: an offload plan counts only its run's
   // models, so the device memory of others must be free before its models load.
   void KeepOnly(const std::vector<LmKey>& keep);

@@ -1,5 +1,6 @@
 #include "bench/runner/pairing_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -80,10 +81,14 @@ class Reader {
     if (v < lo || v > hi) return Error(node, key, "must be in [", lo, ", ", hi, "], got ", v);
     return v;
   }
+  // TOML has nan and inf, which no sampling parameter can take (and which slip past a `v < 0`):
+  // refused here, with the file, line and key, rather than after the models load.
   absl::StatusOr<double> Number(const toml::node& node, std::string_view key) const {
     if (node.is_integer()) return static_cast<double>(node.as_integer()->get());
     if (!node.is_floating_point()) return Error(node, key, "must be a number, not ", TypeName(node));
-    return node.as_floating_point()->get();
+    const double v = node.as_floating_point()->get();
+    if (!std::isfinite(v)) return Error(node, key, "must be a finite number, got ", v);
+    return v;
   }
   absl::StatusOr<bool> Bool(const toml::node& node, std::string_view key) const {
     if (!node.is_boolean()) return Error(node, key, "must be true or false, not ", TypeName(node));
@@ -123,6 +128,7 @@ struct Draft {
   bool enabled = true;
   std::string prompts_name;
   SourceRef prompts_ref, lengths_ref, budget_ref;
+  int64_t context_line = 0, max_new_tokens_line = 0;  // where each was set (0: the default)
   std::set<std::string> own_keys;
 };
 
@@ -157,9 +163,17 @@ absl::Status ApplyBudgets(const Reader& r, const toml::node& node, Draft* d) {
   constexpr std::string_view kKey = "vram_budget";
   d->budget_ref = r.Ref(node, std::string(kKey));
   std::vector<std::string> budgets;
+  std::map<size_t, std::string> seen;  // bytes -> as written: "8GiB" and "8192MiB" are one benchmark
   auto one = [&](const toml::node& v) -> absl::Status {
     ASSIGN_OR_RETURN(std::string s, r.String(v, kKey));
-    if (absl::Status st = ParseByteSize(s).status(); !st.ok()) return r.Error(v, kKey, st.message());
+    const absl::StatusOr<size_t> bytes = ParseByteSize(s);
+    if (!bytes.ok()) return r.Error(v, kKey, bytes.status().message());
+    if (*bytes == 0) return r.Error(v, kKey, "\"", s, "\" is 0 bytes");
+    if (auto [it, fresh] = seen.try_emplace(*bytes, s); !fresh) {
+      return r.Error(v, kKey, "lists ",
+                     it->second == s ? "\"" + s + "\" twice" : "\"" + it->second + "\" and \"" + s + "\", the same size",
+                     " (each would run the same benchmark)");
+    }
     budgets.push_back(s);
     return absl::OkStatus();
   };
@@ -215,6 +229,7 @@ absl::Status ApplySettings(const Reader& r, const toml::table& table, bool is_de
     } else if (key == "temperature") {
       ASSIGN_OR_RETURN(const double v, r.Number(node, key));
       if (v < 0) return r.Error(node, key, "must be >= 0 (0: greedy), got ", v);
+      if (!std::isfinite(static_cast<float>(v))) return r.Error(node, key, "is too large for a float, got ", v);
       p.sampling.temperature = static_cast<float>(v);
     } else if (key == "top_k") {
       ASSIGN_OR_RETURN(const int64_t v, r.Integer(node, key, 0, 1 << 30));
@@ -235,8 +250,10 @@ absl::Status ApplySettings(const Reader& r, const toml::table& table, bool is_de
       RETURN_IF_ERROR(ApplyBudgets(r, node, d));
     } else if (key == "context") {
       ASSIGN_OR_RETURN(p.context, r.Integer(node, key, 2, int64_t{1} << 24));
+      d->context_line = line;
     } else if (key == "max_new_tokens") {
       ASSIGN_OR_RETURN(p.max_new_tokens, r.Integer(node, key, 1, int64_t{1} << 24));
+      d->max_new_tokens_line = line;
     } else if (key == "prompts") {
       ASSIGN_OR_RETURN(d->prompts_name, r.String(node, key));
       d->prompts_ref = r.Ref(node, key);
@@ -286,6 +303,13 @@ absl::StatusOr<Prompt> PromptFromJson(const nlohmann::json& j) {
 // Prompts from a file: .jsonl (one JSON prompt a line), .json (an array, or an object whose
 // "prompts" is one: models/pair_prompts.json) or anything else as text, one prompt a non-empty line.
 absl::StatusOr<std::vector<Prompt>> ReadPromptFile(const std::string& path) {
+  // A directory reads as empty and a FIFO or device (/dev/zero) may never end: regular files only.
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+    return InvalidArgument(path, ": not a regular file (", fs::is_directory(status) ? "a directory" : "a device, FIFO or socket",
+                           "); give a file of prompts");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(path, ": cannot open");
   std::stringstream ss;
@@ -410,11 +434,21 @@ absl::Status Finish(const Reader& r, int64_t line, Draft* d, const std::map<std:
       p.draft_lengths.push_back(len);
     }
   }
+  // A run stops when the context is full: max_new_tokens that cannot fit beside a prompt would be
+  // cut short and reported as an ordinary result of fewer tokens.
+  if (p.max_new_tokens >= p.context) {
+    const bool own = d->own_keys.contains("max_new_tokens") || !d->own_keys.contains("context");
+    const int64_t at = own ? d->max_new_tokens_line : d->context_line;
+    return r.ErrorAtLine(at > 0 ? at : line, own ? "max_new_tokens" : "context",
+                         what, ": max_new_tokens ", p.max_new_tokens, " does not fit in a context of ",
+                         p.context, " beside a prompt (max_new_tokens must be below context)");
+  }
   if (p.vram_budgets.empty()) p.vram_budgets.push_back("");
   if (p.device == "cpu" && d->own_keys.contains("vram_budget")) {
     return r.ErrorAtLine(d->budget_ref.line, "vram_budget", "given for a pairing on device \"cpu\"");
   }
   if (p.device == "cpu") p.vram_budgets = {""};
+  p.budget_ref = d->budget_ref;
   if (d->prompts_name.empty()) return r.ErrorAtLine(line, what, "needs prompts (a [prompts.NAME] set)");
   auto it = sets.find(d->prompts_name);
   if (it == sets.end()) {

@@ -78,6 +78,7 @@ struct Pairing {
   int threads = 0;
   int prompt_set = -1;                 // index into PairingConfig::prompt_sets
   SourceRef target_ref, draft_ref;     // where target and draft were set
+  SourceRef budget_ref;                // where vram_budget was set (line 0: not set)
 };
 
 struct PairingConfig {

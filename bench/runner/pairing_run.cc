@@ -64,9 +64,9 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const Cache
 
 }  // namespace
 
-offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
+moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget) {
   const Pairing& p = *spec.pairing;
-  offload::OffloadRequest request;
+  moe::OffloadRequest request;
   request.target = p.target;
   request.draft = p.draft;
   for (const DraftLength& l : p.draft_lengths) request.draft_max = std::max(request.draft_max, l.k);
@@ -80,10 +80,10 @@ offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budge
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
-  offload::RunPlan placement;
+  moe::RunPlan placement;
   if (cache.cuda() != nullptr) {
-    const absl::StatusOr<offload::RunPlan> planned =
-        offload::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
+    const absl::StatusOr<moe::RunPlan> planned =
+        moe::PlanRun(OffloadRequestFor(spec, cache.vram_budget()));
     if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
     placement = *planned;
     std::vector<LmKey> keep = {{p.target, p.context, placement.expert_cache_slots, placement.prefill_chunk}};
@@ -139,6 +139,13 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
       return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", out.status().message());
     }
     const SpeculativeStats& s = loop->stats();
+    // A prompt whose tokens and max_new_tokens overflow the context stops early; timed as it is, it
+    // would be an ordinary-looking result of fewer tokens.
+    if (s.stop_reason == StopReason::kContextFull) {
+      return InvalidArgument("pairing '", p.name, "', prompt ", i, ": the context of ", p.context,
+                             " filled after ", s.tokens, " of max_new_tokens ", p.max_new_tokens, " (the prompt has ",
+                             ids[i].size(), " tokens); raise context or lower max_new_tokens");
+    }
     totals.prompts += 1;
     totals.tokens += s.tokens;
     totals.passes += s.passes;

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "bench/runner/model_cache.h"
 #include "bench/runner/pairing_config.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 #include "engine/speculative/stats.h"
 
 namespace specgen::bench {
@@ -51,7 +51,7 @@ std::string BaselineKey(const RunSpec& spec);
 // What the offload planner is asked for the run's target on a CUDA arena of `vram_budget` bytes: the
 // pairing's target and draft, its longest draft length (so that every run of the pairing, the target
 // alone included, shares one placement of the target), its context and the runner's fp32 KV cache.
-offload::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget);
+moe::OffloadRequest OffloadRequestFor(const RunSpec& spec, size_t vram_budget);
 
 // On the GPU the target is placed as the planner says (experts streamed through a cache of slots when
 // the budget is below what holds them), and only the run's models stay on the backend.

@@ -151,6 +151,20 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specgen_bench: error: %s\n", std::string(status.message()).c_str());
     return 1;
   }
+  // device = "auto" that resolves to the CPU here has no VRAM to budget: each budget would run the
+  // same CPU benchmark under the same name, so the config is refused rather than its budgets dropped.
+  for (const Pairing& p : process.config.pairings) {
+    const bool budgeted = std::any_of(p.vram_budgets.begin(), p.vram_budgets.end(),
+                                      [](const std::string& b) { return !b.empty(); });
+    if (budgeted && ResolveDevice(p.device) == "cpu") {
+      std::fprintf(stderr,
+                   "specgen_bench: error: %s: pairing '%s' sets vram_budget, and it runs on the CPU here "
+                   "(device \"%s\": this machine or build has no CUDA device), which has no VRAM budget; "
+                   "drop vram_budget or run where a GPU is\n",
+                   p.budget_ref.ToString().c_str(), p.name.c_str(), p.device.c_str());
+      return 1;
+    }
+  }
   const std::vector<RunSpec> specs = Specs(process.config);
   for (const RunSpec& spec : specs) {
     if (spec.backend.device == "cuda" && ResolveDevice("auto") != "cuda") {

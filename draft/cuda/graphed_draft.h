@@ -25,7 +25,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_graph.h"
 #include "engine/model/transformer.h"
-#include "engine/speculative/graphed_draft_hooks.h"
+#include "draft/cuda/graphed_draft_hooks.h"
 
 namespace specgen {
 namespace kernels {

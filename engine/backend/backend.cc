@@ -51,7 +51,7 @@ absl::Status Backend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k,
   return CopyRows(v, dst_row, v_cache);
 }
 
-absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status Backend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   if (trace == nullptr) return absl::OkStatus();
   return absl::UnimplementedError(Cat(name(), ": no routing override (benchmark routing regimes)"));
 }

@@ -20,9 +20,7 @@
 #include "engine/model/model_spec.h"
 
 namespace specgen {
-namespace offload {
-class RoutingTrace;  // engine/offload/routing_trace.h
-}  // namespace offload
+class RoutingTable;  // engine/backend/routing_table.h
 
 // An fp32 activation matrix [rows, cols], row-major, allocated by a backend for `capacity_rows` rows.
 // The number of rows in use can change per pass (prefill, decode, verify) without reallocation.
@@ -346,13 +344,13 @@ class Backend {
   }
 
   // --- the routing regimes of the offload benchmarks (docs/design.md §12; never generate or chat) ---
-  // Readies `trace` for OverrideNextRouting (the CUDA backend copies it to the device in stream order;
-  // not while capturing); null drops it. One trace a backend: models sharing it share the last one
+  // Readies `table` for OverrideNextRouting (the CUDA backend copies it to the device in stream order;
+  // not while capturing); null drops it. One table a backend: models sharing it share the last one
   // prepared. Unimplemented where the backend has no override.
-  virtual absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
+  virtual absl::Status PrepareRoutingOverride(std::shared_ptr<const RoutingTable> table);
   // The next Route or RouteAndRunExperts (that one call) keeps the router's top-k weights in rank order
-  // and takes the prepared trace's ids instead: row i those of MoE layer `layer` at absolute position
-  // positions[i] (RoutingTrace::Rewrite). `positions` must stay valid until that call.
+  // and takes the prepared table's ids instead: row i those of MoE layer `layer` at absolute position
+  // positions[i] (RoutingTable::Rewrite). `positions` must stay valid until that call.
   virtual absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions);
 };
 

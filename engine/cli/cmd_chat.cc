@@ -27,6 +27,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace specgen::cli {
 namespace {
@@ -108,6 +109,12 @@ class ChatSession {
   // Answers one user turn. A turn that cannot run (the message alone does not fit the context) is
   // an error for the caller to report; the conversation stays as it was.
   absl::Status Turn(const std::string& user) {
+    // Text the tokenizer cannot read is named as such here, not mistaken below for a message too
+    // long for the context (every fit test would fail to encode it).
+    if (absl::Status utf8 = unicode::ValidateUtf8(user); !utf8.ok()) {
+      return InvalidArgument("this message is not valid UTF-8 (", utf8.message(),
+                             "); the terminal or the piped input may not be UTF-8");
+    }
     history_.Add("user", user);
     absl::Status status = Reply();
     if (!status.ok()) history_.PopLast();
@@ -130,6 +137,10 @@ class ChatSession {
       return static_cast<int64_t>(ids.size()) + reserve <= context;
     };
     auto dropped = history_.DropOldestUntil(fits);
+    // Only a message that cannot fit is reported as one; an encoding failure says what it is.
+    if (!dropped.ok() && dropped.status().code() != absl::StatusCode::kResourceExhausted) {
+      return dropped.status();
+    }
     if (!dropped.ok()) {
       return InvalidArgument("this message fills the context of ", context,
                              " tokens (-c) even alone with the system prompt and room for a reply: "

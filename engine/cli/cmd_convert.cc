@@ -8,6 +8,8 @@
 
 #include "engine/cli/command.h"
 #include "engine/cli/export_progress.h"
+#include "engine/cli/generation_flags.h"
+#include "engine/cli/load_report.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/progress.h"
@@ -24,6 +26,7 @@ struct ConvertFlags {
   std::string out;
   std::string type = "f16";
   int threads = 0;
+  bool no_check_tensors = false;
 };
 
 absl::Status RunConvert(const ConvertFlags& f) {
@@ -39,6 +42,8 @@ absl::Status RunConvert(const ConvertFlags& f) {
     ProgressBar bar(Cat("reading ", f.in), 0);
     ASSIGN_OR_RETURN(model, LoadModel(f.in, bar.Callback()));
   }
+  // A NaN read would be written on, requantized, into a file that looks sound.
+  if (!f.no_check_tensors) RETURN_IF_ERROR(CheckLoadedTensors("input", f.in, *model));
   opt.type = type;
   opt.threads = threads;
   // The tokenizer travels with the weights, so the GGUF is self-contained.
@@ -78,6 +83,7 @@ Registrar kConvert{{"convert", "Convert a Hugging Face checkpoint to GGUF",
                           ->capture_default_str();
                       app.add_option("--threads", f->threads, "Conversion threads; 0 = every hardware thread")
                           ->capture_default_str();
+                      AddNoCheckTensorsFlag(app, &f->no_check_tensors);
                       return [f]() { return RunConvert(*f); };
                     }}};
 

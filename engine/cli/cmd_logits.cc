@@ -4,6 +4,7 @@
 // implementation. The file goes through SafeFileWriter: never half a file, never over the model.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "engine/cli/command.h"
 #include "engine/cli/generation_flags.h"
 #include "engine/cli/id_list.h"
+#include "engine/cli/load_report.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
@@ -44,6 +46,7 @@ struct LogitsFlags {
   std::string device = "cpu";
   std::string gemv_order = "auto";  // --gemv-order (ParseGemvOrder)
   CacheTypeFlags cache_type;
+  bool no_check_tensors = false;
 };
 
 absl::Status RunLogits(const LogitsFlags& flags) {
@@ -61,6 +64,7 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   ASSIGN_OR_RETURN(options.kv_type, ParseCacheType(flags.cache_type));
   ASSIGN_OR_RETURN(options.max_context, CheckContext(flags.context, spec, nullptr, *backend, options.kv_type));
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(flags.model));
+  if (!flags.no_check_tensors) RETURN_IF_ERROR(CheckLoadedTensors("model", flags.model, *loaded));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   ASSIGN_OR_RETURN(std::unique_ptr<Transformer> lm, Transformer::Create(model, backend.get(), options));
   if (static_cast<int64_t>(ids.size()) > lm->max_context()) {
@@ -70,6 +74,16 @@ absl::Status RunLogits(const LogitsFlags& flags) {
   std::vector<float> logits;
   RETURN_IF_ERROR(lm->Forward(ids, &logits));
   const int64_t n = static_cast<int64_t>(ids.size()), v = lm->vocab_size();
+  // A NaN row is no set of logits: refused before anything is written (weights the load check did
+  // not see, --no-check-tensors, or activations that overflowed).
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * v;
+    if (!std::all_of(row, row + v, [](float x) { return std::isfinite(x); })) {
+      return absl::DataLossError(Cat("the logits of position ", i, " (token ", ids[i],
+                                     ") are not finite: the weights or activations hold NaN or Inf; nothing "
+                                     "written"));
+    }
+  }
   if (!flags.out.empty()) {
     RETURN_IF_ERROR(WriteFileSafely(
         flags.out, {reinterpret_cast<const uint8_t*>(logits.data()), logits.size() * sizeof(float)},
@@ -114,6 +128,7 @@ Registrar kLogits{{"logits", "Write the fp32 logits of every prompt position (CP
                      // The reference tool: an fp32 cache unless asked (generate's default is f16).
                      flags->cache_type.both = "f32";
                      AddCacheTypeFlags(app, &flags->cache_type);
+                     AddNoCheckTensorsFlag(app, &flags->no_check_tensors);
                      return [flags]() { return RunLogits(*flags); };
                    }}};
 

@@ -3,6 +3,7 @@
 // --save-logits, how far its next-token distributions are from the reference's (KL divergence) and
 // how often both rank the same token first. The model loads as `specgen generate` loads it.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -38,9 +39,15 @@ struct PerplexityFlags {
   std::string vram_budget;
   std::string gemv_order = "auto";
   int threads = 0;
+  bool no_check_tensors = false;
 };
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
+  // A directory opens as an empty stream: named for what it is, as generate -f does.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgument("-f ", path, ": is a directory; -f takes a file of text to score");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("-f ", path, ": cannot open");
   std::ostringstream ss;
@@ -108,6 +115,7 @@ absl::Status RunPerplexity(PerplexityFlags f) {
   g.vram_budget = f.vram_budget;
   g.gemv_order = f.gemv_order;
   g.threads = f.threads;
+  g.no_check_tensors = f.no_check_tensors;
   ASSIGN_OR_RETURN(const ModelSpec spec, LoadModelSpec(f.model));
   g.context = std::min<int64_t>(f.context, spec.context_length);
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedPair> pair, LoadPair(g));
@@ -227,6 +235,7 @@ Registrar kPerplexity{{"perplexity",
   app.add_option("--gemv-order", f->gemv_order, "auto|fma|tensor (see specgen generate --help)")
       ->capture_default_str();
   app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
+  AddNoCheckTensorsFlag(app, &f->no_check_tensors);
   return [f]() { return RunPerplexity(*f); };
 }}};
 

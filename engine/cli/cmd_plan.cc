@@ -1,24 +1,26 @@
 // `specgen plan -m TARGET [-md DRAFT] --vram-budget SIZE [-c N] [--draft-max K] [--cache-type T]
-// [--json]`: the offload plan (engine/offload/planner.h) of a target and its draft under a VRAM budget,
+// [--json]`: the offload plan (moe/planner.h) of a target and its draft under a VRAM budget,
 // computed from the models' headers alone (synth presets from their shapes): what is resident and what
 // streams, the expert-cache slots, and the predicted bytes and floor time of a verification pass of
 // n = 1..16 positions under uniform routing. Nothing is loaded or allocated.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "engine/cli/command.h"
 #include "engine/cli/resource_check.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
-#include "engine/offload/planner.h"
+#include "moe/planner.h"
 #include "nlohmann/json.hpp"
 
 namespace specgen::cli {
 namespace {
 
-using offload::Plan;
-using offload::ResidentKind;
+using moe::Plan;
+using moe::ResidentKind;
 
 struct PlanFlags {
   std::string model;
@@ -41,11 +43,11 @@ std::string Bytes(double b) { return FormatBytes(b); }
 
 nlohmann::json PlanJson(const Plan& p, const PlanFlags& f) {
   nlohmann::json resident = nlohmann::json::object();
-  for (int k = 0; k < offload::kResidentKinds; ++k) {
-    resident[std::string(offload::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
+  for (int k = 0; k < moe::kResidentKinds; ++k) {
+    resident[std::string(moe::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
   }
   nlohmann::json passes = nlohmann::json::array();
-  for (const offload::PassPrediction& x : p.passes) {
+  for (const moe::PassPrediction& x : p.passes) {
     passes.push_back({{"n", x.n},
                       {"distinct_experts_per_layer", x.distinct_experts},
                       {"missed_experts_per_layer", x.missed_experts},
@@ -81,9 +83,9 @@ void PrintText(const Plan& p, const PlanFlags& f) {
               Bytes(double(p.vram_budget)).c_str(), Bytes(double(p.minimum_budget)).c_str(),
               static_cast<long long>(p.context), f.draft.empty() ? 0 : f.draft_max, f.cache_type.c_str());
   std::printf("resident in VRAM\n");
-  for (int k = 0; k < offload::kResidentKinds; ++k) {
+  for (int k = 0; k < moe::kResidentKinds; ++k) {
     if (p.resident_bytes[k] == 0) continue;
-    std::printf("  %-16s %12s\n", std::string(offload::ResidentKindName(static_cast<ResidentKind>(k))).c_str(),
+    std::printf("  %-16s %12s\n", std::string(moe::ResidentKindName(static_cast<ResidentKind>(k))).c_str(),
                 Bytes(double(p.resident_bytes[k])).c_str());
   }
   std::printf("  %-16s %12s\n", "total", Bytes(double(p.resident_total)).c_str());
@@ -112,13 +114,47 @@ void PrintText(const Plan& p, const PlanFlags& f) {
     }
   }
   std::printf("verification pass of n positions, uniform routing (floor = streamed / %.0f GB/s + VRAM read / "
-              "%.1f TB/s)\n", offload::kPcieBytesPerSecond / 1e9, offload::kHbmBytesPerSecond / 1e12);
+              "%.1f TB/s)\n", moe::kPcieBytesPerSecond / 1e9, moe::kHbmBytesPerSecond / 1e12);
   std::printf("  %3s %9s %9s %12s %12s %10s\n", "n", "distinct", "missed", "streamed", "VRAM read", "floor ms");
-  for (const offload::PassPrediction& x : p.passes) {
+  for (const moe::PassPrediction& x : p.passes) {
     std::printf("  %3d %9.2f %9.2f %12s %12s %10.3f\n", x.n, x.distinct_experts, x.missed_experts,
                 Bytes(x.streamed_bytes).c_str(), Bytes(x.hbm_bytes).c_str(), 1e3 * x.floor_seconds);
   }
   if (p.total_experts > 0) std::printf("  (distinct and missed: experts per MoE layer)\n");
+}
+
+// "synth:PRESET" with no ":TYPE": ModelBytes assumes f32 weights for it.
+bool UntypedSynth(const std::string& path) {
+  return path.rfind("synth:", 0) == 0 && path.find(':', 6) == std::string::npos;
+}
+
+// The sizes the plan derives from -c, in doubles, before the planner computes them in 64-bit
+// integers: a context that would overflow them (-c near 2^62) is refused here with its number, and
+// a context past the target's trained length is warned of, as generate warns.
+absl::Status CheckPlanSizes(const PlanFlags& f, const moe::ModelBytes& target,
+                            const moe::ModelBytes* draft, int kv_element_bytes) {
+  const int64_t context = f.context > 0 ? f.context : std::min<int64_t>(target.spec.context_length, 4096);
+  auto kv = [&](const ModelSpec& s) {
+    // K and V of every layer, and the attention scores of a pass (heads x 16 rows x context floats).
+    return 2.0 * static_cast<double>(s.n_layers) * static_cast<double>(context) * static_cast<double>(s.kv_dim()) *
+               kv_element_bytes +
+           16.0 * static_cast<double>(s.n_heads) * static_cast<double>(context) * sizeof(float);
+  };
+  const double bytes = kv(target.spec) + (draft != nullptr ? kv(draft->spec) : 0.0);
+  // 2^60 B (1 EiB): far above any budget, and far enough below 2^64 that sums of it cannot wrap.
+  constexpr double kMostBytes = 1152921504606846976.0;
+  if (!(bytes < kMostBytes)) {
+    return InvalidArgument("-c ", f.context, ": the KV caches at this context would need ", FormatBytes(bytes),
+                           ", more than any budget can hold (the target was trained on ",
+                           target.spec.context_length, " positions)");
+  }
+  if (f.context > target.spec.context_length) {
+    std::fprintf(stderr,
+                 "warning: -c %lld exceeds the context length the model was trained on (%lld); "
+                 "positions past it may give degraded output\n",
+                 static_cast<long long>(f.context), static_cast<long long>(target.spec.context_length));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunPlan(const PlanFlags& f) {
@@ -126,12 +162,12 @@ absl::Status RunPlan(const PlanFlags& f) {
   ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
   if (budget == 0) return InvalidArgument("--vram-budget ", f.vram_budget, ": must be more than 0 bytes");
   ASSIGN_OR_RETURN(const int kv_bytes, KvElementBytes(f.cache_type));
-  if (f.draft_max < 0 || f.draft_max > offload::kMaxPredictedPositions - 1) {
-    return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", offload::kMaxPredictedPositions - 1,
+  if (f.draft_max < 0 || f.draft_max > moe::kMaxPredictedPositions - 1) {
+    return InvalidArgument("--draft-max ", f.draft_max, ": must be in [0, ", moe::kMaxPredictedPositions - 1,
                            "]");
   }
   if (f.context < 0) return InvalidArgument("-c ", f.context, ": the context must be >= 1 (0 = the default)");
-  offload::PlanOptions o;
+  moe::PlanOptions o;
   o.vram_budget = budget;
   o.context = f.context;
   o.kv_element_bytes = kv_bytes;
@@ -144,17 +180,32 @@ absl::Status RunPlan(const PlanFlags& f) {
   } else {
     o.host_available = HostMemoryAvailable();
   }
-  ASSIGN_OR_RETURN(const offload::ModelBytes target, offload::ReadModelBytes(f.model));
-  std::unique_ptr<offload::ModelBytes> draft;
+  ASSIGN_OR_RETURN(const moe::ModelBytes target, moe::ReadModelBytes(f.model));
+  std::unique_ptr<moe::ModelBytes> draft;
   if (!f.draft.empty()) {
-    ASSIGN_OR_RETURN(offload::ModelBytes d, offload::ReadModelBytes(f.draft));
+    ASSIGN_OR_RETURN(moe::ModelBytes d, moe::ReadModelBytes(f.draft));
     if (d.spec.vocab_size != target.spec.vocab_size) {
       return InvalidArgument("-md ", f.draft, " cannot draft for -m ", f.model, ": vocabulary sizes differ (",
                              d.spec.vocab_size, " and ", target.spec.vocab_size, ")");
     }
-    draft = std::make_unique<offload::ModelBytes>(std::move(d));
+    draft = std::make_unique<moe::ModelBytes>(std::move(d));
   }
-  ASSIGN_OR_RETURN(const Plan plan, offload::MakePlan(target, draft.get(), o));
+  RETURN_IF_ERROR(CheckPlanSizes(f, target, draft.get(), kv_bytes));
+  // A synth preset without a type is planned as f32 weights, which a quantized run would not use.
+  const std::string untyped = UntypedSynth(f.model) ? f.model : UntypedSynth(f.draft) ? f.draft : "";
+  if (!untyped.empty()) {
+    std::fprintf(stderr, "note: %s names no weight type: planned as f32 weights (%s:q4_k_m, :q8_0 or :bf16 "
+                 "plans a quantized one)\n", untyped.c_str(), untyped.c_str());
+  }
+  absl::StatusOr<Plan> made = moe::MakePlan(target, draft.get(), o);
+  // The planner's host RAM error names this machine's MemAvailable: --host-ram plans for another.
+  if (!made.ok() && made.status().code() == absl::StatusCode::kResourceExhausted &&
+      absl::StrContains(made.status().message(), "host RAM")) {
+    return absl::ResourceExhaustedError(
+        Cat(made.status().message(), f.host_ram.empty() ? "; --host-ram SIZE plans for a machine with more" : "",
+            untyped.empty() ? "" : Cat("; ", untyped, " was planned as f32 weights: a quantized type needs less")));
+  }
+  ASSIGN_OR_RETURN(const Plan plan, std::move(made));
   if (f.json) {
     std::printf("%s\n", PlanJson(plan, f).dump().c_str());
   } else {

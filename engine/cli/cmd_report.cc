@@ -2,7 +2,7 @@
 // --benchmark_format=json or --benchmark_out) as a side-by-side table of the pairings on stdout and,
 // with --svg, a chart of tokens/s and acceptance against draft length.
 #include <cstdio>
-#include <filesystem>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,6 +12,7 @@
 #include "bench/report/svg_chart.h"
 #include "engine/cli/command.h"
 #include "engine/core/status_macros.h"
+#include "engine/io/safe_write.h"
 
 namespace specgen::cli {
 namespace {
@@ -20,37 +21,22 @@ struct ReportFlags {
   std::string results, svg, title = "specgen_bench";
 };
 
-// Writes `text` to `path` through a temporary file in the same folder, so that a failed write leaves
-// no partial chart behind.
-absl::Status WriteWhole(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return NotFound("--svg ", path, ": cannot write ", tmp);
-    out << text;
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      return DataLoss("--svg ", path, ": writing ", tmp, " failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    return NotFound("--svg ", path, ": ", ec.message());
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RunReport(const ReportFlags& flags) {
+  // The chart goes through the safe writer (engine/io/safe_write.h): a unique temporary beside it, never
+  // over the results it is drawn from, a symlink planted at a temporary name or a non-regular file.
+  SafeWriteOptions output;
+  output.inputs = {flags.results};
+  output.label = "--svg " + flags.svg;
+  if (!flags.svg.empty()) RETURN_IF_ERROR(CheckOutputPath(flags.svg, output));
   std::ifstream in(flags.results, std::ios::binary);
   if (!in) return NotFound(flags.results, ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
   ASSIGN_OR_RETURN(std::vector<report::BenchRow> rows, report::ParseBenchResults(ss.str(), flags.results));
   if (!flags.svg.empty()) {
-    RETURN_IF_ERROR(WriteWhole(flags.svg, report::RenderSvgChart(rows, flags.title)));
+    const std::string svg = report::RenderSvgChart(rows, flags.title);
+    RETURN_IF_ERROR(WriteFileSafely(
+        flags.svg, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, output));
   }
   std::fputs(report::FormatReport(rows).c_str(), stdout);
   return absl::OkStatus();

@@ -11,7 +11,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 #include "engine/speculative/make_loop.h"
@@ -173,6 +173,7 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                "error)");
   app.add_flag("--ignore-eos", f->ignore_eos, "do not stop at end-of-generation tokens");
   app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
+  AddNoCheckTensorsFlag(app, &f->no_check_tensors);
 }
 
 absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_view value) {
@@ -181,6 +182,12 @@ absl::StatusOr<std::optional<kernels::GemvOrder>> ParseGemvOrder(std::string_vie
     if (value == kernels::GemvOrderName(order)) return std::optional<kernels::GemvOrder>(order);
   }
   return InvalidArgument("--gemv-order must be auto, fma or tensor, got '", value, "'");
+}
+
+void AddNoCheckTensorsFlag(CLI::App& app, bool* flag) {
+  app.add_flag("--no-check-tensors", *flag,
+               "skip the check, at load, that every weight (f32/f16/bf16 values, packed blocks' scales) "
+               "is finite: faster start, and a corrupt file then gives NaN logits, stopped at run time");
 }
 
 bool UseAdaptiveDraftLength(const GenerationFlags& flags, AcceptMode mode) {
@@ -234,6 +241,11 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   pair->backend = std::move(made.backend);
   pair->cuda = made.cuda;
   const size_t vram_budget = made.vram_budget;
+  if (pair->cuda == nullptr && !flags.vram_budget.empty()) {
+    std::fprintf(stderr, "note: --vram-budget %s is ignored: this run is on the CPU (--device %s%s), which has no "
+                 "VRAM to budget\n", flags.vram_budget.c_str(), flags.device.c_str(),
+                 flags.device == "auto" ? ": no CUDA device or build" : "");
+  }
   const bool with_draft = !flags.draft.empty() && flags.draft_max > 0;
   ASSIGN_OR_RETURN(const ModelSpec target_spec, LoadModelSpec(flags.model));
   std::optional<ModelSpec> draft_spec;
@@ -247,22 +259,23 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   // On the GPU the planner decides, from headers alone, whether the target's experts fit beside
   // everything else or stream from host RAM into a cache of slots, and which dense layers stream
   // through a ring of layer buffers (docs/design.md §12).
-  offload::RunPlan plan;
+  moe::RunPlan plan;
   if (pair->cuda != nullptr) {
-    offload::OffloadRequest request;
+    moe::OffloadRequest request;
     request.target = flags.model;
     if (with_draft) request.draft = flags.draft;
     request.draft_max = flags.draft_max;
     request.context = context;
     request.kv_element_bytes = static_cast<int>(Info(kv_type).block_bytes);
     request.vram_budget = vram_budget;
-    ASSIGN_OR_RETURN(plan, offload::PlanRun(request));
+    ASSIGN_OR_RETURN(plan, moe::PlanRun(request));
   }
   ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(), context, kv_type,
-                                                plan));
+                                                plan, !flags.no_check_tensors));
   if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadWithReport("draft", flags.draft, pair->backend.get(),
-                                                 pair->target->max_context(), kv_type));
+                                                 pair->target->max_context(), kv_type, {},
+                                                 !flags.no_check_tensors));
     RETURN_IF_ERROR(CheckPair(flags, pair->target_tok.get(), pair->draft_tok.get(), *pair->target,
                               *pair->draft));
   }

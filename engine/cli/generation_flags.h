@@ -57,6 +57,7 @@ struct GenerationFlags {
   bool ignore_eos = false;
   int threads = 0;
   bool random_seed = false;  // --seed -1: sampling.seed was drawn at random (and is printed)
+  bool no_check_tensors = false;  // --no-check-tensors: skip the NaN/Inf check of the weights at load
 };
 
 // Where the bundled pair's model NAME (tiny-target, tiny-draft) lives: $SPECGEN_MODELS_DIR/NAME, else
@@ -68,6 +69,9 @@ std::string BundledModelPath(std::string_view name);
 // --gemv-order, --cache-type, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
 // --seed -1 draws a random seed; -n -1 generates until an end token or a full context.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
+
+// Registers --no-check-tensors (every command that loads weights from a file has it).
+void AddNoCheckTensorsFlag(CLI::App& app, bool* flag);
 
 // --gemv-order's value: "auto" (nullopt: the backend's fastest, see BackendOptions::gemv_order),
 // "fma" or "tensor"; anything else is an error naming the flag.

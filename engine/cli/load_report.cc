@@ -9,6 +9,8 @@
 #include "engine/core/progress.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "engine/io/tensor_check.h"
+#include "moe/apply_plan.h"
 
 namespace specgen::cli {
 
@@ -56,26 +58,28 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
              " positions)");
 }
 
-void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options) {
-  options->expert_cache_slots = plan.expert_cache_slots;
-  if (plan.prefill_chunk > 0) options->prefill_chunk = plan.prefill_chunk;
-  options->streamed_dense_layers = plan.streamed_dense_layers;
-  if (!plan.streamed_dense_layers.empty()) options->dense_ring_layers = plan.dense_ring_layers;
+absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, const LoadedModel& model) {
+  if (SourceKind(path) == ModelSourceKind::kSynth) return absl::OkStatus();
+  ProgressBar bar(Cat("checking ", role, " ", path, " for NaN and Inf"), 0);
+  TensorCheckOptions options;
+  options.progress = bar.Callback();
+  return CheckTensorsFinite(model.weights, path, options);
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             const offload::RunPlan& plan) {
+                                                             const moe::RunPlan& plan, bool check_tensors) {
   std::unique_ptr<LoadedModel> loaded;
   {
     ProgressBar bar(Cat("generating ", role, " ", path), 0);  // synth: only; files are mapped
     ASSIGN_OR_RETURN(loaded, LoadModel(path, bar.Callback()));
   }
+  if (check_tensors) RETURN_IF_ERROR(CheckLoadedTensors(role, path, *loaded));
   std::shared_ptr<const LoadedModel> model = std::move(loaded);
   TransformerOptions options;
   options.max_context = context;
   options.kv_type = kv_type;
-  ApplyRunPlan(plan, &options);
+  moe::ApplyRunPlan(plan, &options);
   std::unique_ptr<Transformer> lm;
   {
     const std::string name = model->spec.name.empty() ? path : model->spec.name;

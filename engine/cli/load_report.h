@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/run_plan.h"
+#include "moe/run_plan.h"
 
 namespace specgen::cli {
 
@@ -24,12 +24,15 @@ std::string LoadSummary(std::string_view role, const Transformer& lm, std::strin
 
 // LoadModel + Transformer::Create with progress on stderr, then LoadSummary on stderr.
 // `kv_type`: TransformerOptions'; `plan`: what streams (the default: nothing, every weight resident).
+// `check_tensors`: a model read from a file has its weights checked for NaN and infinity first
+// (CheckLoadedTensors; --no-check-tensors turns it off).
 absl::StatusOr<std::unique_ptr<Transformer>> LoadWithReport(std::string_view role, const std::string& path,
                                                              Backend* backend, int64_t context, DType kv_type,
-                                                             const offload::RunPlan& plan = {});
+                                                             const moe::RunPlan& plan = {},
+                                                             bool check_tensors = true);
 
-// The TransformerOptions fields a plan sets: expert_cache_slots, prefill_chunk, streamed_dense_layers
-// and dense_ring_layers.
-void ApplyRunPlan(const offload::RunPlan& plan, TransformerOptions* options);
+// The check of engine/io/tensor_check.h on a model loaded from `path`, under a progress bar labelled
+// with `role`; synthetic presets (generated finite) are not checked.
+absl::Status CheckLoadedTensors(std::string_view role, const std::string& path, const LoadedModel& model);
 
 }  // namespace specgen::cli

@@ -2,6 +2,10 @@
 // The subcommands live in cmd_*.cc; this file only parses and dispatches, and turns a Status into a
 // message on stderr and exit status 1.
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -39,6 +43,28 @@ absl::Status RunGuarded(const std::function<absl::Status()>& run) {
   } catch (...) {
     return absl::InternalError("unexpected error of unknown type");
   }
+}
+
+// CLI11 reads a 64-bit integer option with strtoll, which clamps a number past its range to the
+// largest value without a word (-c 99999999999999999999 would be -c 9223372036854775807). Every
+// integer option's values as written are checked here: out of range is an error naming the flag.
+std::optional<std::string> OutOfRangeInteger(const CLI::App& sub) {
+  for (const CLI::Option* opt : sub.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    // --seed parses its own text (an unsigned 64-bit seed, or -1) and names what it refuses.
+    if (opt->check_lname("seed")) continue;
+    for (const std::string& value : opt->results()) {
+      int64_t parsed = 0;
+      const char* end = value.data() + value.size();
+      const auto [ptr, ec] = std::from_chars(value.data(), end, parsed);
+      if (ec == std::errc::result_out_of_range) {
+        return specgen::Cat(opt->get_name(), " ", value, ": out of range (at most ",
+                            std::numeric_limits<int64_t>::max(), ")");
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -102,6 +128,10 @@ int main(int argc, char** argv) {
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
+    if (std::optional<std::string> bad = OutOfRangeInteger(*sub)) {
+      std::fprintf(stderr, "specgen %s: error: %s\n", sub->get_name().c_str(), bad->c_str());
+      return 1;
+    }
     absl::Status status = RunGuarded(run);
     if (!status.ok()) {
       std::fprintf(stderr, "specgen %s: error: %s\n", sub->get_name().c_str(),

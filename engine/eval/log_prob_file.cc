@@ -1,9 +1,11 @@
 #include "engine/eval/log_prob_file.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "engine/core/status_macros.h"
 
@@ -142,6 +144,18 @@ absl::Status LogProbFileReader::Next(LogProbRecord* out) {
   out->log_probs.min_log_prob = Get<float>(p);
   out->log_probs.scale = Get<float>(p);
   out->top = Get<int32_t>(p);
+  // A NaN or infinite field would turn every statistic it enters into nan (or, through a sort, into a
+  // wrong median): a corrupt reference is refused at the position that holds it.
+  using Field = std::pair<const char*, float>;
+  for (const auto& [field, value] : {Field{"nll", out->nll}, Field{"min_log_prob", out->log_probs.min_log_prob},
+                                      Field{"scale", out->log_probs.scale}}) {
+    if (!std::isfinite(value)) {
+      return DataLoss(path_, ": position ", read_, " has ", field, " = ", value, " (not finite: corrupt file)");
+    }
+  }
+  if (out->log_probs.scale < 0) {
+    return DataLoss(path_, ": position ", read_, " has a negative scale ", out->log_probs.scale, " (corrupt file)");
+  }
   if (out->top < 0 || static_cast<uint32_t>(out->top) >= header_.vocab_size) {
     return DataLoss(path_, ": position ", read_, " has top token ", out->top, ", outside the vocabulary");
   }

@@ -15,7 +15,7 @@
 namespace specgen {
 
 // Prompts are fed in chunks of at most this many tokens: it bounds the activations of a long
-// prompt's pass (engine/offload/planner.h reserves them as workspace).
+// prompt's pass (moe/planner.h reserves them as workspace).
 inline constexpr size_t kPrefillChunk = 256;
 // Rows of logits a model's pass buffer holds from its first pass on: a verification pass's (the draft
 // length bound, 16, plus one), so that passes of growing size do not reallocate it (a captured CUDA

@@ -5,7 +5,7 @@
 
 #include "engine/backend/routed_experts.h"
 #include "engine/core/status_macros.h"
-#include "engine/offload/routing_trace.h"
+#include "engine/backend/routing_table.h"
 
 namespace specgen {
 
@@ -275,13 +275,13 @@ absl::Status Transformer::EmptyExpertCache() {
   return streamed_->EmptyCache();
 }
 
-absl::Status Transformer::SetRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status Transformer::SetRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   const ModelSpec& spec = model_->spec;
   if (trace != nullptr) {
     const int64_t moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
     if (trace->moe_layers() != moe_layers || trace->n_experts() != spec.n_experts ||
         trace->top_k() != spec.n_experts_used) {
-      return InvalidArgument(model_->source, ": a routing trace of ", trace->moe_layers(), " MoE layers, top-",
+      return InvalidArgument(model_->source, ": a routing table of ", trace->moe_layers(), " MoE layers, top-",
                              trace->top_k(), " of ", trace->n_experts(), " experts for a model of ", moe_layers,
                              ", top-", spec.n_experts_used, " of ", spec.n_experts);
     }

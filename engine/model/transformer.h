@@ -30,7 +30,7 @@ struct TransformerOptions {
   // without streaming, the CPU, uploads them as usual). The results are the resident run's, bit for bit.
   int64_t expert_cache_slots = -1;
   // Positions of a prompt chunk (CausalLm::prefill_chunk); 0: kPrefillChunk. A target whose experts
-  // stream takes the offload plan's (offload::Plan::prefill_chunk): each chunk streams nearly every
+  // stream takes the offload plan's (moe::Plan::prefill_chunk): each chunk streams nearly every
   // expert, so fewer, larger chunks stream less.
   int64_t prefill_chunk = 0;
   // The copy of the streamed experts into host memory: (bytes done, bytes in all).
@@ -38,7 +38,7 @@ struct TransformerOptions {
   // Dense layers (by index) whose FFN (gate, up, down) stays in pinned host memory and is copied, every
   // pass, through a ring of `dense_ring_layers` VRAM layer buffers (Backend::PrepareStreamedLayers; a
   // backend without streaming, the CPU, uploads them as usual): the planner's streamed_dense_layers
-  // (engine/offload/run_plan.h). An MoE layer, a layer out of range or one listed twice is an error.
+  // (moe/run_plan.h). An MoE layer, a layer out of range or one listed twice is an error.
   // The results are the resident run's, bit for bit.
   std::vector<int> streamed_dense_layers = {};
   int dense_ring_layers = 2;
@@ -134,10 +134,10 @@ class Transformer : public CausalLm {
   // Empties the expert cache (a cold start, for benchmarks; FailedPrecondition when nothing streams).
   absl::Status EmptyExpertCache();
   // Benchmarks only (docs/design.md §12; generate and chat never call it): every MoE layer's top-k ids
-  // replaced by `trace`'s at each row's absolute position, the router's weights kept
-  // (Backend::OverrideNextRouting); null: the model's own router. The trace must match the model's MoE
+  // replaced by `table`'s at each row's absolute position, the router's weights kept
+  // (Backend::OverrideNextRouting); null: the model's own router. The table must match the model's MoE
   // layers, experts and experts_used. Turning it on or off makes captured passes stale (scratch_generation).
-  absl::Status SetRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace);
+  absl::Status SetRoutingOverride(std::shared_ptr<const RoutingTable> table);
   // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
   // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
   bool StreamsOnHost(int64_t n) const;
@@ -206,7 +206,7 @@ class Transformer : public CausalLm {
   // The attention of a ForwardSequences pass: each sequence's rows against its own cache.
   absl::Status SequencesAttention(int64_t layer, std::span<const int32_t> positions);
   int64_t scratch_generation_ = 0;
-  std::shared_ptr<const offload::RoutingTrace> routing_override_;  // SetRoutingOverride
+  std::shared_ptr<const RoutingTable> routing_override_;  // SetRoutingOverride
   std::span<const int32_t> pass_positions_;  // the positions of the pass running (the override's index)
 };
 

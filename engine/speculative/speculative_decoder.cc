@@ -61,6 +61,7 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> SpeculativeDecoder::Step(const std:
   batch_.insert(batch_.end(), proposal_.tokens.begin(), proposal_.tokens.end());
   RETURN_IF_ERROR(target_->Forward(batch_, &logits_));
   out.verify_seconds = SecondsSince(t0);
+  RETURN_IF_ERROR(CheckLogitsFinite(logits_, vocab, context_len - 1));
 
   t0 = std::chrono::steady_clock::now();
   p_.resize((k + 1) * v);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "engine/core/status_macros.h"
@@ -15,6 +16,20 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+absl::Status CheckLogitsFinite(std::span<const float> logits, int64_t vocab, int64_t first_position) {
+  const size_t v = static_cast<size_t>(vocab);
+  for (size_t row = 0; v > 0 && row * v < logits.size(); ++row) {
+    for (size_t j = row * v; j < (row + 1) * v && j < logits.size(); ++j) {
+      if (!std::isfinite(logits[j])) {
+        return absl::DataLossError(Cat("the target's logits at position ", first_position + static_cast<int64_t>(row),
+                                       " are not finite (token ", j - row * v, " is ", logits[j],
+                                       "): the weights or activations hold NaN or Inf; generation stopped"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateGeneration(std::span<const int32_t> prompt, const CausalLm& target,
                                 const SpeculativeOptions& options) {
@@ -123,7 +138,12 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
                                      result.tokens.size(), " tokens"));
     }
     for (const int32_t t : result.tokens) {
-      if (t < 0 || t >= vocab) return absl::InternalError(Cat("a step emitted token ", t));
+      // A sampler meets no token only where the logits it drew from were NaN or infinite.
+      if (t < 0 || t >= vocab) {
+        return absl::DataLossError(Cat("a step at position ", len - 1, " emitted token ", t,
+                                       ": the target's logits there are not finite (NaN or Inf), from "
+                                       "corrupt weights or overflowing activations; generation stopped"));
+      }
     }
 
     // The target keeps the sequence and the accepted drafts; the target's token is fed next step.

@@ -52,6 +52,11 @@ using TokenSink = std::function<void(std::span<const int32_t>)>;
 absl::Status ValidateGeneration(std::span<const int32_t> prompt, const CausalLm& target,
                                 const SpeculativeOptions& options);
 
+// Rows of `vocab` logits, the first at position `first_position`: an error naming the first row with
+// a NaN or an infinity. A NaN row is no distribution; taken as one, greedy would pick the end token
+// and stop as if normally, and sampling would draw no token at all.
+absl::Status CheckLogitsFinite(std::span<const float> logits, int64_t vocab, int64_t first_position);
+
 class SpeculativeLoop {
  public:
   virtual ~SpeculativeLoop() = default;

@@ -1,6 +1,7 @@
 // CPU backend ops against naive double-precision loops, and the batch/thread invariance that the
 // speculative engine relies on (bit-exact). fp32 unit roundoff u = 2^-24 ≈ 6e-8.
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/packed_product.h"
 
 #include <algorithm>
 #include <cmath>
@@ -110,10 +111,10 @@ std::vector<uint8_t> RandomFinitePacked(size_t n, uint32_t seed) {
   return b;
 }
 
-// A packed weight (a block type: rows dequantized as MatMul and Embed read them) gives bit for bit what
-// the same weight dequantized at load gives: the same fp32 values in the same reduction order,
-// whatever the batch, for every DType (f16/bf16 are dequantized at upload), over blocks of rows split
-// between threads.
+// A packed weight (a block type: kept packed) gives bit for bit, whatever the batch and over blocks of
+// rows split between threads: in the types of the packed product (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) the
+// product's one definition token by token; in the other block types what the same weight dequantized at
+// load gives (the same fp32 values in the same reduction order); Embed the dequantized rows always.
 TEST_F(CpuOps, PackedWeightsEqualDequantizedAtLoad) {
   const int64_t rows = 300, cols = 512;  // 128 rows a cache block at 512 columns: three blocks
   for (DType t : AllDTypes()) {
@@ -136,7 +137,23 @@ TEST_F(CpuOps, PackedWeightsEqualDequantizedAtLoad) {
       auto yp = Empty(n, rows), yf = Empty(n, rows);
       ASSERT_TRUE(be_.MatMul(*xb, *wp, yp.get()).ok());
       ASSERT_TRUE(be_.MatMul(*xb, *wf, yf.get()).ok());
-      const std::vector<float> got = Get(*yp), want = Get(*yf);
+      const std::vector<float> got = Get(*yp);
+      std::vector<float> want = Get(*yf);
+      if (packed_product::Covers(t)) {
+        // The packed product's one definition, token by token (engine/core/packed_product.h).
+        const std::vector<float> x = Get(*xb);
+        std::vector<int8_t> q(cols);
+        std::vector<float> d(cols / 32);
+        std::vector<int32_t> sum(cols / 32);
+        const size_t row_bytes = packed.size() / rows;
+        for (int64_t r = 0; r < n; ++r) {
+          packed_product::QuantizeActivations(&x[r * cols], cols, q.data(), d.data(), sum.data());
+          for (int64_t o = 0; o < rows; ++o) {
+            want[r * rows + o] =
+                packed_product::RowProduct(t, packed.data() + o * row_bytes, cols, q.data(), d.data(), sum.data());
+          }
+        }
+      }
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
           << Name(t) << " batch " << n;
     }

@@ -9,6 +9,7 @@
 // Bit for bit: a row's product alone and inside 16 rows, the fused ops against their Backend
 // defaults, and device-routed experts against host routing with per-role types (Q4_K gate/up with a
 // Q6_K down, as Q4_K_M files have them). NaN fails everywhere.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -133,13 +134,26 @@ TEST_F(CudaPacked, MatMulAndEmbedMatchCpu) {
       auto yg = GpuBuffer(s.n, s.out, std::vector<float>(size_t(s.n) * s.out, std::nanf("")));
       ASSERT_TRUE(cpu_.MatMul(*xc, **cw, yc.get()).ok());
       ASSERT_TRUE(gpu_->MatMul(*xg, **gw, yg.get()).ok()) << what;
+      // Up to 16 rows both sides compute the packed product's one definition (equal bits: the bound
+      // below is not needed there). The prefill (more rows) multiplies the dequantized weights on bf16
+      // activations by cuBLAS, while the CPU quantizes each 32-block of x to int8 (step d_b = max|x| /
+      // 127): each side's rounding of x bounds its error, 2^-8 relative for bf16, d_b / 2 (+ 2^-15 d_b)
+      // an element for the int8 codes.
       const bool prefill = s.n > 16;
       std::vector<double> tol(size_t(s.n) * s.out);
       for (int tok = 0; tok < s.n; ++tok)
         for (int o = 0; o < s.out; ++o) {
-          double a = 0;
-          for (int k = 0; k < s.in; ++k) a += std::fabs(double(w[size_t(o) * s.in + k]) * xv[size_t(tok) * s.in + k]);
-          tol[size_t(tok) * s.out + o] = ((prefill ? 0x1p-8 + 0x1p-18 : 0.0) + 2.0 * s.in * kU) * a + 1e-30;
+          double a = 0, q = 0;
+          for (int b = 0; b < s.in / 32; ++b) {
+            double amax = 0, wabs = 0;
+            for (int k = 32 * b; k < 32 * b + 32; ++k) {
+              amax = std::max(amax, std::fabs(double(xv[size_t(tok) * s.in + k])));
+              wabs += std::fabs(double(w[size_t(o) * s.in + k]));
+              a += std::fabs(double(w[size_t(o) * s.in + k]) * xv[size_t(tok) * s.in + k]);
+            }
+            q += amax / 127 * (0.5 + 0x1p-15) * wabs;
+          }
+          tol[size_t(tok) * s.out + o] = ((prefill ? 0x1p-8 + 0x1p-18 : 0.0) + 2.0 * s.in * kU) * a + (prefill ? q : 0) + 1e-30;
         }
       const float* c = CpuBackend::Data(*yc);
       ExpectAllWithin(Read(*yg), std::vector<float>(c, c + size_t(s.n) * s.out), tol, "MatMul " + what);

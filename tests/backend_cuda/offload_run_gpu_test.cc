@@ -25,7 +25,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/planner.h"
+#include "moe/planner.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "kernels/expert_cache.cuh"
@@ -83,22 +83,22 @@ TEST(OffloadRun, PlannedResidentBytesAreWhatLoadingAllocates) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   const BundledPair pair = Pair();
   if (!pair.present()) GTEST_SKIP() << "bundled pair not present";
-  auto tb = offload::ReadModelBytes(pair.target.string());
-  auto db = offload::ReadModelBytes(pair.draft.string());
+  auto tb = moe::ReadModelBytes(pair.target.string());
+  auto db = moe::ReadModelBytes(pair.draft.string());
   ASSERT_TRUE(tb.ok() && db.ok()) << tb.status() << db.status();
-  offload::PlanOptions po;
+  moe::PlanOptions po;
   po.context = kContext;
   po.draft_max = kDraft;
   po.kv_element_bytes = 2;  // f16, as the Transformers below
   po.vram_budget = size_t{1} << 30;
-  auto probe = offload::MakePlan(*tb, &*db, po);
+  auto probe = moe::MakePlan(*tb, &*db, po);
   ASSERT_TRUE(probe.ok()) << probe.status();
   ASSERT_LT(probe->minimum_budget, probe->resident_total) << "the bundled target's experts cannot stream";
   po.vram_budget = (probe->minimum_budget + probe->resident_total) / 2;
-  auto plan = offload::MakePlan(*tb, &*db, po);
+  auto plan = moe::MakePlan(*tb, &*db, po);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_GE(plan->expert_cache_slots, 0);
-  using K = offload::ResidentKind;
+  using K = moe::ResidentKind;
 
   // The arena is the budget, as the CLI makes it.
   auto be = testing::TestCudaBackend(plan->vram_budget);
@@ -145,7 +145,7 @@ TEST(OffloadRun, PlannedResidentBytesAreWhatLoadingAllocates) {
   EXPECT_GE(stats->slot_bytes, plan->slot_bytes);
   EXPECT_LT(stats->slot_bytes, plan->slot_bytes + 3 * 256);
   // Left out of the plan, or counted otherwise: the slots' padding; the cache's tables as
-  // engine/backend/cuda/streamed_experts.cc lays them out (per (layer, expert) its slot and three
+  // moe/cuda/streamed_experts.cc lays them out (per (layer, expert) its slot and three
   // address-table pointers, per slot its owner and stamp, two fetch lists and the state) where the
   // plan reserves kSlotTableBytesPerExpert an expert.
   const size_t total_experts = static_cast<size_t>(plan->total_experts);

@@ -20,7 +20,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/routing_trace.h"
+#include "bench/routing/routing_trace.h"
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
 #include "tests/common/gpu_test_env.h"
@@ -42,12 +42,12 @@ TEST(RoutingOverrideGpu, RouteTakesTheTracesIdsAndKeepsTheRoutersWeights) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   auto be = testing::TestCudaBackend(size_t{256} << 20);
   ASSERT_NE(be, nullptr);
-  offload::RoutingTraceShape shape;
+  RoutingTableShape shape;
   shape.positions = 10;
   shape.moe_layers = 2;
   shape.n_experts = 16;
   shape.top_k = 4;
-  auto trace = offload::RoutingTrace::Uniform(shape, 7);
+  auto trace = bench::UniformTrace(shape, 7);
   ASSERT_TRUE(trace.ok());
   const std::vector<int32_t> positions = {3, 17, 5, 13};  // 17 and 13 wrap to 7 and 3
   std::vector<float> host(positions.size() * shape.n_experts);
@@ -82,7 +82,7 @@ TEST(RoutingOverrideGpu, StreamedEqualsResidentUnderTheSameOverrideAlsoFromGraph
   const int64_t vocab = spec->vocab_size, k = spec->n_experts_used;
   const int64_t moe_layers = std::count(spec->layer_is_moe.begin(), spec->layer_is_moe.end(), true);
   // 64 positions: the passes below run past it and wrap.
-  auto trace = offload::RoutingTrace::ForModel(offload::RoutingRegime::kLocality, *spec, 64, 5);
+  auto trace = bench::TraceForModel(bench::RoutingRegime::kLocality, *spec, 64, 5);
   ASSERT_TRUE(trace.ok()) << trace.status();
   auto be = testing::TestCudaBackend(size_t{1} << 30);
   ASSERT_NE(be, nullptr);
@@ -125,7 +125,7 @@ TEST(RoutingOverrideGpu, StreamedEqualsResidentUnderTheSameOverrideAlsoFromGraph
     ASSERT_TRUE(graphed.ok()) << graphed.status();
     for (int round = 0; round < 3; ++round) {
       if (round == 1) {  // another trace of the same shape: rewritten where the graphs read it
-        auto other = offload::RoutingTrace::ForModel(offload::RoutingRegime::kUniform, *spec, 64, 6);
+        auto other = bench::TraceForModel(bench::RoutingRegime::kUniform, *spec, 64, 6);
         ASSERT_TRUE(other.ok());
         ASSERT_TRUE(r->SetRoutingOverride(*other).ok());
         ASSERT_TRUE(s->SetRoutingOverride(*other).ok());
@@ -178,8 +178,8 @@ TEST(RoutingOverrideGpu, UniformRoutingHitsTheSlotShareAndLocalityFarMore) {
   auto lm = Transformer::Create(model, be.get(), so);
   ASSERT_TRUE(lm.ok()) << lm.status();
   ASSERT_FALSE((*lm)->StreamsOnHost(1));
-  auto hit_rate = [&](offload::RoutingRegime regime) -> double {
-    auto trace = offload::RoutingTrace::ForModel(regime, *spec, 512, 2);
+  auto hit_rate = [&](bench::RoutingRegime regime) -> double {
+    auto trace = bench::TraceForModel(regime, *spec, 512, 2);
     EXPECT_TRUE(trace.ok()) << trace.status();
     EXPECT_TRUE((*lm)->SetRoutingOverride(*trace).ok());
     EXPECT_TRUE((*lm)->Truncate(0).ok());
@@ -196,8 +196,8 @@ TEST(RoutingOverrideGpu, UniformRoutingHitsTheSlotShareAndLocalityFarMore) {
     EXPECT_EQ(hits + misses, 360.0 * moe_layers * spec->n_experts_used) << "one pass's union: its k ids";
     return hits / (hits + misses);
   };
-  const double uniform = hit_rate(offload::RoutingRegime::kUniform);
-  const double locality = hit_rate(offload::RoutingRegime::kLocality);
+  const double uniform = hit_rate(bench::RoutingRegime::kUniform);
+  const double locality = hit_rate(bench::RoutingRegime::kLocality);
   std::printf("slot share %.3f: hit rate %.3f uniform, %.3f locality\n", share, uniform, locality);
   // 4320 requests: the sampling error of a share is under 0.015; the bounds leave room for LRU's
   // shortfall below and three errors above.

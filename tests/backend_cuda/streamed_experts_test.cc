@@ -1,5 +1,5 @@
 // Experts streamed from pinned host memory into the GPU-driven VRAM expert cache (docs/design.md §12,
-// engine/backend/cuda/streamed_experts.h). Skips without a device.
+// moe/cuda/streamed_experts.h). Skips without a device.
 //  - The cache decision (kernels/expert_cache.cuh) against moe/slot_table_model.h on random skewed
 //    traces: every slot_of / owner / stamp entry and counter after every access, the layer's address
 //    tables pointing at the right slots, and each union expert's slot holding its host bytes.
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
-#include "engine/backend/cuda/host_arena.h"
+#include "moe/cuda/host_arena.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"

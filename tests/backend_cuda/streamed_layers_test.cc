@@ -1,5 +1,5 @@
 // Dense layers streamed through a ring of VRAM layer buffers (docs/design.md §12,
-// engine/backend/cuda/streamed_layers.h). Skips without a device.
+// moe/cuda/streamed_layers.h). Skips without a device.
 //  - The ring itself: each layer's bytes are in its buffer between Acquire and Release, read by work
 //    queued on the compute stream, pass after pass, eagerly and replayed from a CUDA graph; calls out
 //    of order are errors.
@@ -23,13 +23,13 @@
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_graph.h"
-#include "engine/backend/cuda/streamed_layers.h"
+#include "moe/cuda/streamed_layers.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/planner.h"
-#include "engine/offload/run_plan.h"
+#include "moe/planner.h"
+#include "moe/run_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
 #include "gtest/gtest.h"
@@ -372,21 +372,21 @@ TEST(StreamedLayers, ThePlannersDenseLayersEqualResident) {
   SPECGEN_SKIP_WITHOUT_CUDA();
   const auto path = testing::SourceDir() / "tests" / "data" / "models" / "qwen3-dense";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  offload::OffloadRequest request;
+  moe::OffloadRequest request;
   request.target = path.string();
   request.context = 160;
   request.kv_element_bytes = 4;
   request.vram_budget = size_t{1} << 40;
-  auto bytes = offload::ReadModelBytes(request.target);
+  auto bytes = moe::ReadModelBytes(request.target);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  offload::PlanOptions po;
+  moe::PlanOptions po;
   po.context = request.context;
   po.kv_element_bytes = request.kv_element_bytes;
   po.vram_budget = request.vram_budget;
-  auto probe = offload::MakePlan(*bytes, nullptr, po);
+  auto probe = moe::MakePlan(*bytes, nullptr, po);
   ASSERT_TRUE(probe.ok()) << probe.status();
   request.vram_budget = probe->minimum_budget;
-  auto run = offload::PlanRun(request);
+  auto run = moe::PlanRun(request);
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_FALSE(run->streamed_dense_layers.empty()) << "the minimum budget should stream dense layers";
   auto model = Load(request.target);

@@ -41,7 +41,7 @@ TEST(ModelCacheTest, PlacementsAreKeptApartAndKeepOnlyFreesTheRest) {
   const BackendKey cpu{"cpu", "", 1};
   auto resident = cache.Get(cpu, "synth:tiny-moe", 64);
   ASSERT_TRUE(resident.ok()) << resident.status();
-  offload::RunPlan streamed;
+  moe::RunPlan streamed;
   streamed.expert_cache_slots = 4;
   streamed.prefill_chunk = 32;
   auto placed = cache.Get(cpu, "synth:tiny-moe", 64, streamed);
@@ -73,7 +73,7 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   spec.pairing = &p;
   spec.length = {2, false};
   const size_t gib = size_t{1} << 30;
-  const offload::OffloadRequest r = OffloadRequestFor(spec, 8 * gib);
+  const moe::OffloadRequest r = OffloadRequestFor(spec, 8 * gib);
   EXPECT_EQ(r.target, p.target);
   EXPECT_EQ(r.draft, p.draft);
   EXPECT_EQ(r.draft_max, 6);
@@ -81,7 +81,7 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   EXPECT_EQ(r.kv_element_bytes, 4);
   EXPECT_EQ(r.vram_budget, 8 * gib);
   // The target alone shares the pairing's placement (the same request).
-  const offload::OffloadRequest plain = OffloadRequestFor(WithoutDraft(spec), 8 * gib);
+  const moe::OffloadRequest plain = OffloadRequestFor(WithoutDraft(spec), 8 * gib);
   EXPECT_EQ(plain.draft, p.draft);
   EXPECT_EQ(plain.draft_max, 6);
   // Planned (a target whose streamed part fits this host's RAM): below what holds every expert the
@@ -92,10 +92,10 @@ TEST(PairingRunTest, OffloadRequestCoversThePairingAndABudgetBelowTheExpertsStre
   olmoe.draft_lengths = {{0, false}};
   RunSpec plain_spec;
   plain_spec.pairing = &olmoe;
-  auto streamed = offload::PlanRun(OffloadRequestFor(plain_spec, 2 * gib));
+  auto streamed = moe::PlanRun(OffloadRequestFor(plain_spec, 2 * gib));
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   EXPECT_GT(streamed->expert_cache_slots, 0);
-  auto resident = offload::PlanRun(OffloadRequestFor(plain_spec, 16 * gib));
+  auto resident = moe::PlanRun(OffloadRequestFor(plain_spec, 16 * gib));
   ASSERT_TRUE(resident.ok()) << resident.status();
   EXPECT_EQ(resident->expert_cache_slots, -1);
   // A pairing without a draft plans the target alone.

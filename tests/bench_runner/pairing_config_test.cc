@@ -2,8 +2,10 @@
 // that names the file, the line and the key, before any weights load.
 #include "bench/runner/pairing_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "bench/runner/pairing_check.h"
@@ -215,6 +217,70 @@ TEST_F(PairingConfigTest, DraftWithAnotherVocabularyFailsTheModelCheck) {
   // The draft was set in [defaults], on line 3.
   EXPECT_THAT(std::string(status.message()), HasSubstr(Path() + ":3: draft: pairing 'b': "));
   EXPECT_THAT(std::string(status.message()), HasSubstr("vocabulary sizes differ: target 300, draft 4096"));
+}
+
+}  // namespace
+}  // namespace specgen::bench
+
+namespace specgen::bench {
+namespace {
+
+// Values a sampler or the runner cannot use are refused where they are read, with file, line and key:
+// TOML's nan and inf (which pass a `v < 0` check), budgets that name one benchmark twice, and
+// max_new_tokens that cannot fit in the context beside a prompt.
+TEST_F(PairingConfigTest, NonFiniteDuplicateAndUnfittableValuesNameFileLineAndKey) {
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ntemperature = nan\n"),
+              HasSubstr("c.toml:12: temperature: must be a finite number, got nan"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ntemperature = inf\n"),
+              HasSubstr(":12: temperature: must be a finite number, got inf"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ntemperature = 1e300\n"),
+              HasSubstr(":12: temperature: is too large for a float"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ntop_p = -nan\n"),
+              HasSubstr(":12: top_p: must be a finite number"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\nmin_p = +inf\n"),
+              HasSubstr(":12: min_p: must be a finite number"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\nvram_budget = [\"8GiB\", \"8192MiB\"]\n"),
+              HasSubstr(":12: vram_budget: lists \"8GiB\" and \"8192MiB\", the same size (each"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\nvram_budget = [\"1GiB\", \"1GiB\"]\n"),
+              HasSubstr(":12: vram_budget: lists \"1GiB\" twice"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\nvram_budget = \"0GiB\"\n"),
+              HasSubstr(":12: vram_budget: \"0GiB\" is 0 bytes"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ncontext = 64\nmax_new_tokens = 1000\n"),
+              HasSubstr(":13: max_new_tokens: pairing 'a': max_new_tokens 1000 does not fit in a context of 64"));
+  // A context lowered below the default max_new_tokens (64) is named at the context's line.
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ncontext = 32\n"),
+              HasSubstr(":12: context: pairing 'a': max_new_tokens 64 does not fit in a context of 32"));
+}
+
+TEST_F(PairingConfigTest, PromptFileThatIsNoRegularFileIsRefused) {
+  fs::create_directories(dir_ / "adir");
+  EXPECT_THAT(ErrorOf(Head() + "[prompts.q]\nfile = \"adir\"\n[[pairing]]\nname = \"a\"\n"),
+              HasSubstr("adir: not a regular file (a directory)"));
+  EXPECT_THAT(ErrorOf(Head() + "[prompts.q]\nfile = \"/dev/zero\"\n[[pairing]]\nname = \"a\"\n"),
+              HasSubstr("/dev/zero: not a regular file (a device, FIFO or socket)"));
+}
+
+// The seeds of fuzz_pairing_config (tests/data/fuzz/), replayed as the fuzzer reads them: each parses,
+// and holds only values the runner can use (what the fuzz target asserts of every accepted input).
+TEST(PairingConfigFuzzSeeds, ParseToUsableConfigs) {
+  const fs::path dir = fs::path(SPECGEN_SOURCE_DIR) / "tests/data/fuzz/fuzz_pairing_config";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto config = ParsePairingConfig(text, "/nonexistent-fuzz-dir/pairing.toml");
+    if (e.path().filename().string().rfind("seed-", 0) == 0) {
+      EXPECT_TRUE(config.ok()) << e.path() << ": " << config.status();
+    }
+    ++n;
+    if (!config.ok()) continue;
+    for (const Pairing& p : config->pairings) {
+      EXPECT_LT(p.max_new_tokens, p.context) << e.path();
+      EXPECT_TRUE(std::isfinite(p.sampling.temperature)) << e.path();
+      EXPECT_FALSE(p.draft_lengths.empty()) << e.path();
+    }
+  }
+  EXPECT_GE(n, 2) << "seeds missing from " << dir;
 }
 
 }  // namespace

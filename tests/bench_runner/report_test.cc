@@ -182,3 +182,53 @@ TEST(SvgChartTest, TheCheckerCatchesMalformedXml) {
 
 }  // namespace
 }  // namespace specgen::report
+
+namespace specgen::report {
+namespace {
+
+std::string OneBenchmark(const std::string& name, const std::string& counters) {
+  return "{\"benchmarks\": [{\"name\": \"" + name + "\", \"run_type\": \"iteration\"" + counters + "}]}";
+}
+
+// Values no run produces (a NaN or infinite counter, 1e308 tokens/s, a draft length of 2^31) would
+// put nan coordinates in the chart or size its axis absurdly: each is an error naming the benchmark
+// and the counter where the file is read, and so is an entry of the wrong JSON type.
+TEST(BenchResultsTest, AbsurdValuesAreNamedErrors) {
+  auto error = [](const std::string& json) {
+    auto rows = ParseBenchResults(json, "r.json");
+    EXPECT_FALSE(rows.ok()) << json;
+    return rows.ok() ? std::string() : std::string(rows.status().message());
+  };
+  EXPECT_THAT(error(OneBenchmark("g/k:2", ", \"tokens_per_second\": 1e308")),
+              ::testing::HasSubstr("r.json: benchmark 'g/k:2': tokens_per_second = 1e+308 is outside [0, 1e+09]"));
+  EXPECT_THAT(error(OneBenchmark("g/k:2", ", \"acceptance_rate\": 1.5")),
+              ::testing::HasSubstr("acceptance_rate = 1.5 is outside [0, 1]"));
+  EXPECT_THAT(error(OneBenchmark("g/k:2", ", \"speedup\": -1")), ::testing::HasSubstr("speedup = -1"));
+  EXPECT_THAT(error(OneBenchmark("g/k:2", ", \"speedup\": \"nan\"")),
+              ::testing::HasSubstr("speedup is not a number"));
+  EXPECT_THAT(error(OneBenchmark("g/k:2147483648", "")), ::testing::HasSubstr("is not specgen_bench's"));
+  EXPECT_THAT(error(OneBenchmark("g/k:65", "")), ::testing::HasSubstr("LENGTH at most 64"));
+  EXPECT_THAT(error("{\"benchmarks\": [1]}"), ::testing::HasSubstr("\"benchmarks\" holds number, not objects"));
+  EXPECT_THAT(error("{\"benchmarks\": [{\"name\": 3}]}"), ::testing::HasSubstr("\"name\" is not a string"));
+  EXPECT_THAT(error(OneBenchmark("g/k:2", ", \"error_occurred\": \"yes\"")),
+              ::testing::HasSubstr("\"error_occurred\" is not true or false"));
+  // The largest values allowed still draw finite coordinates.
+  auto rows = ParseBenchResults(OneBenchmark("g/k:64", ", \"tokens_per_second\": 1e9, \"acceptance_rate\": 1"),
+                                "r.json");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const std::string svg = RenderSvgChart(*rows, "t");
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(svg.find("inf"), std::string::npos);
+}
+
+// The seeds of fuzz_bench_results (tests/data/fuzz/) parse, and their chart has no nan or inf.
+TEST(BenchResultsFuzzSeeds, ParseAndDrawFinite) {
+  const std::string dir = std::string(SPECGEN_SOURCE_DIR) + "/tests/data/fuzz/fuzz_bench_results/";
+  auto rows = ParseBenchResults(ReadFile(dir + "seed-results"), "seed-results");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const std::string svg = RenderSvgChart(*rows, "seed");
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specgen::report

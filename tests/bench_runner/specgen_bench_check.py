@@ -3,6 +3,9 @@
 Benchmark's own flags gives one benchmark per pairing x draft length, each with every counter, in
 plausible ranges; a bad config exits 1 naming the file and line, and writes no results.
 
+Values a run cannot use (temperature = nan, max_new_tokens past the context, one budget twice, budgets
+on a CPU run, a prompt that fills the context) exit 1 naming the cause, with no result recorded.
+
 Then `specgen report` on those results: a table with every pairing, and an SVG that parses as XML
 with one polyline per pairing in the tokens/s panel and per drafting pairing in the acceptance panel.
 
@@ -145,6 +148,47 @@ def main():
         check(run.returncode == 1, f"bad config: exit {run.returncode}")
         check(f"{bad}:28: draft_max: unknown key" in run.stderr, f"bad config: stderr {run.stderr!r}")
         check(not os.path.exists(bad_out), "bad config: a results file was written")
+        # Values refused where they are read (issue 48): each exits 1 naming the cause (file, line and
+        # key where the config holds it), before anything is timed, and writes no results file.
+        text = config_text(source)
+        for label, body, needle in [
+                ("temperature = nan", text.replace("temperature = 0.0", "temperature = nan"),
+                 ":7: temperature: must be a finite number, got nan"),
+                ("max_new_tokens above the context", text.replace("max_new_tokens = 16", "max_new_tokens = 4096"),
+                 ":10: max_new_tokens: pairing 'greedy': max_new_tokens 4096 does not fit in a context of 128"),
+                ("one budget twice", text.replace('device = "cpu"', 'device = "auto"\nvram_budget = ["1GiB", "1024MiB"]'),
+                 'vram_budget: lists "1GiB" and "1024MiB", the same size'),
+                ("a prompt that fills the context", text.replace('prompts = "held_out"', 'prompts = "long"') +
+                 "\n[prompts.long]\nids = [[" + ", ".join(["5"] * 120) + "]]\n",
+                 "the context of 128 filled after")]:
+            path = os.path.join(tmp, "values.toml")
+            with open(path, "w") as f:
+                f.write(body)
+            values_out = os.path.join(tmp, "values.json")
+            run = subprocess.run([bench, "--config", path, "--benchmark_min_time=0.01", f"--benchmark_out={values_out}"],
+                                 capture_output=True, text=True, timeout=300)
+            check(run.returncode == 1, f"{label}: exit {run.returncode}")
+            check(needle in run.stderr + run.stdout, f"{label}: the cause is not named: {run.stderr[-400:]!r}")
+            if label != "a prompt that fills the context":  # refused before Google Benchmark writes
+                check(not os.path.exists(values_out), f"{label}: a results file was written")
+            elif os.path.exists(values_out):  # the failed benchmark is marked so, never a result
+                for b in json.load(open(values_out))["benchmarks"]:
+                    check(b.get("error_occurred") is True and "tokens_per_second" not in b,
+                          f"{label}: reported as a result: {b}")
+                os.remove(values_out)
+        # Budgets on a pairing that runs on the CPU here (device auto, no CUDA) would all run the one CPU
+        # benchmark: refused, not dropped.
+        path = os.path.join(tmp, "budget.toml")
+        with open(path, "w") as f:
+            f.write(text.replace('device = "cpu"', 'device = "auto"\nvram_budget = ["1GiB", "2GiB"]'))
+        run = subprocess.run([bench, "--config", path, "--benchmark_list_tests=true"], capture_output=True,
+                             text=True, timeout=120)
+        if run.returncode != 0:  # no CUDA device here
+            check(run.returncode == 1 and ":9: vram_budget" in run.stderr and "runs on the CPU here" in run.stderr,
+                  f"budgets on the CPU: exit {run.returncode}: {run.stderr[-400:]!r}")
+        else:
+            listed = run.stdout.split()
+            check(len(listed) == len(set(listed)), f"budgets: duplicate benchmarks listed: {listed}")
         # configs/qwen3-moe.toml runs on "cuda": without a CUDA device it is refused before anything
         # loads; with one, its benchmarks are listed (one per pairing x draft length x budget).
         run = subprocess.run([bench, "--config", os.path.join(source, "configs", "qwen3-moe.toml"),

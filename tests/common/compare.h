@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <functional>
-#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +19,21 @@
 #include "gtest/gtest.h"
 
 namespace specgen::testing {
+
+// The caller's file and line, taken as a defaulted argument. Not std::source_location: clang 14 with
+// Debian's libstdc++ 12 lacks it (the fuzz preset builds every test with clang), while
+// __builtin_FILE and __builtin_LINE, evaluated at the call site when they are default arguments,
+// exist in GCC and every clang.
+struct SourceLocation {
+  const char* file;
+  unsigned line;
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) {
+    return {file, line};
+  }
+  const char* file_name() const { return file; }
+  unsigned line_number() const { return line; }
+};
 
 // Σ(a − r)² / Σ r² over the whole tensor: the error's energy relative to the reference's, a summary
 // that one outlier does not dominate. NaN when either side holds a NaN or Inf; 0 when both are all
@@ -56,9 +70,9 @@ namespace compare_internal {
 template <typename R>
 void ExpectWithin(std::span<const float> actual, std::span<const R> reference,
                   const std::function<double(size_t)>& allowed, std::string_view what,
-                  const std::source_location& where) {
+                  const SourceLocation& where) {
   if (actual.size() != reference.size()) {
-    ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+    ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line_number()))
         << what << ": " << actual.size() << " elements against a reference of " << reference.size();
     return;
   }
@@ -85,7 +99,7 @@ void ExpectWithin(std::span<const float> actual, std::span<const R> reference,
               static_cast<int>(what.size()), what.data(), worst, a, r, std::fabs(a - r), allowed(worst),
               worst_ratio, nmse, bad, reference.size());
   if (bad == 0) return;
-  ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+  ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line_number()))
       << what << ": " << bad << " of " << reference.size() << " elements out of tolerance; worst at index "
       << worst << ": actual " << a << ", reference " << r << ", |diff| " << std::fabs(a - r) << " > allowed "
       << allowed(worst) << "; nmse " << nmse;
@@ -96,14 +110,14 @@ void ExpectWithin(std::span<const float> actual, std::span<const R> reference,
 // Passes iff |actual[i] − reference[i]| <= atol + rtol·|reference[i]| for every i, both finite.
 inline void ExpectAllClose(std::span<const float> actual, std::span<const float> reference, double atol,
                            double rtol, std::string_view what,
-                           std::source_location where = std::source_location::current()) {
+                           SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<float>(
       actual, reference, [&](size_t i) { return atol + rtol * std::fabs(double{reference[i]}); }, what,
       where);
 }
 inline void ExpectAllClose(std::span<const float> actual, std::span<const double> reference, double atol,
                            double rtol, std::string_view what,
-                           std::source_location where = std::source_location::current()) {
+                           SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<double>(
       actual, reference, [&](size_t i) { return atol + rtol * std::fabs(reference[i]); }, what, where);
 }
@@ -112,23 +126,23 @@ inline void ExpectAllClose(std::span<const float> actual, std::span<const double
 // follow each element's own reduction (Σ|w·x| of a dot product, |x| of a rotated pair).
 inline void ExpectAllWithin(std::span<const float> actual, std::span<const float> reference,
                             const std::function<double(size_t)>& allowed, std::string_view what,
-                            std::source_location where = std::source_location::current()) {
+                            SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<float>(actual, reference, allowed, what, where);
 }
 inline void ExpectAllWithin(std::span<const float> actual, std::span<const double> reference,
                             const std::function<double(size_t)>& allowed, std::string_view what,
-                            std::source_location where = std::source_location::current()) {
+                            SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<double>(actual, reference, allowed, what, where);
 }
 inline void ExpectAllWithin(std::span<const float> actual, std::span<const float> reference,
                             std::span<const double> allowed, std::string_view what,
-                            std::source_location where = std::source_location::current()) {
+                            SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<float>(
       actual, reference, [&](size_t i) { return i < allowed.size() ? allowed[i] : NAN; }, what, where);
 }
 inline void ExpectAllWithin(std::span<const float> actual, std::span<const double> reference,
                             std::span<const double> allowed, std::string_view what,
-                            std::source_location where = std::source_location::current()) {
+                            SourceLocation where = SourceLocation::current()) {
   compare_internal::ExpectWithin<double>(
       actual, reference, [&](size_t i) { return i < allowed.size() ? allowed[i] : NAN; }, what, where);
 }

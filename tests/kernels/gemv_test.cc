@@ -295,7 +295,7 @@ void CheckFusedGemv(int in, std::vector<int> rows, GemvEpilogue epi, bool norm, 
   std::vector<GemvSegment> segs;
   for (size_t i = 0; i < rows.size(); ++i) {
     DeviceBuffer<float> tmp(static_cast<size_t>(rows[i]));
-    CUDA_OK(LaunchGemv(w[i]->get(), ElemType::kBF16, xin, tmp.get(), 1, rows[i], in, nullptr));
+    CUDA_OK(LaunchGemv(w[i]->get(), ElemType::kBF16, xin, tmp.get(), 1, rows[i], in, nullptr, GemvOrder::kFma));
     if (epi == GemvEpilogue::kAddTo) {
       CUDA_OK(LaunchAdd(y_ref[i]->get(), tmp.get(), y_ref[i]->get(), rows[i], nullptr));
     } else {

@@ -1,8 +1,8 @@
 // The packed block types on the device (kernels/packed.cuh) against engine/core's CPU dequantizers, on
 // fresh random blocks every run (tests/common/random_blocks.h): dequantization bit
-// for bit (fp32, and bf16 as the host rounds it), the embedding gather, the small-batch product against
-// the CPU's dequantize-then-multiply within a bound from its reduction, batch invariance bit for bit,
-// and the fused epilogues equal to the separate kernels bit for bit.
+// for bit (fp32, and bf16 as the host rounds it), the embedding gather, the packed product equal to the
+// CPU's definition bit for bit for 1..64 tokens, batch invariance bit for bit, and the fused epilogues
+// equal to the separate kernels bit for bit.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "engine/core/dtype.h"
 #include "engine/core/half.h"
+#include "engine/core/packed_product.h"
 #include "engine/core/quant.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/gemv.cuh"
@@ -49,10 +50,12 @@ std::vector<float> CpuDequant(ElemType t, const std::vector<uint8_t>& blocks, in
   return y;
 }
 
-// A NaN-safe bitwise comparison, naming the first differing element.
+// A bitwise comparison, naming the first differing element; any NaN equals any NaN (a NaN's payload
+// is the device's: the definition says only that the result is NaN).
 void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
     ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << what << ": element " << i << ": " << a[i] << " vs " << b[i];
   }
 }
@@ -113,44 +116,80 @@ TEST(PackedGpu, EmbeddingEqualsCpuRows) {
   }
 }
 
-// Against the CPU's dequantized weights multiplied in double. Both sides multiply the very same
-// dequantized values (the test above), so only the GPU's fp32 accumulation differs: |error| <=
-// in · 2^-24 · Σ_k |w_k x_k| bounds any order of summing in fp32 (each of the in − 1 additions and the
-// fmaf roundings contributes at most 2^-24 of a partial sum, itself at most Σ|w x|). A wrong element,
-// scale or sub-block errs by about |w x| for a term, far above it.
-void CheckPackedGemv(std::mt19937_64& rng, ElemType t, int n, int out, int in) {
+// The packed product's one definition (engine/core/packed_product.h): the GPU's products equal the
+// CPU's bit for bit, for every token of any n up to 64 (so batch invariance follows: each token's
+// bits are the CPU's for that token alone). The CPU definition's accuracy is tested in
+// tests/core/packed_product_test.cc.
+void CheckAgainstCpuDefinition(std::mt19937_64& rng, ElemType t, int n, int out, int in) {
   const auto blocks = RandomBlocks(rng, t, out, in);
-  const auto w = CpuDequant(t, blocks, out, in);
-  const auto x = testing::RandomNormal(rng, size_t(n) * in);
-  std::vector<double> ref(size_t(n) * out, 0.0), abs_sum(size_t(n) * out, 0.0);
-  for (int tok = 0; tok < n; ++tok)
-    for (int o = 0; o < out; ++o) {
-      double s = 0, a = 0;
-      for (int k = 0; k < in; ++k) {
-        const double p = double(w[size_t(o) * in + k]) * x[size_t(tok) * in + k];
-        s += p;
-        a += std::fabs(p);
-      }
-      ref[size_t(tok) * out + o] = s;
-      abs_sum[size_t(tok) * out + o] = a;
+  auto x = testing::RandomNormal(rng, size_t(n) * in);
+  if (n > 2) {
+    for (int k = 0; k < 32; ++k) x[size_t(1) * in + k] = 0.f;  // a zero block
+    x[size_t(2) * in + 5] = NAN;                                 // a NaN block: that token's row is NaN
+  }
+  const int nb = in / 32;
+  const int64_t row_bytes = PackedRowBytes(t, in);
+  std::vector<int8_t> q(size_t(n) * in);
+  std::vector<float> d(size_t(n) * nb);
+  std::vector<int32_t> sum(size_t(n) * nb);
+  for (int tok = 0; tok < n; ++tok) {
+    packed_product::QuantizeActivations(&x[size_t(tok) * in], in, &q[size_t(tok) * in], &d[size_t(tok) * nb],
+                                        &sum[size_t(tok) * nb]);
+  }
+  std::vector<float> want(size_t(n) * out);
+  for (int o = 0; o < out; ++o) {
+    packed_product::UnpackedRow row;
+    row.Unpack(ToDType(t), blocks.data() + o * row_bytes, in);
+    for (int tok = 0; tok < n; ++tok) {
+      want[size_t(tok) * out + o] = row.Product(&q[size_t(tok) * in], &d[size_t(tok) * nb], &sum[size_t(tok) * nb]);
     }
+  }
   DeviceBuffer<uint8_t> dw(blocks);
   DeviceBuffer<float> dx(x), dy(size_t(n) * out);
-  CUDA_OK(LaunchGemv(dw.get(), t, dx.get(), dy.get(), n, out, in, nullptr));
-  ExpectAllWithin(dy.Download(), ref, [&](size_t i) { return in * 0x1p-24 * abs_sum[i]; },
-                  std::string("packed gemv ") + ElemTypeName(t) + " n=" + std::to_string(n) +
-                      " in=" + std::to_string(in));
+  dy.Poison();
+  const GemvSegment seg{dw.get(), dy.get(), out};
+  CUDA_OK(LaunchPackedGemvSegments(&seg, 1, t, dx.get(), n, in, GemvEpilogue::kStore, nullptr));
+  ExpectSameBits(dy.Download(), want, std::string(ElemTypeName(t)) + " n=" + std::to_string(n) + " out=" +
+                                          std::to_string(out) + " in=" + std::to_string(in));
 }
 
-TEST(PackedGpu, GemvMatchesCpuDequantizedProduct) {
+TEST(PackedGpu, ProductEqualsTheCpuDefinitionBitForBit) {
   SPECGEN_SKIP_WITHOUT_GPU();
   auto rng = testing::FreshRng();
   for (ElemType t : kPackedTypes) {
     SCOPED_TRACE(ElemTypeName(t));
-    for (int n : {1, 2, 4, 7, 16}) CheckPackedGemv(rng, t, n, 133, 2048);
-    CheckPackedGemv(rng, t, 3, 61, 768);    // fewer chunks than lanes; Q6_K rows 2 mod 4
-    CheckPackedGemv(rng, t, 16, 40, 5120);  // a lane's chunks over several steps, a partial last step
-    if (BlockElems(t) == 32) CheckPackedGemv(rng, t, 5, 50, 96);  // three blocks a row
+    for (int n : {1, 2, 3, 5, 8, 9, 16, 17, 31, 64}) CheckAgainstCpuDefinition(rng, t, n, 133, 2048);
+    CheckAgainstCpuDefinition(rng, t, 3, 61, 768);    // 24 blocks: slices of 6
+    CheckAgainstCpuDefinition(rng, t, 16, 40, 5120);  // long rows
+    if (BlockElems(t) == 32) CheckAgainstCpuDefinition(rng, t, 5, 50, 96);  // three blocks: an empty slice
+  }
+}
+
+// Every n from 1 to 64: each token's outputs equal those of the same token computed alone.
+TEST(PackedGpu, BatchInvariantUpTo64Tokens) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  constexpr int kMax = kPackedProductMaxTokens;
+  for (ElemType t : kPackedTypes) {
+    SCOPED_TRACE(ElemTypeName(t));
+    const int out = 72, in = 1024;
+    DeviceBuffer<uint8_t> dw(RandomBlocks(rng, t, out, in));
+    DeviceBuffer<float> dx(testing::RandomNormal(rng, size_t(kMax) * in)), dy(size_t(kMax) * out);
+    std::vector<float> alone(size_t(kMax) * out);
+    for (int tok = 0; tok < kMax; ++tok) {
+      const GemvSegment seg{dw.get(), dy.get(), out};
+      CUDA_OK(LaunchPackedGemvSegments(&seg, 1, t, dx.get() + size_t(tok) * in, 1, in, GemvEpilogue::kStore, nullptr));
+      const auto one = dy.Download();
+      std::copy_n(one.begin(), out, alone.begin() + size_t(tok) * out);
+    }
+    for (int n = 1; n <= kMax; ++n) {
+      dy.Poison();
+      const GemvSegment seg{dw.get(), dy.get(), out};
+      CUDA_OK(LaunchPackedGemvSegments(&seg, 1, t, dx.get(), n, in, GemvEpilogue::kStore, nullptr));
+      auto got = dy.Download();
+      got.resize(size_t(n) * out);
+      ExpectSameBits(got, std::vector<float>(alone.begin(), alone.begin() + size_t(n) * out), "n=" + std::to_string(n));
+    }
   }
 }
 

@@ -1,7 +1,9 @@
-// The CPU backend keeps block-quantized weights packed and dequantizes rows as the ops read them
-// (f16/bf16 at upload). A whole model's logits must equal, bit for bit, those of the same weights dequantized to f32
-// before upload (the values DequantizeRows gives, in the same reduction order), over a prefill and the
-// decode steps after it, for a MoE model whose experts, attention, embeddings and head are packed.
+// The CPU backend keeps block-quantized weights packed (f16/bf16 are dequantized at upload). Over a
+// prefill and the decode steps after it, for a MoE model whose experts, attention, embeddings and head
+// are packed, the logits equal those of the same weights dequantized to f32 before upload: bit for bit
+// where the products dequantize (bf16, f16), and within the activation quantization's bound where they
+// take the packed product's one definition (engine/core/packed_product.h).
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/core/packed_product.h"
 #include "engine/core/quant.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
@@ -72,7 +75,21 @@ TEST(PackedWeights, ModelLogitsEqualDequantizedAtLoad) {
     const std::vector<float> want = RunSteps(Dequantized(*packed_model), &be);
     ASSERT_EQ(got.size(), want.size());
     ASSERT_FALSE(got.empty());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << Name(t);
+    if (!packed_product::Covers(t)) {
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << Name(t);
+      continue;
+    }
+    // The packed product quantizes each product's input to int8 per 32-block: a relative error of
+    // about (max|x| / 127) / sqrt(12) / rms(x) ≈ 3 / 127 / 3.5 ≈ 0.7% a product (normal inputs, max
+    // near 3 rms). This model chains at most 9 products from embedding to logit (2 layers of q/k/v,
+    // o, gate/up, down, then the head); adding their errors linearly bounds the logits' relative RMS
+    // error by about 6%: 0.1 leaves room, while a wrong block or scale gives errors of order 1.
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      ref += double(want[i]) * want[i];
+    }
+    EXPECT_LT(std::sqrt(err / ref), 0.1) << Name(t);
   }
 }
 

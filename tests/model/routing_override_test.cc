@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/routing_table.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
-#include "engine/offload/routing_trace.h"
+#include "bench/routing/routing_trace.h"
 #include "gtest/gtest.h"
 
 namespace specgen {
@@ -42,13 +43,13 @@ std::shared_ptr<const LoadedModel> Model(const ModelSpec& spec) {
   return model;
 }
 
-std::shared_ptr<const offload::RoutingTrace> Trace(const ModelSpec& spec, int64_t positions, uint64_t seed) {
-  offload::RoutingTraceShape shape;
+std::shared_ptr<const RoutingTable> Trace(const ModelSpec& spec, int64_t positions, uint64_t seed) {
+  RoutingTableShape shape;
   shape.positions = positions;
   shape.moe_layers = 2;
   shape.n_experts = static_cast<int>(spec.n_experts);
   shape.top_k = static_cast<int>(spec.n_experts_used);
-  return offload::RoutingTrace::Uniform(shape, seed).value();
+  return bench::UniformTrace(shape, seed).value();
 }
 
 // One pass: its positions, and the routes it recorded (one a MoE layer, in layer order).
@@ -141,17 +142,17 @@ TEST(RoutingOverrideTest, TracesThatDoNotFitAreRefused) {
   CpuBackend be(1);
   auto lm = Transformer::Create(model, &be);
   ASSERT_TRUE(lm.ok());
-  offload::RoutingTraceShape shape;
+  RoutingTableShape shape;
   shape.positions = 8;
   shape.moe_layers = 3;  // the model has 2 MoE layers
   shape.n_experts = static_cast<int>(spec.n_experts);
   shape.top_k = static_cast<int>(spec.n_experts_used);
-  absl::Status s = (*lm)->SetRoutingOverride(offload::RoutingTrace::Uniform(shape, 0).value());
+  absl::Status s = (*lm)->SetRoutingOverride(bench::UniformTrace(shape, 0).value());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("3 MoE layers"), std::string::npos) << s;
   shape.moe_layers = 2;
   shape.top_k = 1;  // the model routes to 2
-  EXPECT_FALSE((*lm)->SetRoutingOverride(offload::RoutingTrace::Uniform(shape, 0).value()).ok());
+  EXPECT_FALSE((*lm)->SetRoutingOverride(bench::UniformTrace(shape, 0).value()).ok());
 
   // The backend alone: nothing prepared, a layer outside the trace, a call of other rows.
   CpuBackend raw(1);
@@ -168,6 +169,25 @@ TEST(RoutingOverrideTest, TracesThatDoNotFitAreRefused) {
   ASSERT_TRUE(raw.Route(*logits, spec.n_experts_used, spec.router_norm, &r).ok());
   EXPECT_EQ(r.expert[0], 0);  // equal logits: the lowest ids first
   EXPECT_EQ(r.expert[1], 1);
+}
+
+// A table made by hand: the ids must be k distinct experts a row (the kernels index the expert
+// tables with them), and as many as the shape says.
+TEST(RoutingOverrideTest, TablesOfBadIdsAreRefused) {
+  RoutingTableShape shape;
+  shape.positions = 2;
+  shape.moe_layers = 1;
+  shape.n_experts = 4;
+  shape.top_k = 2;
+  EXPECT_TRUE(RoutingTable::Create(shape, {0, 3, 2, 1}).ok());
+  absl::StatusOr<std::shared_ptr<const RoutingTable>> t = RoutingTable::Create(shape, {0, 3, 2, 4});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("row 1 (position 1, MoE layer 0)"), std::string::npos) << t.status();
+  EXPECT_FALSE(RoutingTable::Create(shape, {0, 3, 2, 2}).ok());   // an expert twice
+  EXPECT_FALSE(RoutingTable::Create(shape, {0, 3, -1, 2}).ok());  // negative
+  EXPECT_FALSE(RoutingTable::Create(shape, {0, 3, 2}).ok());      // too few ids
+  shape.top_k = 5;                                                // more than the experts
+  EXPECT_FALSE(RoutingTable::Create(shape, std::vector<int32_t>(10, 0)).ok());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The host side of the dense-layer ring (docs/design.md §12): where a streamed layer's weights sit in
-// the pinned host arena and in a ring buffer (engine/backend/layer_ring_layout.h), and what the
+// the pinned host arena and in a ring buffer (moe/layer_ring_layout.h), and what the
 // Transformer does with TransformerOptions::streamed_dense_layers on a backend that keeps every weight
 // resident (the CPU): bad lists are errors naming the layer, good ones upload as usual with the same
 // logits. The GPU side is tests/backend_cuda/streamed_layers_test.cc.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/backend/layer_ring_layout.h"
+#include "moe/layer_ring_layout.h"
 #include "engine/io/synth.h"
 #include "engine/model/transformer.h"
 #include "gmock/gmock.h"

@@ -8,6 +8,7 @@
 
 #include "Eigen/Core"
 #include "engine/core/half.h"
+#include "engine/core/packed_product.h"
 #include "engine/core/quant.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
@@ -63,6 +64,8 @@ class CpuWeight : public Weight {
     }
     return scratch->data();
   }
+  // Row r's packed bytes (packed weights only).
+  const uint8_t* RawRow(int64_t r) const { return data_ + r * row_bytes_; }
   // Row r as fp32 into dst (cols() floats).
   void RowTo(int64_t r, float* dst) const {
     if (packed()) {
@@ -168,6 +171,31 @@ absl::Status CpuBackend::Embed(const Weight& table, std::span<const int32_t> tok
   return absl::OkStatus();
 }
 
+// The packed product's one definition (engine/core/packed_product.h): x quantized once a call, each
+// weight row unpacked once and multiplied with every token, the same bits as the GPU's.
+absl::Status CpuBackend::PackedMatMul(const Buffer& x, const Weight& w, Buffer* y) {
+  const int64_t n = x.rows(), in = x.cols(), out = w.rows(), nb = in / packed_product::kBlock;
+  std::vector<int8_t> q(static_cast<size_t>(n * in));
+  std::vector<float> d(static_cast<size_t>(n * nb));
+  std::vector<int32_t> sum(static_cast<size_t>(n * nb));
+  for (int64_t r = 0; r < n; ++r) {
+    packed_product::QuantizeActivations(B(x).row(r), in, q.data() + r * in, d.data() + r * nb, sum.data() + r * nb);
+  }
+  const CpuWeight& wb = W(w);
+  CpuBuffer& yb = B(*y);
+  const int64_t min_parallel = std::max<int64_t>(1, kMinParallelWork / std::max<int64_t>(n * in, 1));
+  pool_.ParallelFor(out, min_parallel, [&](int64_t begin, int64_t end) {
+    thread_local packed_product::UnpackedRow row;
+    for (int64_t o = begin; o < end; ++o) {
+      row.Unpack(w.source_dtype(), wb.RawRow(o), in);
+      for (int64_t r = 0; r < n; ++r) {
+        yb.row(r)[o] = row.Product(q.data() + r * in, d.data() + r * nb, sum.data() + r * nb);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   RETURN_IF_ERROR(CheckMatMul("cpu", x, w, *y));
   const int64_t n = x.rows(), in = x.cols(), out = w.rows();
@@ -178,6 +206,7 @@ absl::Status CpuBackend::MatMul(const Buffer& x, const Weight& w, Buffer* y) {
   // cache are reused across the batch (a packed block is dequantized once a call, into the thread's
   // scratch). Every element is one DotF32 of the same fp32 values, so neither blocking nor packing
   // changes a value.
+  if (wb.packed() && packed_product::Covers(w.source_dtype())) return PackedMatMul(xb, wb, &yb);
   const int64_t block = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(in, 1));
   const int64_t min_parallel = std::max<int64_t>(1, kMinParallelWork / std::max<int64_t>(n * in, 1));
   pool_.ParallelFor(out, min_parallel, [&](int64_t begin, int64_t end) {
@@ -340,7 +369,7 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status CpuBackend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   routing_override_.Prepare(std::move(trace));
   return absl::OkStatus();
 }
@@ -392,7 +421,7 @@ absl::Status CpuBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm,
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;
     }
   }
-  if (site) return site->trace->Rewrite(site->layer, site->positions, routing->expert);
+  if (site) return site->table->Rewrite(site->layer, site->positions, routing->expert);
   return absl::OkStatus();
 }
 

@@ -54,7 +54,7 @@ class CpuBackend : public Backend {
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
   // Route rewrites the armed override's ids on the host (the CUDA backend's kernel does the same).
-  absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) override;
+  absl::Status PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) override;
   absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions) override;
 
   // Host access to a CPU buffer's or weight's fp32 data (tests, and callers that know the backend).
@@ -69,6 +69,8 @@ class CpuBackend : public Backend {
   static bool IsPacked(const Weight& w);
 
  private:
+  // MatMul for weights in a type of the packed product (engine/core/packed_product.h).
+  absl::Status PackedMatMul(const Buffer& x, const Weight& w, Buffer* y);
   ThreadPool pool_;
   RoutingOverrideState routing_override_;
 };

@@ -1,6 +1,6 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_graph.h"
-#include "engine/backend/cuda/cuda_expert_set.h"
+#include "moe/cuda/cuda_expert_set.h"
 
 #include <cublas_v2.h>
 
@@ -12,7 +12,7 @@
 
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
-#include "engine/backend/device_form.h"
+#include "moe/device_form.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
@@ -277,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
   }
-  // The device form (engine/backend/device_form.h): what a streamed copy of this weight holds too.
+  // The device form (moe/device_form.h): what a streamed copy of this weight holds too.
   ASSIGN_OR_RETURN(const DeviceForm form, DeviceFormOf(t, name));
   const int64_t rows = form.rows, cols = form.cols;
   const ElemType type = form.type;
@@ -650,9 +650,9 @@ absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buff
   return r;
 }
 
-absl::Status CudaBackend::PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) {
+absl::Status CudaBackend::PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) {
   if (capturing_) return absl::FailedPreconditionError("cuda PrepareRoutingOverride: while capturing a graph");
-  const offload::RoutingTrace* old = routing_override_.trace();
+  const RoutingTable* old = routing_override_.table();
   // A trace of the old one's shape goes where it was (a captured pass reads the new ids); any other
   // moves, and a captured pass holding the old address is recaptured. Work queued before reads the old
   // copy: a block written again is written in stream order after it.
@@ -681,7 +681,7 @@ absl::Status CudaBackend::OverrideNextRouting(int layer, std::span<const int32_t
 }
 
 absl::Status CudaBackend::OverrideRouting(const RoutingOverrideState::Site& site, int32_t* ids) {
-  const offload::RoutingTrace& trace = *site.trace;
+  const RoutingTable& trace = *site.table;
   const int n = static_cast<int>(site.positions.size());
   const int32_t* d_positions = nullptr;
   if (device_length_ != nullptr) {  // a captured pass: consecutive positions from the device's length

@@ -66,7 +66,7 @@ class CudaBackend : public Backend {
                                                          DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
   // f32 and f16 go up as stored; every other type as bf16 (Upload).
-  // As stored for f32/f16/bf16 and the packed block types (engine/backend/device_form.h), else bf16.
+  // As stored for f32/f16/bf16 and the packed block types (moe/device_form.h), else bf16.
   DType ResidentDType(DType stored) const override;
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;
@@ -105,15 +105,15 @@ class CudaBackend : public Backend {
   // override rewrites the router's ids on the device right after it (kernels/routing_override.cuh),
   // reading the pass's positions from device memory: the staged positions, or with a device length
   // (a captured pass) *d_length + row, so a replayed graph routes by the replay's positions.
-  absl::Status PrepareRoutingOverride(std::shared_ptr<const offload::RoutingTrace> trace) override;
+  absl::Status PrepareRoutingOverride(std::shared_ptr<const RoutingTable> trace) override;
   absl::Status OverrideNextRouting(int layer, std::span<const int32_t> positions) override;
   // Experts in one pinned HostArena, streamed into a VRAM expert cache that the GPU drives
-  // (engine/backend/cuda/streamed_experts.h).
+  // (moe/cuda/streamed_experts.h).
   absl::StatusOr<std::unique_ptr<StreamedExperts>> PrepareStreamedExperts(
       std::span<const ExpertViews> layers, const ExpertStreamingOptions& options) override;
 
   // Dense layers in one pinned HostArena, copied pass by pass through a ring of VRAM layer buffers on
-  // a copy stream of their own (engine/backend/cuda/streamed_layers.h).
+  // a copy stream of their own (moe/cuda/streamed_layers.h).
   absl::StatusOr<std::unique_ptr<StreamedLayers>> PrepareStreamedLayers(
       std::span<const LayerViews> layers, const LayerStreamingOptions& options) override;
 
