@@ -4,7 +4,8 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${SPECGEN_BUILD_DIR:-$top/build}
 packages=(build-essential cmake pkg-config libabsl-dev libeigen3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libedit-dev python3)
+          libbenchmark-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libedit-dev libcpp-httplib-dev
+          python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

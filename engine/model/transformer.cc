@@ -62,6 +62,12 @@ struct Transformer::Scratch {
   }
 };
 
+// One sequence's rows of a ForwardSequences pass, gathered for its attention: [≤n, H*d] / [≤n, Hkv*d].
+struct Transformer::SequenceScratch {
+  int64_t capacity = 0;
+  std::unique_ptr<Buffer> q, k, v, attn;
+};
+
 Transformer::Transformer(std::shared_ptr<const LoadedModel> model, Backend* backend, KvCache cache)
     : model_(std::move(model)), backend_(backend), cache_(std::move(cache)) {}
 Transformer::~Transformer() = default;
@@ -537,6 +543,7 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   nr.style = spec.rope_style;
   nr.rope_dim = spec.rotary_dim();
   nr.rope_factor = rope_factor_;
+  if (!sequences_.empty()) return SequencesAttention(layer, positions);
   RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, nr, s.q.get(), s.k.get(), *s.v));
   AttentionShape shape;
   shape.n_heads = spec.n_heads;
@@ -606,6 +613,135 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
     RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
                                      lw.expert_refs, scratch, s.out.get()));
   }
+  return be.Add(*s.out, s.h.get());
+}
+
+absl::StatusOr<KvCache> Transformer::NewKvCache() const {
+  const ModelSpec& spec = model_->spec;
+  return KvCache::Create(*backend_, spec.n_layers, cache_.max_positions(), spec.kv_dim(), cache_.dtype());
+}
+
+absl::Status Transformer::ForwardSequences(std::span<const SequenceRows> sequences, std::vector<float>* logits) {
+  const ModelSpec& spec = model_->spec;
+  if (sequences.empty()) return InvalidArgument("forward sequences: no sequences");
+  std::vector<int32_t> tokens, positions;
+  std::vector<int64_t> first_row;
+  int64_t longest = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const SequenceRows& q = sequences[i];
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    if (q.cache == nullptr) return InvalidArgument("forward sequences: sequence ", i, " has no KV cache");
+    if (n == 0) return InvalidArgument("forward sequences: sequence ", i, " has no tokens");
+    if (q.cache == &cache_) return InvalidArgument("forward sequences: sequence ", i, " uses the model's own cache");
+    for (size_t j = 0; j < i; ++j) {
+      if (sequences[j].cache == q.cache) {
+        return InvalidArgument("forward sequences: sequences ", j, " and ", i, " share one KV cache");
+      }
+    }
+    if (q.cache->n_layers() != spec.n_layers || q.cache->k(0).cols() != spec.kv_dim()) {
+      return InvalidArgument("forward sequences: sequence ", i, "'s KV cache is not of this model's shape");
+    }
+    if (q.cache->size() + n > q.cache->max_positions()) {
+      return InvalidArgument("forward sequences: sequence ", i, ": ", q.cache->size(), " cached + ", n,
+                             " new positions exceed its context of ", q.cache->max_positions());
+    }
+    first_row.push_back(static_cast<int64_t>(tokens.size()));
+    for (int64_t j = 0; j < n; ++j) {
+      if (q.tokens[j] < 0 || q.tokens[j] >= spec.vocab_size) {
+        return InvalidArgument("forward sequences: sequence ", i, ": token id ", q.tokens[j],
+                               " is outside the vocabulary [0, ", spec.vocab_size, ")");
+      }
+      tokens.push_back(q.tokens[j]);
+      positions.push_back(static_cast<int32_t>(q.cache->size() + j));
+    }
+    longest = std::max(longest, n);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (sequence_scratch_ == nullptr || sequence_scratch_->capacity < longest) {
+    auto ss = std::make_unique<SequenceScratch>();
+    ss->capacity = longest;
+    ASSIGN_OR_RETURN(ss->q, backend_->NewBuffer(longest, spec.q_dim()));
+    ASSIGN_OR_RETURN(ss->k, backend_->NewBuffer(longest, spec.kv_dim()));
+    ASSIGN_OR_RETURN(ss->v, backend_->NewBuffer(longest, spec.kv_dim()));
+    ASSIGN_OR_RETURN(ss->attn, backend_->NewBuffer(longest, spec.q_dim()));
+    sequence_scratch_ = std::move(ss);
+  }
+  // The pass is ForwardResident's with the attention split by sequence (AttentionBlock asks
+  // sequences_); the model's own cache is neither read nor written, so its Append is skipped by
+  // running the layers here rather than through ForwardResident.
+  RETURN_IF_ERROR(EnsureScratch(n, n));
+  Scratch& s = *scratch_;
+  sequences_ = sequences;
+  sequence_first_row_ = std::move(first_row);
+  pass_positions_ = positions;
+  absl::Status layers = backend_->Embed(*token_embd_, tokens, s.h.get());
+  if (layers.ok() && dense_stream_ != nullptr) layers = dense_stream_->BeginPass();
+  for (int64_t l = 0; l < spec.n_layers && layers.ok(); ++l) {
+    layers = AttentionBlock(l, positions, {});
+    if (layers.ok()) layers = spec.layer_is_moe[l] ? MoeFfnBlock(l) : DenseFfnBlock(l);
+  }
+  if (dense_stream_ != nullptr) {
+    const absl::Status ended = dense_stream_->EndPass();
+    if (layers.ok()) layers = ended;
+  }
+  sequences_ = {};
+  RETURN_IF_ERROR(layers);
+  RETURN_IF_ERROR(backend_->RmsNorm(*s.h, *output_norm_, spec.hidden, spec.rms_eps, s.x.get()));
+  RETURN_IF_ERROR(backend_->MatMul(*s.x, output_ ? *output_ : *token_embd_, s.logits.get()));
+  for (const SequenceRows& q : sequences) RETURN_IF_ERROR(q.cache->Append(static_cast<int64_t>(q.tokens.size())));
+  return ReadBack(*s.logits, logits);
+}
+
+absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int32_t> positions) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  SequenceScratch& ss = *sequence_scratch_;
+  Backend& be = *backend_;
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    KvCache& cache = *sequences_[i].cache;
+    const int64_t first = sequence_first_row_[i];
+    const int64_t n = static_cast<int64_t>(sequences_[i].tokens.size());
+    rows.resize(n);
+    for (int64_t j = 0; j < n; ++j) rows[j] = static_cast<int32_t>(first + j);
+    for (Buffer* b : {ss.q.get(), ss.k.get(), ss.v.get(), ss.attn.get()}) RETURN_IF_ERROR(b->set_rows(n));
+    RETURN_IF_ERROR(be.GatherRows(*s.q, rows, ss.q.get()));
+    RETURN_IF_ERROR(be.GatherRows(*s.k, rows, ss.k.get()));
+    RETURN_IF_ERROR(be.GatherRows(*s.v, rows, ss.v.get()));
+    // The sequence's rows as AttentionBlock treats a pass of its own: the same row-wise norm and
+    // RoPE, its K and V into its cache, causal attention over that cache.
+    Backend::HeadNormRope nr;
+    if (spec.qk_norm) {
+      nr.q_norm = lw.q_norm.get();
+      nr.k_norm = lw.k_norm.get();
+    }
+    nr.eps = spec.rms_eps;
+    nr.head_dim = spec.head_dim;
+    nr.positions = positions.subspan(first, n);
+    nr.theta = spec.rope_theta;
+    nr.inv_freq = rope_inv_freq_;
+    nr.style = spec.rope_style;
+    nr.rope_dim = spec.rotary_dim();
+    nr.rope_factor = rope_factor_;
+    RETURN_IF_ERROR(cache.NormRopeStore(be, layer, nr, ss.q.get(), ss.k.get(), *ss.v));
+    AttentionShape shape;
+    shape.n_heads = spec.n_heads;
+    shape.n_kv_heads = spec.n_kv_heads;
+    shape.head_dim = spec.head_dim;
+    shape.n_prefix = cache.size();
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+    shape.sinks = lw.sinks.get();
+    if (spec.is_swa(layer)) {
+      shape.window = spec.sliding_window;
+      shape.positions = nr.positions;
+    }
+    RETURN_IF_ERROR(be.Attention(*ss.q, cache.k(layer), cache.v(layer), shape, {}, ss.attn.get()));
+    RETURN_IF_ERROR(be.CopyRows(*ss.attn, first, s.attn.get()));
+  }
+  if (lw.o_bias == nullptr) return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
+  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));  // the bias before the residual, as transformers
+  RETURN_IF_ERROR(be.AddBias(*lw.o_bias, s.out.get()));
   return be.Add(*s.out, s.h.get());
 }
 

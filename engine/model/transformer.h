@@ -102,6 +102,20 @@ class Transformer : public CausalLm {
   // The same at consecutive positions n_past() .. with a causal mask (what Forward computes).
   absl::StatusOr<const Buffer*> ForwardResident(std::span<const int32_t> tokens, LogitRows rows = LogitRows::kAll);
 
+  // Several sequences in ONE pass (docs/design.md §14): sequence i's tokens run at positions
+  // cache->size() .. of its own KV cache, attending to that cache and its own earlier tokens alone
+  // (causal); every other product of the pass (projections, FFN, the routed experts of the union of
+  // all rows, the head) runs once over all rows. logits: [Σ n_i, V], the sequences' rows in order,
+  // each equal to what Forward gives for that sequence alone. Each cache gets its rows appended; the
+  // model's own cache (n_past) is not touched. A cache given twice is an error.
+  struct SequenceRows {
+    std::span<const int32_t> tokens;
+    KvCache* cache = nullptr;
+  };
+  absl::Status ForwardSequences(std::span<const SequenceRows> sequences, std::vector<float>* logits);
+  // A KV cache like the model's own (layers, rows, context, type), for a sequence of its own.
+  absl::StatusOr<KvCache> NewKvCache() const;
+
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
   // For a caller that replays a ForwardResident of n positions captured in a CUDA graph
   // (engine/speculative/graphed_target_pass.h): commits the n positions as the pass does and returns
@@ -194,6 +208,14 @@ class Transformer : public CausalLm {
   std::function<void(size_t, size_t)> upload_progress_;  // TransformerOptions::upload_progress
   size_t upload_done_ = 0, upload_total_ = 0;
   std::unique_ptr<Scratch> scratch_;
+  // ForwardSequences: the sequences of the pass running (empty otherwise) with each one's first row,
+  // and the per-sequence attention buffers.
+  struct SequenceScratch;
+  std::span<const SequenceRows> sequences_;
+  std::vector<int64_t> sequence_first_row_;
+  std::unique_ptr<SequenceScratch> sequence_scratch_;
+  // The attention of a ForwardSequences pass: each sequence's rows against its own cache.
+  absl::Status SequencesAttention(int64_t layer, std::span<const int32_t> positions);
   int64_t scratch_generation_ = 0;
   std::shared_ptr<const RoutingTable> routing_override_;  // SetRoutingOverride
   std::span<const int32_t> pass_positions_;  // the positions of the pass running (the override's index)

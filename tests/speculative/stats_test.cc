@@ -73,6 +73,8 @@ TEST(StatsTest, PromptTokensAndPrefilledAreSaidApart) {
   EXPECT_EQ(j["prompt_tokens"].get<int64_t>(), 40);
   EXPECT_EQ(j["prompt_tokens_prefilled"].get<int64_t>(), 7);
   EXPECT_NE(s.ToText().find("prompt 40 tokens, 7 prefilled in"), std::string::npos) << s.ToText();
+}
+
 // Two runs summed: every count and time adds, per-position counts add element by element (the
 // longer run's positions kept), and the rates follow from the sums (not the mean of the rates).
 TEST(StatsTest, RunsAddUp) {
