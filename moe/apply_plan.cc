@@ -18,6 +18,7 @@ absl::StatusOr<RunPlan> PlanFor(const RunRequest& request, size_t vram_budget) {
   o.context = request.context;
   o.kv_element_bytes = static_cast<int>(Info(request.kv_type).block_bytes);
   o.vram_budget = vram_budget;
+  o.host_available = request.host_available;
   return PlanRun(o);
 }
 

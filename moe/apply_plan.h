@@ -30,6 +30,7 @@ struct RunRequest {
   int draft_max = 0;          // the verification pass's positions are up to draft_max + 1
   int64_t context = 0;        // positions both KV caches hold
   DType kv_type = kDefaultKvType;
+  size_t host_available = 0;  // host RAM the plan may pin; 0: this machine's MemAvailable now
 };
 
 // The plan of `request` on a CUDA backend with `vram_budget` bytes of arena (PlanRun, from the

@@ -20,7 +20,7 @@ absl::StatusOr<RunPlan> PlanRun(const OffloadRequest& request) {
   options.draft_max = request.draft.empty() ? 0 : request.draft_max;
   options.kv_element_bytes = request.kv_element_bytes;
   options.vram_budget = request.vram_budget;
-  options.host_available = HostMemoryAvailable();
+  options.host_available = request.host_available > 0 ? request.host_available : HostMemoryAvailable();
   absl::StatusOr<Plan> plan = MakePlan(target, draft.get(), options);
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),

@@ -17,6 +17,7 @@ struct OffloadRequest {
   int64_t context = 0;        // positions both KV caches hold
   int kv_element_bytes = 4;   // bytes of one K/V element on the device
   size_t vram_budget = 0;     // the CUDA backend's arena
+  size_t host_available = 0;  // host RAM the plan may pin; 0: this machine's MemAvailable now
 };
 
 // The plan's part a run acts on (TransformerOptions' fields of the same names).

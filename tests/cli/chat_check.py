@@ -100,11 +100,11 @@ class PtyChat:
     def send(self, text):
         os.write(self.master, text.encode())
 
-    def read_until(self, done):
+    def read_until(self, done, timeout=FAILSAFE):
         """Reads stdout and stderr as they come until done(self) holds; False when both streams end
-        (the process exited) or FAILSAFE passes first. select() blocks until there is data: no polling
-        interval, no deadline that a slow build could miss."""
-        end = time.time() + FAILSAFE
+        (the process exited) or `timeout` (FAILSAFE by default) passes first. select() blocks until
+        there is data: no polling interval, no deadline that a slow build could miss."""
+        end = time.time() + timeout
         open_fds = [self.master, self.proc.stderr]
         while not done(self):
             if not open_fds or time.time() > end:
@@ -123,9 +123,9 @@ class PtyChat:
                     self.err += data
         return True
 
-    def read_until_err(self, pattern):
+    def read_until_err(self, pattern, timeout=FAILSAFE):
         """read_until `pattern` (bytes regex) appears in stderr."""
-        return self.read_until(lambda c: re.search(pattern, c.err) is not None)
+        return self.read_until(lambda c: re.search(pattern, c.err) is not None, timeout)
 
     def close(self):
         # Ctrl-D: EOF on the terminal, typed as a person would, once the line editor reads again (a
@@ -163,10 +163,10 @@ def terminal(specgen, pair):
     c.send("\x1b[200~def add(a, b):\n    return a + b\x1b[201~")
     time.sleep(0.5)
     c.send("\n")
-    answered = c.read_until(rb"tokens per pass")
+    answered = c.read_until_err(rb"tokens per pass")
     time.sleep(0.5)
     c.send("/stats\n")
-    counted = c.read_until(rb"conversation: \d+ repl")
+    counted = c.read_until_err(rb"conversation: \d+ repl")
     rc = c.close()
     err = c.err.decode(errors="replace")
     check(answered and counted and rc == 0, f"paste then Enter: answered {answered}, exit {rc}: {err[-400:]!r}")
@@ -176,21 +176,21 @@ def terminal(specgen, pair):
     # Enter run it again; Ctrl-R finds it by "res". Keys are sent once the editor reads (a second
     # after the last answer: between lines the terminal is back in cooked mode and would echo them).
     c = PtyChat(specgen, greedy + ["--color", "never"])
-    c.read_until(rb"chat with", timeout=60)
+    c.read_until_err(rb"chat with", timeout=60)
     time.sleep(1)
     c.send("/rset\x01\x06\x06e\r")
-    first = c.read_until(rb"\(conversation reset\)", timeout=30)
+    first = c.read_until_err(rb"\(conversation reset\)", timeout=30)
     time.sleep(1)
     c.send("\x1b[A\r")
-    second = c.read_until(rb"(?s)(\(conversation reset\).*){2}", timeout=30)
+    second = c.read_until_err(rb"(?s)(\(conversation reset\).*){2}", timeout=30)
     time.sleep(1)
     c.send("\x12res")
     time.sleep(0.5)
     c.send("\r")
-    third = c.read_until(rb"(?s)(\(conversation reset\).*){3}", timeout=5)
+    third = c.read_until_err(rb"(?s)(\(conversation reset\).*){3}", timeout=5)
     if not third:  # libedit's search may take one Enter to end it and one to accept the line
         c.send("\r")
-        third = c.read_until(rb"(?s)(\(conversation reset\).*){3}", timeout=30)
+        third = c.read_until_err(rb"(?s)(\(conversation reset\).*){3}", timeout=30)
     rc = c.close()
     err = c.err.decode(errors="replace")
     check(first and rc == 0, f"editing: Ctrl-A / Ctrl-F did not make /reset: {err[-400:]!r} {c.out[-300:]!r}")

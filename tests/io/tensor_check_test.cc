@@ -78,7 +78,8 @@ TEST(FindNonFinite, ReadsEveryPackedTypesScalesWhereTheDequantizerDoes) {
         EXPECT_TRUE(found->field == "d" || found->field == "dmin" || found->field == "m") << found->field;
       }
     }
-    EXPECT_GE(scales, 1) << info.name << ": no scale found";
+    // MXFP4's scale is an E8M0 byte, a power of two finite for every value: no 16-bit field to poison.
+    if (t != DType::kMXFP4) EXPECT_GE(scales, 1) << info.name << ": no scale found";
   }
   EXPECT_GE(types, 10);
 }
