@@ -104,7 +104,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
   if (options.prefill_chunk < 0) return InvalidArgument(model->source, ": prefill chunk ", options.prefill_chunk);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim(),
-                                                      options.kv_type));
+                                                      options.kv_type,
+                                                      options.sliding_window_ring
+                                                          ? SlidingWindowRing(spec, std::max<int64_t>(
+                                                                options.prefill_chunk > 0 ? options.prefill_chunk
+                                                                                          : kPrefillChunk,
+                                                                kLogitRowsReserved))
+                                                          : KvRing{}));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
   if (options.prefill_chunk > 0) t->prefill_chunk_ = static_cast<size_t>(options.prefill_chunk);
   // A scaled or partial RoPE needs its table: rotary_dim / 2 pairs, theta^(−2j/rotary_dim) scaled.
@@ -555,6 +561,7 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   if (spec.is_swa(layer)) {
     shape.window = spec.sliding_window;
     shape.positions = positions;
+    shape.ring = cache_.ring_rows(layer);
   }
   RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), shape, mask, s.attn.get()));
   if (lw.o_bias == nullptr) return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
@@ -618,7 +625,8 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
 
 absl::StatusOr<KvCache> Transformer::NewKvCache() const {
   const ModelSpec& spec = model_->spec;
-  return KvCache::Create(*backend_, spec.n_layers, cache_.max_positions(), spec.kv_dim(), cache_.dtype());
+  return KvCache::Create(*backend_, spec.n_layers, cache_.max_positions(), spec.kv_dim(), cache_.dtype(),
+                         cache_.ring());
 }
 
 absl::Status Transformer::ForwardSequences(std::span<const SequenceRows> sequences, std::vector<float>* logits) {
@@ -735,6 +743,7 @@ absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int3
     if (spec.is_swa(layer)) {
       shape.window = spec.sliding_window;
       shape.positions = nr.positions;
+      shape.ring = cache.ring_rows(layer);
     }
     RETURN_IF_ERROR(be.Attention(*ss.q, cache.k(layer), cache.v(layer), shape, {}, ss.attn.get()));
     RETURN_IF_ERROR(be.CopyRows(*ss.attn, first, s.attn.get()));
