@@ -337,8 +337,8 @@ TEST(PlannerTest, DeviceBytesFollowTheGpuDtype) {
 
 // gpt-oss ships its experts in MXFP4: 32 weights in 17 bytes (an E8M0 scale and 16 bytes of E2M1),
 // 4.25 bits a weight. gpt-oss-20b as published (openai/gpt-oss-20b: MXFP4 experts, every other
-// tensor bf16) is 12.8 GiB; the planner must count it so, not with its experts widened to bf16 (which
-// would make it 39 GiB), and its speed prediction must stream MXFP4-sized experts.
+// tensor bf16) is 12.8 GiB by its shapes; the planner must count it so, not with its experts widened
+// to bf16 (which would make it 39 GiB), and its speed prediction must stream MXFP4-sized experts.
 TEST(PlannerTest, GptOssMxfp4ExpertsPlanAtTheirPublishedSize) {
   absl::StatusOr<ModelSpec> spec = SynthSpec("gpt-oss-20b");
   ASSERT_TRUE(spec.ok()) << spec.status();
