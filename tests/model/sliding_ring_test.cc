@@ -178,6 +178,33 @@ TEST(SlidingRing, TreeVerificationOverAWrappingRingEqualsTheFullCache) {
   EXPECT_TRUE(BitEqual(a, b));
 }
 
+// Several sequences in one pass (`specgen serve`), each with a ring cache of its own (NewKvCache):
+// every row equals the full-cache model's, over enough passes that each ring wraps.
+TEST(SlidingRing, SequencesWithRingCachesEqualTheFullCache) {
+  CpuBackend be(1);
+  auto ring = Make(&be, true), full = Make(&be, false);
+  ASSERT_NE(ring, nullptr);
+  ASSERT_NE(full, nullptr);
+  std::vector<KvCache> rc, fc;
+  for (int i = 0; i < 2; ++i) {
+    rc.push_back(ring->NewKvCache().value());
+    fc.push_back(full->NewKvCache().value());
+  }
+  ASSERT_EQ(rc[0].ring_rows(0), kRingRows);
+  std::vector<float> a, b;
+  for (int pass = 0; pass < 9; ++pass) {
+    // Sequence 0 takes 5 positions a pass, sequence 1 takes 3: both run past their ring's end.
+    const std::vector<int32_t> t0 = Tokens(5, 50 + pass), t1 = Tokens(3, 70 + pass);
+    std::vector<Transformer::SequenceRows> rs = {{t0, &rc[0]}, {t1, &rc[1]}};
+    std::vector<Transformer::SequenceRows> fs = {{t0, &fc[0]}, {t1, &fc[1]}};
+    ASSERT_TRUE(ring->ForwardSequences(rs, &a).ok()) << pass;
+    ASSERT_TRUE(full->ForwardSequences(fs, &b).ok()) << pass;
+    EXPECT_TRUE(BitEqual(a, b)) << "pass " << pass;
+  }
+  EXPECT_EQ(rc[0].size(), 45);
+  EXPECT_GT(rc[1].size(), kRingRows);
+}
+
 // A rollback far behind the newest position: the ring has overwritten what position n sees, so
 // Truncate refuses it by name, KeepablePrefix says 0, and KeepCachedPrefix (a new chat turn sharing
 // an early prefix) starts afresh, after which the logits are the full cache's again.
