@@ -3,6 +3,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "moe/host/host_path.h"
 #include "moe/host/host_split.h"
 
 namespace specgen::moe_host {
@@ -91,6 +92,42 @@ TEST(HostSplit, ChoosesTheLeastTimeOfEverySplit) {
       }
     }
   }
+}
+
+// --moe-host and --calibration resolved (ResolveHostPath): the default follows the file's presence.
+TEST(HostPath, ModeFollowsTheCalibration) {
+  const std::string dir = ::testing::TempDir() + "/host_path";
+  const std::string file = dir + "/c.json", missing = dir + "/none.json";
+  ASSERT_TRUE(WriteCalibration(Host(1000), file).ok());
+  EXPECT_EQ(ResolveHostPath("", file)->mode, HostMode::kAuto);
+  EXPECT_TRUE(ResolveHostPath("", file)->calibration.has_value());
+  EXPECT_EQ(ResolveHostPath("off", file)->mode, HostMode::kOff);
+  // A --calibration file that does not exist is an error; a broken one names its field.
+  EXPECT_EQ(ResolveHostPath("", missing).status().code(), absl::StatusCode::kNotFound);
+  const std::string bad = dir + "/bad.json";
+  {
+    Calibration c = Host(1000);
+    c.threads = 0;  // written as 0: refused when read
+    ASSERT_TRUE(WriteCalibration(c, bad).ok());
+  }
+  EXPECT_NE(ResolveHostPath("auto", bad).status().message().find("'host.threads'"), std::string::npos);
+  EXPECT_FALSE(ResolveHostPath("always", file).ok());
+}
+
+// The rows `specgen plan` prints: tokens per expert from n·k over the union, the split of the rounded misses.
+TEST(HostPath, RowsOfAPlan) {
+  HostPath path;
+  path.mode = HostMode::kAuto;
+  path.calibration = Host(1000);
+  const auto rows = HostPathRows(path, {{1, 8, 6.4}, {4, 20, 16.2}}, kExpertBytes, 0, 8, 1e9);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tokens_per_expert, 1);
+  EXPECT_EQ(rows[0].split.host + rows[0].split.link, 6);
+  EXPECT_EQ(rows[0].split.host, 3);
+  EXPECT_EQ(rows[0].host_weight_bytes, 3 * kExpertBytes);
+  EXPECT_EQ(rows[1].tokens_per_expert, 2);  // 32 token-experts over 20 experts
+  EXPECT_EQ(rows[1].split.host + rows[1].split.link, 16);
+  EXPECT_DOUBLE_EQ(rows[1].all_link_seconds, 16e-3);
 }
 
 }  // namespace
