@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -106,6 +107,39 @@ TEST(HostCalibration, RefusesBadFieldsNamingThem) {
   EXPECT_NE(ParseCalibration("[1, 2]", "a.json").status().message().find("not a JSON object"), std::string::npos);
   EXPECT_NE(ParseCalibration("{\"version\": NaN}", "a.json").status().message().find("not JSON"), std::string::npos);
   EXPECT_FALSE(ParseCalibration("", "a.json").ok());
+}
+
+// Random byte edits of a valid file (a fuzzer's mutations, seeded): each parses to values the split can
+// use (every rate finite and positive, sizes positive) or is refused with the file's name; never a
+// crash or an exception.
+TEST(HostCalibration, MutatedFilesParseToUsableValuesOrAreRefused) {
+  const std::string good = CalibrationJson(Example());
+  std::mt19937_64 rng(4406);
+  std::uniform_int_distribution<int> byte(0, 255), edits(1, 4), kind(0, 2);
+  const std::string alphabet = "0123456789-+.eE\"{}[]:,nulltrueNaN ";
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text = good;
+    for (int e = edits(rng); e > 0 && !text.empty(); --e) {
+      const size_t at = std::uniform_int_distribution<size_t>(0, text.size() - 1)(rng);
+      const char c = kind(rng) == 0 ? static_cast<char>(byte(rng)) : alphabet[byte(rng) % alphabet.size()];
+      switch (kind(rng)) {
+        case 0: text[at] = c; break;
+        case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        default: text.erase(at, 1); break;
+      }
+    }
+    const auto parsed = ParseCalibration(text, "fuzz.json");
+    if (!parsed.ok()) {
+      EXPECT_NE(parsed.status().message().find("fuzz.json"), std::string::npos) << parsed.status();
+      continue;
+    }
+    ++accepted;
+    for (double r : parsed->experts_per_second) ASSERT_TRUE(std::isfinite(r) && r > 0) << text;
+    ASSERT_TRUE(parsed->threads > 0 && parsed->hidden > 0 && parsed->ffn > 0 && parsed->expert_bytes > 0) << text;
+    if (parsed->link_gbps) ASSERT_TRUE(std::isfinite(*parsed->link_gbps) && *parsed->link_gbps > 0) << text;
+  }
+  EXPECT_GT(accepted, 0);  // some edits land in digits and stay valid: the accepting side is exercised too
 }
 
 TEST(HostCalibration, WrittenWholeAndReadBack) {
