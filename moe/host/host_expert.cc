@@ -24,24 +24,58 @@ absl::Status CheckHostExpert(const HostExpert& e) {
 }
 
 absl::Status HostExpertRunner::Run(const HostExpert& e, const float* x, int64_t n, float* y) {
-  RETURN_IF_ERROR(CheckHostExpert(e));
-  if (n < 1) return absl::InvalidArgumentError(Cat("host expert: ", n, " tokens (at least 1)"));
-  const int64_t hidden = e.hidden(), ffn = e.ffn();
-  qx_.Quantize(x, n, hidden);
-  g_.resize(static_cast<size_t>(n * ffn));
-  u_.resize(static_cast<size_t>(n * ffn));
-  const size_t scratch_in = RowsScratchBytes(hidden), scratch_ffn = RowsScratchBytes(ffn);
-  // Gate and up in one split: rows [0, ffn) are the gate's, [ffn, 2 ffn) the up's.
-  pool_.ParallelFor(2 * ffn, [&](int64_t b, int64_t end, int thread) {
-    uint8_t* scratch = pool_.Scratch(thread, std::max(scratch_in, scratch_ffn));
-    if (b < ffn) PackedRows(isa_, e.gate, b, std::min(end, ffn), qx_, g_.data(), ffn, scratch);
-    if (end > ffn) PackedRows(isa_, e.up, std::max(b, ffn) - ffn, end - ffn, qx_, u_.data(), ffn, scratch);
+  const HostExpertJob job{&e, x, n, y};
+  return RunMany({&job, 1});
+}
+
+absl::Status HostExpertRunner::RunMany(std::span<const HostExpertJob> jobs) {
+  if (jobs_.size() < jobs.size()) jobs_.resize(jobs.size());
+  // Row offsets of each job in the two splits: gate then up rows; down rows.
+  std::vector<int64_t> gu_first(jobs.size() + 1, 0), down_first(jobs.size() + 1, 0);
+  size_t scratch = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const HostExpertJob& job = jobs[j];
+    if (job.expert == nullptr || job.x == nullptr || job.y == nullptr) {
+      return absl::InvalidArgumentError(Cat("host expert job ", j, ": no expert, input or output"));
+    }
+    RETURN_IF_ERROR(CheckHostExpert(*job.expert));
+    if (job.n < 1) return absl::InvalidArgumentError(Cat("host expert job ", j, ": ", job.n, " tokens (at least 1)"));
+    const int64_t hidden = job.expert->hidden(), ffn = job.expert->ffn();
+    PerJob& p = jobs_[j];
+    p.qx.Quantize(job.x, job.n, hidden);
+    p.g.resize(static_cast<size_t>(job.n * ffn));
+    p.u.resize(static_cast<size_t>(job.n * ffn));
+    gu_first[j + 1] = gu_first[j] + 2 * ffn;
+    down_first[j + 1] = down_first[j] + hidden;
+    scratch = std::max({scratch, RowsScratchBytes(hidden), RowsScratchBytes(ffn)});
+  }
+  // Job j's rows [gu_first[j], gu_first[j + 1]): its gate's, then its up's; a chunk may span jobs.
+  pool_.ParallelFor(gu_first.back(), [&](int64_t b, int64_t end, int thread) {
+    uint8_t* s = pool_.Scratch(thread, scratch);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t lo = std::max(b, gu_first[j]) - gu_first[j], hi = std::min(end, gu_first[j + 1]) - gu_first[j];
+      if (lo >= hi) continue;
+      const HostExpert& e = *jobs[j].expert;
+      PerJob& p = jobs_[j];
+      const int64_t ffn = e.ffn();
+      if (lo < ffn) PackedRows(isa_, e.gate, lo, std::min(hi, ffn), p.qx, p.g.data(), ffn, s);
+      if (hi > ffn) PackedRows(isa_, e.up, std::max(lo, ffn) - ffn, hi - ffn, p.qx, p.u.data(), ffn, s);
+    }
   });
-  act_.resize(g_.size());
-  for (size_t i = 0; i < act_.size(); ++i) act_[i] = portable::SiluMul(g_[i], u_[i]);
-  qa_.Quantize(act_.data(), n, ffn);
-  pool_.ParallelFor(hidden, [&](int64_t b, int64_t end, int thread) {
-    PackedRows(isa_, e.down, b, end, qa_, y, hidden, pool_.Scratch(thread, std::max(scratch_in, scratch_ffn)));
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    PerJob& p = jobs_[j];
+    p.act.resize(p.g.size());
+    for (size_t i = 0; i < p.act.size(); ++i) p.act[i] = portable::SiluMul(p.g[i], p.u[i]);
+    p.qa.Quantize(p.act.data(), jobs[j].n, jobs[j].expert->ffn());
+  }
+  pool_.ParallelFor(down_first.back(), [&](int64_t b, int64_t end, int thread) {
+    uint8_t* s = pool_.Scratch(thread, scratch);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t lo = std::max(b, down_first[j]) - down_first[j], hi = std::min(end, down_first[j + 1]) - down_first[j];
+      if (lo >= hi) continue;
+      const HostExpert& e = *jobs[j].expert;
+      PackedRows(isa_, e.down, lo, hi, jobs_[j].qa, jobs[j].y, e.hidden(), s);
+    }
   });
   return absl::OkStatus();
 }

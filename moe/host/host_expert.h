@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +25,14 @@ struct HostExpert {
 // OK when every matrix is packed (CheckPacked) and the shapes agree; else names the matrix and shapes.
 absl::Status CheckHostExpert(const HostExpert& e);
 
+// One expert's work in RunMany: y [n, hidden] = e applied to x [n, hidden].
+struct HostExpertJob {
+  const HostExpert* expert = nullptr;
+  const float* x = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+};
+
 class HostExpertRunner {
  public:
   HostExpertRunner(HostPool& pool, Isa isa) : pool_(pool), isa_(isa) {}
@@ -31,13 +40,20 @@ class HostExpertRunner {
   // y [n, hidden] = the expert applied to each of the n rows of x [n, hidden] (n >= 1).
   absl::Status Run(const HostExpert& e, const float* x, int64_t n, float* y);
 
+  // Several experts (a layer's host share) in two splits of the pool, not two per expert: every job's
+  // gate and up rows in one, every down row in the other. Each y has Run's bits.
+  absl::Status RunMany(std::span<const HostExpertJob> jobs);
+
   Isa isa() const { return isa_; }
 
  private:
   HostPool& pool_;
   Isa isa_;
-  QuantizedTokens qx_, qa_;
-  std::vector<float> g_, u_, act_;
+  struct PerJob {
+    QuantizedTokens qx, qa;
+    std::vector<float> g, u, act;
+  };
+  std::vector<PerJob> jobs_;
 };
 
 }  // namespace specgen::moe_host

@@ -131,6 +131,34 @@ TEST(HostPool, ChunksCoverEveryRowOnceOnPinnedCores) {
   EXPECT_EQ(HostPool({.threads = 0}).threads(), static_cast<int>(cores.size()));
 }
 
+// A layer's host share in one call (two pool splits) gives each expert Run's bits.
+TEST(HostExpert, RunManyEqualsRunPerExpert) {
+  std::mt19937_64 rng(4407);
+  HostPool pool({.threads = 3});
+  HostExpertRunner runner(pool, BestIsa());
+  std::vector<Expert> experts;
+  experts.push_back(MakeExpert(rng, DType::kQ4_K, DType::kQ6_K, 512, 256));
+  experts.push_back(MakeExpert(rng, DType::kQ8_0, DType::kQ8_0, 512, 256));
+  experts.push_back(MakeExpert(rng, DType::kQ5_K, DType::kQ4_0, 256, 512));  // another shape
+  const int64_t ns[] = {1, 4, 16};
+  std::vector<std::vector<float>> xs, want, got;
+  std::vector<HostExpertJob> jobs;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int64_t hidden = experts[i].view.hidden();
+    xs.push_back(Activations(rng, ns[i], hidden));
+    want.emplace_back(xs[i].size());
+    got.emplace_back(xs[i].size());
+    ASSERT_TRUE(runner.Run(experts[i].view, xs[i].data(), ns[i], want[i].data()).ok());
+  }
+  for (size_t i = 0; i < experts.size(); ++i) jobs.push_back({&experts[i].view, xs[i].data(), ns[i], got[i].data()});
+  ASSERT_TRUE(runner.RunMany(jobs).ok());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4), 0) << "expert " << i;
+  }
+  jobs[1].n = 0;
+  EXPECT_NE(runner.RunMany(jobs).message().find("host expert job 1: 0 tokens"), std::string::npos);
+}
+
 TEST(HostExpert, RefusesMismatchedShapes) {
   std::mt19937_64 rng(4403);
   Expert e = MakeExpert(rng, DType::kQ8_0, DType::kQ8_0, 256, 128);
