@@ -42,7 +42,7 @@ class CudaStreamedExperts : public StreamedExperts {
   absl::Status EmptyCache() override;
 
   const ExpertLayout& layout() const { return layout_; }
-  // The device tables (for tests that compare them with moe/slot_table_model.h).
+  // The device tables (for tests that compare them with moe/expert_cache_model.h).
   const kernels::ExpertCacheTables& cache() const { return cache_; }
 
  private:
