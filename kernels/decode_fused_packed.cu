@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (row[r] >= segs.total_rows) continue;
         const float d0 = acc[0][0][2 * r];
         if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-          *y[r] = d0 / (1.f + expf(-d0)) * acc[kRows - 1][0][2 * r];  // LaunchSwiGlu's
+          *y[r] = portable::SiluMul(d0, acc[kRows - 1][0][2 * r]);  // LaunchSwiGlu's
         } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
           *y[r] = *y[r] + d0;  // LaunchAdd's
         } else {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "engine/core/portable_silu.h"  // SwiGLU's silu, the host's bits (every SwiGLU site)
 #include "kernels/kernel_types.h"
 
 namespace specgen::kernels::detail {

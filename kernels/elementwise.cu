@@ -16,7 +16,7 @@ __global__ void SwiGluKernel(const float* gate, const float* up, float* out, int
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
-    out[i] = g / (1.f + expf(-g)) * up[i];
+    out[i] = portable::SiluMul(g, up[i]);
   }
 }
 

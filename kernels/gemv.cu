@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kBW * 32) GemvKernel(Segs s, const float* __re
       if (lane == 0 && row0 + r < s.total_rows) {
         float* y = yrow[r] + static_cast<int64_t>(t) * ld[r];
         if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-          *y = d0 / (1.f + expf(-d0)) * d1;  // LaunchSwiGlu's
+          *y = portable::SiluMul(d0, d1);  // LaunchSwiGlu's
         } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
           *y = *y + d0;  // LaunchAdd's
         } else {

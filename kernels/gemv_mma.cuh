@@ -17,7 +17,7 @@ __device__ __forceinline__ void MmaStoreTile(const float (&sum)[kPer][NT][4], fl
     const float d0 = sum[0][j][i];
     if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
       const float d1 = sum[kPer - 1][j][i];
-      *y = d0 / (1.f + expf(-d0)) * d1;
+      *y = portable::SiluMul(d0, d1);
     } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
       *y = *y + d0;
     } else {

@@ -240,7 +240,7 @@ struct RowOf {
   __device__ __forceinline__ void Store(const float (&d)[kRows], float prior) const {
     if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
       const float g = d[0];
-      *y = g / (1.f + expf(-g)) * d[1];
+      *y = portable::SiluMul(g, d[1]);
     } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
       *y = prior + d[0];
     } else {

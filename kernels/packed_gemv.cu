@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kProductThreads) PackedProductKernel(PackedSeg
           float* yt = tg[r].y + static_cast<int64_t>(tok) * tg[r].ld;
           const float d0 = out[0][t][e];
           if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-            *yt = d0 / (1.f + expf(-d0)) * out[kMats - 1][t][e];  // LaunchSwiGlu's
+            *yt = portable::SiluMul(d0, out[kMats - 1][t][e]);  // LaunchSwiGlu's
           } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
             *yt = *yt + d0;  // LaunchAdd's
           } else {

@@ -168,7 +168,7 @@ __device__ __forceinline__ void StoreSwiGlu(const Plan& plan, int first, int m, 
   for (int t = 0; t < N; ++t) {
     if (t >= m) break;
     const float g = gu[0][t];
-    plan.act[static_cast<int64_t>(first + t) * ffn + row] = g / (1.f + expf(-g)) * gu[1][t];
+    plan.act[static_cast<int64_t>(first + t) * ffn + row] = portable::SiluMul(g, gu[1][t]);
   }
 }
 
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, cons
     const int row = tile * 16 + g + 8 * h;
     if (t >= m || row >= tab.ffn) return;
     const float gv = sum[0][j][i];
-    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = gv / (1.f + expf(-gv)) * sum[1][j][i];
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = portable::SiluMul(gv, sum[1][j][i]);
   });
 }
 
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTabl
           const int r = i >> 1, tok = 8 * t + 2 * c + (i & 1);
           if (row[r] >= ffn || tok >= m) continue;
           const float gv = gu[0][t][i];
-          plan.act[static_cast<int64_t>(first + tok) * ffn + row[r]] = gv / (1.f + expf(-gv)) * gu[1][t][i];  // StoreSwiGlu's
+          plan.act[static_cast<int64_t>(first + tok) * ffn + row[r]] = portable::SiluMul(gv, gu[1][t][i]);  // StoreSwiGlu's
         }
     }
     __syncthreads();

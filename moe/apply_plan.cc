@@ -19,7 +19,9 @@ absl::StatusOr<RunPlan> PlanFor(const RunRequest& request, size_t vram_budget) {
   o.kv_element_bytes = static_cast<int>(Info(request.kv_type).block_bytes);
   o.vram_budget = vram_budget;
   o.host_available = request.host_available;
-  return PlanRun(o);
+  ASSIGN_OR_RETURN(RunPlan plan, PlanRun(o));
+  if (plan.expert_cache_slots >= 0) plan.host_path = request.host_path;
+  return plan;
 }
 
 void ApplyRunPlan(const RunPlan& plan, CudaBackend* cuda, TransformerOptions* options) {

@@ -31,6 +31,7 @@ struct RunRequest {
   int64_t context = 0;        // positions both KV caches hold
   DType kv_type = kDefaultKvType;
   size_t host_available = 0;  // host RAM the plan may pin; 0: this machine's MemAvailable now
+  moe_host::HostPath host_path;  // --moe-host resolved (ResolveHostPath); the plan keeps it where experts stream
 };
 
 // The plan of `request` on a CUDA backend with `vram_budget` bytes of arena (PlanRun, from the

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "moe/host/host_path.h"
 
 namespace specgen::moe {
 
@@ -32,6 +33,9 @@ struct RunPlan {
   size_t streamed_dense_bytes = 0;
   // Plan::prefill_chunk: positions a prompt chunk takes (0 for a model without experts: the default).
   int64_t prefill_chunk = 0;
+  // Where missed experts are computed (--moe-host, docs/design.md §12.1): off unless experts stream.
+  // The CUDA streamed pass asks moe_host::ChooseSplit per layer with it (the lead's wiring).
+  moe_host::HostPath host_path;
 
   bool streams() const { return expert_cache_slots >= 0 || !streamed_dense_layers.empty(); }
 };

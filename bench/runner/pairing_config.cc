@@ -34,7 +34,7 @@ const std::set<std::string>& PairingKeys() {
   static const auto* keys = new std::set<std::string>{
       "name",  "target", "draft",   "draft_lengths", "adaptive_max", "accept",     "temperature",
       "top_k", "top_p",  "min_p",   "seed",          "device",       "vram_budget", "context",
-      "max_new_tokens",  "prompts", "ignore_eos",    "threads",      "enabled"};
+      "max_new_tokens",  "prompts", "ignore_eos",    "threads",      "enabled",      "moe_host"};
   return *keys;
 }
 
@@ -241,6 +241,11 @@ absl::Status ApplySettings(const Reader& r, const toml::table& table, bool is_de
     } else if (key == "seed") {
       ASSIGN_OR_RETURN(const int64_t v, r.Integer(node, key, 0, INT64_MAX));
       p.sampling.seed = static_cast<uint64_t>(v);
+    } else if (key == "moe_host") {
+      ASSIGN_OR_RETURN(p.moe_host, r.String(node, key));
+      if (p.moe_host != "auto" && p.moe_host != "off" && p.moe_host != "only") {
+        return r.Error(node, key, "must be auto, off or only, got \"", p.moe_host, "\"");
+      }
     } else if (key == "device") {
       ASSIGN_OR_RETURN(p.device, r.String(node, key));
       if (p.device != "auto" && p.device != "cpu" && p.device != "cuda") {

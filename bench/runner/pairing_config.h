@@ -19,6 +19,7 @@
 //   temperature = 0.0                    # top_k, top_p, min_p, seed as the CLI's flags
 //   device = "auto"                      # auto, cpu or cuda
 //   vram_budget = ["8GiB", "16GiB"]      # or one string; absent: the backend's default
+//   moe_host = "auto"                    # auto, off or only: as the CLI's --moe-host (default: its default)
 //   context = 512
 //   enabled = false                      # skipped (its model paths need not exist yet)
 //
@@ -72,6 +73,7 @@ struct Pairing {
   SamplingParams sampling = SamplingParams::Plain(0.8f, 1);
   std::string device = "auto";
   std::vector<std::string> vram_budgets;  // {""}: the backend's default
+  std::string moe_host;                   // --moe-host's value; empty: auto with a calibration, else off
   int64_t context = 512;
   int64_t max_new_tokens = 64;
   bool ignore_eos = true;  // benchmarks compare equal lengths

@@ -73,7 +73,11 @@ moe::RunRequest RunRequestFor(const RunSpec& spec) {
 absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
-  const absl::StatusOr<moe::RunPlan> planned = moe::PlanFor(RunRequestFor(spec), cache.vram_budget());
+  moe::RunRequest request = RunRequestFor(spec);
+  const absl::StatusOr<moe_host::HostPath> host_path = moe_host::ResolveHostPath(p.moe_host, "");
+  if (!host_path.ok()) return InvalidArgument("pairing '", p.name, "': ", host_path.status().message());
+  request.host_path = *host_path;
+  const absl::StatusOr<moe::RunPlan> planned = moe::PlanFor(request, cache.vram_budget());
   if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
   const moe::RunPlan& placement = *planned;
   if (cache.cuda() != nullptr) {

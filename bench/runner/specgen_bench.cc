@@ -12,7 +12,8 @@
 // Offload (on the GPU the target is placed by the planner under the budget, so a budget below what
 // holds every expert streams them; all 0 while nothing streams): expert_cache_slots (-1: every
 // expert resident), prefill_chunk, h2d_bytes_per_token, expert_cache_hit_rate, mean_distinct_experts
-// (per MoE layer per pass).
+// (per MoE layer per pass), host_experts_per_token (missed experts computed on the host CPU; the
+// pairing's moe_host key).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +57,7 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   state.counters["h2d_bytes_per_token"] = t.per_token(t.stats.offload.h2d_bytes);
   state.counters["expert_cache_hit_rate"] = t.stats.offload.hit_rate();
   state.counters["mean_distinct_experts"] = t.stats.offload.mean_distinct_experts();
+  state.counters["host_experts_per_token"] = t.per_token(t.stats.offload.host_experts);  // --moe-host (0 until wired)
 }
 
 void RunBenchmark(benchmark::State& state, RunSpec spec) {

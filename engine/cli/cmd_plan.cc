@@ -1,9 +1,10 @@
 // `specgen plan -m TARGET [-md DRAFT] --vram-budget SIZE [-c N] [--draft-max K] [--cache-type T]
-// [--acceptance A] [--json]`: the offload plan (moe/planner.h) of a target and its draft under
+// [--acceptance A] [--json] [--moe-host M] [--calibration FILE]`, `specgen plan --calibrate [-m TARGET]`: the
+// host expert path's calibration (plan_host_path.h) and the offload plan (moe/planner.h) of a target and its draft under
 // a VRAM budget, computed from the models' headers alone (synth presets from their shapes): what is
 // resident and what streams, the expert-cache slots, the host RAM pinned, the predicted tokens/s with
 // and without the draft (moe/speed_prediction.h) and the bytes and least time of a
-// verification pass of up to --draft-max + 1 positions. Nothing is loaded or allocated. The text
+// verification pass of up to --draft-max + 1 positions, and which path each missed expert takes. Nothing is loaded or allocated. The text
 // speaks the user's words; the JSON keeps the planner's names.
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "engine/cli/command.h"
+#include "engine/cli/plan_host_path.h"
 #include "engine/cli/resource_check.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
@@ -39,6 +41,7 @@ struct PlanFlags {
   std::string cache_type = moe::kDefaultKvTypeName;
   std::string acceptance = "typical";
   bool json = false;
+  PlanHostFlags host;  // --calibrate, --calibration, --moe-host, --host-threads
 };
 
 absl::StatusOr<int> KvElementBytes(const std::string& cache_type) {
@@ -272,7 +275,12 @@ absl::Status CheckPlanSizes(const PlanFlags& f, const moe::ModelBytes& target,
 }
 
 absl::Status RunPlan(const PlanFlags& f) {
+  if (f.host.calibrate) {
+    RETURN_IF_ERROR(RunCalibrate(f.host, f.model));
+    if (f.vram_budget.empty()) return absl::OkStatus();  // --calibrate alone
+  }
   if (f.model.empty()) return InvalidArgument("-m: a target model is required");
+  if (f.vram_budget.empty()) return InvalidArgument("--vram-budget: required (or --calibrate alone)");
   ASSIGN_OR_RETURN(const size_t budget, ParseByteSize(f.vram_budget));
   if (budget == 0) return InvalidArgument("--vram-budget ", f.vram_budget, ": must be more than 0 bytes");
   ASSIGN_OR_RETURN(const int kv_bytes, KvElementBytes(f.cache_type));
@@ -333,10 +341,14 @@ absl::Status RunPlan(const PlanFlags& f) {
   ASSIGN_OR_RETURN(const moe::SpeedPrediction speed,
                    moe::PredictSpeed(plan, target, draft.get(), f.draft_max, acceptance, {},
                                      alone_plan ? &*alone_plan : nullptr));
+  const int shown = 1 + (f.draft.empty() ? 0 : f.draft_max);
   if (f.json) {
-    std::printf("%s\n", PlanJson(plan, f, speed).dump().c_str());
+    nlohmann::json j = PlanJson(plan, f, speed);
+    ASSIGN_OR_RETURN(j["host_path"], HostPathJson(f.host, plan, target, shown));
+    std::printf("%s\n", j.dump().c_str());
   } else {
     PrintText(plan, f, speed);
+    RETURN_IF_ERROR(PrintHostPath(f.host, plan, target, shown));
   }
   return absl::OkStatus();
 }
@@ -347,14 +359,13 @@ Registrar kPlan{{"plan", "Show what a GPU memory budget holds of a target and it
                    auto f = std::make_shared<PlanFlags>();
                    app.add_option("-m,--model", f->model,
                                   "target MODEL: GGUF file, HF directory or synth:PRESET[:TYPE] (read from "
-                                  "headers or the preset's shape; no weight is read)")
-                       ->required();
+                                  "headers or the preset's shape; no weight is read)");
                    app.add_option("--model-draft", f->draft,
                                   "draft MODEL (also -md): placed whole in VRAM first, with its KV cache");
                    app.add_option("--vram-budget", f->vram_budget,
                                   "GPU memory the plan may use, e.g. 8GiB or 512MiB: weights, KV caches, "
-                                  "expert-cache slots and workspaces (the CUDA context and graphs come on top)")
-                       ->required();
+                                  "expert-cache slots and workspaces (the CUDA context and graphs come on top); "
+                                  "required but with --calibrate alone");
                    app.add_option("-c,--ctx-size", f->context,
                                   "positions both KV caches hold (default: min(target's trained context, 4096))");
                    app.add_option("--draft-max", f->draft_max,
@@ -372,6 +383,7 @@ Registrar kPlan{{"plan", "Show what a GPU memory budget holds of a target and it
                                   "chance that any drafted token is accepted, e.g. 0.6 or 0.9")
                        ->capture_default_str();
                    app.add_flag("--json", f->json, "print the plan as one JSON object (bytes as integers)");
+                   AddPlanHostFlags(app, &f->host);
                    return [f]() { return RunPlan(*f); };
                  }}};
 

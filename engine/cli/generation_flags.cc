@@ -13,6 +13,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/model_loader.h"
+#include "moe/host/host_path.h"
 #include "moe/run_plan.h"
 #include "engine/tokenizer/compatibility.h"
 #include "engine/tokenizer/tokenizer_loader.h"
@@ -175,6 +176,12 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
                "error)");
   app.add_flag("--ignore-eos", f->ignore_eos, "do not stop at end-of-generation tokens");
   app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
+  app.add_option("--moe-host", f->moe_host,
+                 "auto|off|only: where a streamed target's missed experts are computed: auto lets the host CPU "
+                 "take a share where `specgen plan --calibrate`'s calibration says it is faster, off fetches "
+                 "all over the link, only computes all on the host (default: auto with a calibration, else off)");
+  app.add_option("--calibration", f->calibration,
+                 "the calibration FILE --moe-host reads (default: $XDG_CACHE_HOME/specgen/calibration.json)");
   AddNoCheckTensorsFlag(app, &f->no_check_tensors);
 }
 
@@ -204,6 +211,7 @@ absl::Status ValidateGenerationFlags(const GenerationFlags& flags) {
   if (!flags.vram_budget.empty()) RETURN_IF_ERROR(ParseByteSize(flags.vram_budget).status());
   RETURN_IF_ERROR(ParseGemvOrder(flags.gemv_order).status());
   RETURN_IF_ERROR(ParseCacheType(flags.cache_type).status());
+  if (!flags.moe_host.empty()) RETURN_IF_ERROR(moe_host::ParseHostMode(flags.moe_host).status());
   if (flags.stats != "text" && flags.stats != "json" && flags.stats != "none") {
     return InvalidArgument("--stats must be text, json or none, got '", flags.stats, "'");
   }
@@ -274,7 +282,15 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   request.draft_max = flags.draft_max;
   request.context = context;
   request.kv_type = kv_type;
+  ASSIGN_OR_RETURN(request.host_path, moe_host::ResolveHostPath(flags.moe_host, flags.calibration));
   ASSIGN_OR_RETURN(const moe::RunPlan plan, moe::PlanFor(request, vram_budget));
+  if (plan.host_path.mode != moe_host::HostMode::kOff) {
+    // Carried in the plan; the CUDA streamed pass does not split yet (docs/design.md §12.1).
+    std::fprintf(stderr, "note: --moe-host %s: the streamed GPU pass does not compute experts on the host yet; "
+                 "every missed expert crosses the link\n", std::string(moe_host::HostModeName(plan.host_path.mode)).c_str());
+  } else if (!request.host_path.note.empty() && plan.expert_cache_slots >= 0) {
+    std::fprintf(stderr, "note: %s\n", request.host_path.note.c_str());
+  }
   ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(),
                                                 moe::TargetOptions(request, context, plan, pair->cuda),
                                                 !flags.no_check_tensors));

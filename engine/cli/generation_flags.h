@@ -59,6 +59,8 @@ struct GenerationFlags {
   int threads = 0;
   bool random_seed = false;  // --seed -1: sampling.seed was drawn at random (and is printed)
   bool no_check_tensors = false;  // --no-check-tensors: skip the NaN/Inf check of the weights at load
+  std::string moe_host;     // --moe-host auto|off|only (moe/host/host_path.h); empty: auto with a calibration
+  std::string calibration;  // --calibration FILE; empty: the default path
 };
 
 // Where the bundled pair's model NAME (tiny-target, tiny-draft) lives: $SPECGEN_MODELS_DIR/NAME, else
@@ -67,7 +69,7 @@ std::string BundledModelPath(std::string_view name);
 
 // Registers the shared flags on `app` (-m, --model-draft, -n, --draft-max, --draft-adaptive,
 // --draft-fixed, --accept, --temp, --top-k, --top-p, --min-p, --seed, -c, --device, --vram-budget,
-// --gemv-order, --cache-type, --stats, --allow-vocab-mismatch, --ignore-eos, -t). `flags` must outlive the parse.
+// --gemv-order, --cache-type, --stats, --allow-vocab-mismatch, --ignore-eos, -t, --moe-host, --calibration). `flags` must outlive the parse.
 // --seed -1 draws a random seed; -n -1 generates until an end token or a full context.
 void AddGenerationFlags(CLI::App& app, GenerationFlags* flags);
 

@@ -46,6 +46,12 @@ struct ExpertStreamStats {
   // (pass, streamed layer) pairs the device decided (Transformer::expert_stream_stats adds the ones
   // routed on the host): the unions the counts above sum over.
   int64_t layer_passes = 0;
+  // Missed experts computed on the host CPU instead of fetched (moe/host, --moe-host), the host's wall
+  // time for them and the activations that crossed the link for them (both ways). Zero until the
+  // streamed pass takes the host path.
+  int64_t host_experts = 0;
+  double host_seconds = 0;
+  int64_t host_activation_bytes = 0;
 };
 // Every streamed layer's experts: the host copy, the VRAM cache, and per layer an ExpertSet for
 // RouteAndRunExperts, which fetches the layer's misses on its own.

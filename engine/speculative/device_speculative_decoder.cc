@@ -123,6 +123,9 @@ absl::StatusOr<OffloadCounters> DeviceSpeculativeDecoder::OffloadTotals() {
   c.expert_misses = s.misses + s.staged;
   c.distinct_experts = s.hits + s.misses + s.staged;
   c.moe_layer_passes = s.layer_passes;
+  c.host_experts = s.host_experts;
+  c.host_seconds = s.host_seconds;
+  c.host_activation_bytes = s.host_activation_bytes;
   return c;
 }
 

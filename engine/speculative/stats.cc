@@ -47,6 +47,9 @@ OffloadCounters& OffloadCounters::operator+=(const OffloadCounters& o) {
   expert_misses += o.expert_misses;
   distinct_experts += o.distinct_experts;
   moe_layer_passes += o.moe_layer_passes;
+  host_experts += o.host_experts;
+  host_seconds += o.host_seconds;
+  host_activation_bytes += o.host_activation_bytes;
   return *this;
 }
 
@@ -56,6 +59,9 @@ OffloadCounters& OffloadCounters::operator-=(const OffloadCounters& o) {
   expert_misses -= o.expert_misses;
   distinct_experts -= o.distinct_experts;
   moe_layer_passes -= o.moe_layer_passes;
+  host_experts -= o.host_experts;
+  host_seconds -= o.host_seconds;
+  host_activation_bytes -= o.host_activation_bytes;
   return *this;
 }
 
@@ -125,6 +131,9 @@ std::string SpeculativeStats::ToJson() const {
       {"stop_reason", StopReasonName(stop_reason)},
       {"h2d_bytes", offload.h2d_bytes},
       {"h2d_bytes_per_token", h2d_bytes_per_token()},
+      {"host_experts", offload.host_experts},
+      {"host_seconds", offload.host_seconds},
+      {"host_activation_bytes", offload.host_activation_bytes},
       // null where the figure does not apply: no expert cache consulted, no draft.
       {"expert_cache_hit_rate", offload.expert_hits + offload.expert_misses > 0
                                     ? nlohmann::json(offload.hit_rate()) : nlohmann::json(nullptr)},

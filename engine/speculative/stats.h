@@ -26,6 +26,12 @@ struct OffloadCounters {
   int64_t expert_misses = 0;        // routed experts fetched (each once per pass)
   int64_t distinct_experts = 0;     // sum over (pass, MoE layer) of the layer's expert union
   int64_t moe_layer_passes = 0;     // (pass, MoE layer) pairs that distinct_experts sums over
+  // The host expert path (--moe-host, docs/design.md §12.1): missed experts computed on the host CPU
+  // instead of fetched (not in expert_misses' fetches nor in h2d_bytes' weights), the host's wall time
+  // for them, and the activations they sent across the link (both ways).
+  int64_t host_experts = 0;
+  double host_seconds = 0;
+  int64_t host_activation_bytes = 0;
 
   OffloadCounters& operator+=(const OffloadCounters& o);
   // What happened between two readings of running totals: this (the later) less `o`.

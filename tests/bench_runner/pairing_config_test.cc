@@ -201,6 +201,8 @@ TEST_F(PairingConfigTest, WrongTypesAndRanges) {
               HasSubstr(":12: vram_budget:"));
   EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\ndevice = \"tpu\"\n"),
               HasSubstr(":12: device: must be auto, cpu or cuda"));
+  EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a\"\nmoe_host = \"sometimes\"\n"),
+              HasSubstr(":12: moe_host: must be auto, off or only"));
   EXPECT_THAT(ErrorOf(Head() + "[[pairing]]\nname = \"a b\"\n"), HasSubstr(":11: name:"));
 }
 

@@ -7,7 +7,9 @@ Checks: a Qwen3-30B-A3B-shaped target drafted by a Qwen3-0.6B shape under an 8 G
 experts through a cache that holds a share of them, within budget, with 16 predicted passes whose
 bytes and floors grow with n; a budget that holds everything streams nothing; a GGUF file plans the
 same as the synth preset it was written from; HF directories plan; a budget below the minimum, too
-little host RAM and bad flags exit 1 with a message naming the problem; --help explains every flag.
+little host RAM and bad flags exit 1 with a message naming the problem; --help explains every flag;
+--calibrate writes the host path's calibration and --moe-host auto/off/only report the path of missed
+experts from it (auto without one is off, a broken file an error naming the field).
 """
 import json
 import os
@@ -25,9 +27,63 @@ def check(cond, what):
         print("FAIL:", what, file=sys.stderr)
 
 
-def run(specgen, args):
-    p = subprocess.run([specgen] + args, capture_output=True, text=True, timeout=120)
+def run(specgen, args, env=None):
+    p = subprocess.run([specgen] + args, capture_output=True, text=True, timeout=120, env=env)
     return p.returncode, p.stdout, p.stderr
+
+
+def check_host_path(specgen, pair):
+    """plan --calibrate writes the calibration file; plan reads it and says which path missed experts take."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
+        calib = os.path.join(tmp, "cache", "specgen", "calibration.json")
+        rc, out, err = run(specgen, ["plan", "--calibrate", "--host-threads", "1"], env)
+        check(rc == 0, f"plan --calibrate: exit {rc}, stderr: {err.strip()}")
+        check("16 of 16" in err, f"plan --calibrate: no progress on stderr: {err[-300:]!r}")
+        check(calib in out, f"plan --calibrate does not say where it wrote: {out[:300]!r}")
+        try:
+            with open(calib) as f:
+                c = json.load(f)
+            check(c["version"] == 1 and len(c["experts_per_second"]) == 16, f"calibration file: {c}")
+            check(all(r > 0 for r in c["experts_per_second"]), "calibration rates")
+            check(c["expert"]["hidden"] == 2048 and c["expert"]["ffn"] == 768, "default shape")
+        except (OSError, ValueError, KeyError) as e:
+            check(False, f"calibration file {calib}: {e}")
+        args = pair + ["--vram-budget", "8GiB", "--json"]
+        for mode in ["auto", "off", "only"]:
+            rc, out, err = run(specgen, ["plan"] + args + ["--moe-host", mode], env)
+            check(rc == 0, f"plan --moe-host {mode}: exit {rc}: {err.strip()}")
+            try:
+                h = json.loads(out)["host_path"]
+            except (ValueError, KeyError):
+                check(False, f"plan --moe-host {mode}: no host_path in {out[:200]!r}")
+                continue
+            check(h["mode"] == mode and h["calibration"] == calib, f"--moe-host {mode}: {h['mode']} {h['calibration']}")
+            check(len(h["passes"]) == 5, f"--moe-host {mode}: {len(h['passes'])} passes for --draft-max 4")
+            for r in h["passes"]:
+                missed = r["host_experts"] + r["link_experts"]
+                if mode == "off":
+                    check(r["host_experts"] == 0, f"--moe-host off: n={r['n']} host {r['host_experts']}")
+                if mode == "only":
+                    check(r["link_experts"] == 0, f"--moe-host only: n={r['n']} link {r['link_experts']}")
+                check(r["layer_seconds"] <= r["all_link_seconds"] + 1e-15 or mode == "only",
+                      f"--moe-host {mode}: n={r['n']} slower than all over the link")
+                check(missed > 0, f"--moe-host {mode}: n={r['n']} no missed experts at 8GiB")
+        rc, out, err = run(specgen, ["plan"] + pair + ["--vram-budget", "8GiB"], env)
+        check("missed experts' path (--moe-host auto" in out, f"plan text: no host path section: {out[-600:]!r}")
+        # No calibration: auto is off, with a note; a broken file is an error naming it and the field.
+        empty = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "empty"))
+        rc, out, err = run(specgen, ["plan"] + args + ["--moe-host", "auto"], empty)
+        check(rc == 0 and json.loads(out or "{}").get("host_path", {}).get("mode") == "off",
+              f"--moe-host auto without a calibration: exit {rc}, {out[:200]!r}")
+        check("no calibration" in err, f"--moe-host auto without a calibration: no note: {err.strip()}")
+        bad = os.path.join(tmp, "bad.json")
+        with open(bad, "w") as f:
+            json.dump(dict(c, experts_per_second=[1] * 15), f)
+        for extra, words in [(["--calibration", bad], "experts_per_second"), (["--moe-host", "sometimes"], "--moe-host"),
+                             (["--calibration", os.path.join(tmp, "none.json")], "none.json")]:
+            rc, out, err = run(specgen, ["plan"] + args + extra, env)
+            check(rc == 1 and words in err and out == "", f"plan {' '.join(extra)}: exit {rc}, stderr {err.strip()}")
 
 
 def plan_json(specgen, args, what):
@@ -142,6 +198,8 @@ def main():
     if p is not None:
         check(p["expert_cache_slots"] == -1 and p["resident"]["draft"] > 0, "the bundled pair does not fit 2GiB")
 
+    check_host_path(specgen, pair)
+
     # Errors: each exits 1 and names the problem.
     for args, words in [
         (pair + ["--vram-budget", "100MiB"], "below the minimum of"),
@@ -166,7 +224,7 @@ def main():
     rc, out, _ = run(specgen, ["plan", "--help"])
     check(rc == 0, f"plan --help: exit {rc}")
     for flag in ["--model", "--model-draft", "--vram-budget", "--ctx-size", "--draft-max", "--cache-type",
-                 "--host-ram", "--acceptance", "--json"]:
+                 "--host-ram", "--acceptance", "--json", "--calibrate", "--calibration", "--moe-host"]:
         check(flag in out, f"plan --help does not explain {flag}")
 
     if failures:

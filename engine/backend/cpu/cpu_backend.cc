@@ -9,6 +9,7 @@
 #include "Eigen/Core"
 #include "engine/core/half.h"
 #include "engine/core/packed_product.h"
+#include "engine/core/portable_silu.h"
 #include "engine/core/quant.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
@@ -351,7 +352,7 @@ absl::Status CpuBackend::SwiGlu(const Buffer& gate, const Buffer& up, Buffer* ou
   const float* u = B(up).data();
   float* o = B(*out).data();
   for (int64_t i = 0, n = gate.rows() * gate.cols(); i < n; ++i) {
-    o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    o[i] = portable::SiluMul(g[i], u[i]);  // the GPU's bits (portable_silu.h)
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,3 @@
+// The packed product's rows for avx512 (flags in moe/host/CMakeLists.txt); the code is packed_rows_kernel.inc.
+#define SPECGEN_ROWS_ENTRY PackedRowsAvx512
+#include "moe/host/packed_rows_kernel.inc"
