@@ -6,11 +6,11 @@ namespace specgen::kernels {
 namespace {
 
 // One thread a token: at most a step's drafts.
-__global__ void ScriptedDraftKernel(ScriptedDraftTable table, const int32_t* base, int depth0, int n,
-                                    int32_t* tokens) {
+__global__ void ScriptedDraftKernel(ScriptedDraftTable table, const int32_t* base, int64_t offset, int depth0,
+                                    int n, int32_t* tokens) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
-  const int64_t pos = int64_t{*base} + t;
+  const int64_t pos = (base != nullptr ? int64_t{*base} : 0) + offset + t;
   const int64_t i = pos - table.first_position;
   if (i < 0 || i >= table.length) return;
   const int depth = depth0 + t;
@@ -20,15 +20,16 @@ __global__ void ScriptedDraftKernel(ScriptedDraftTable table, const int32_t* bas
 
 }  // namespace
 
-cudaError_t LaunchScriptedDraft(const ScriptedDraftTable& table, const int32_t* base, int depth0, int n,
-                                int32_t* tokens, cudaStream_t stream) {
+cudaError_t LaunchScriptedDraft(const ScriptedDraftTable& table, const int32_t* base, int64_t offset, int depth0,
+                                int n, int32_t* tokens, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (table.continuation == nullptr || table.length < 0 || table.profile == nullptr || table.profile_len <= 0 ||
-      table.vocab <= 0 || base == nullptr || tokens == nullptr || depth0 < 0) {
+      table.vocab <= 0 || tokens == nullptr || depth0 < 0) {
     return cudaErrorInvalidValue;
   }
   constexpr int kThreads = 32;
-  ScriptedDraftKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(table, base, depth0, n, tokens);
+  ScriptedDraftKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(table, base, offset, depth0, n,
+                                                                                   tokens);
   return cudaGetLastError();
 }
 

@@ -24,9 +24,11 @@ struct ScriptedDraftTable {
 };
 
 // For t < n: tokens[t] (the draft's drawn token on entry) becomes the script's token at absolute
-// position *base + t and depth depth0 + t (0-based within the step); it is left as drawn where the
-// continuation does not reach. `base`: device int32 (e.g. the position of the step's first draft).
-cudaError_t LaunchScriptedDraft(const ScriptedDraftTable& table, const int32_t* base, int depth0, int n,
-                                int32_t* tokens, cudaStream_t stream);
+// position (*base if given, else 0) + offset + t and depth depth0 + t (0-based within the step); it is
+// left as drawn where the continuation does not reach. `base`: device int32 read when the kernel runs
+// (a captured launch: e.g. the draft's device length); an eager launch may pass null and the position
+// in `offset` (DeviceProposer draws each token eagerly at a host-known position).
+cudaError_t LaunchScriptedDraft(const ScriptedDraftTable& table, const int32_t* base, int64_t offset, int depth0,
+                                int n, int32_t* tokens, cudaStream_t stream);
 
 }  // namespace specgen::kernels

@@ -22,7 +22,7 @@ bool HaveDevice() {
 template <typename T>
 T* Upload(const std::vector<T>& v) {
   T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
   return d;
 }
@@ -58,9 +58,15 @@ TEST(ScriptedDraftGpuTest, KernelWritesTheHostScriptsTokens) {
         for (int32_t& t : drawn) t = static_cast<int32_t>(rng() % kVocab);
         ASSERT_EQ(cudaMemcpy(d_tokens, drawn.data(), sizeof(int32_t) * kN, cudaMemcpyHostToDevice), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(d_base, &base, sizeof base, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(kernels::LaunchScriptedDraft(table, d_base, depth0, kN, d_tokens, nullptr), cudaSuccess);
+        ASSERT_EQ(kernels::LaunchScriptedDraft(table, d_base, 0, depth0, kN, d_tokens, nullptr), cudaSuccess);
         std::vector<int32_t> got(kN);
         ASSERT_EQ(cudaMemcpy(got.data(), d_tokens, sizeof(int32_t) * kN, cudaMemcpyDeviceToHost), cudaSuccess);
+        // The eager form: no device base, the position given.
+        ASSERT_EQ(cudaMemcpy(d_tokens, drawn.data(), sizeof(int32_t) * kN, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(kernels::LaunchScriptedDraft(table, nullptr, base, depth0, kN, d_tokens, nullptr), cudaSuccess);
+        std::vector<int32_t> eager(kN);
+        ASSERT_EQ(cudaMemcpy(eager.data(), d_tokens, sizeof(int32_t) * kN, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(eager, got);
         for (int t = 0; t < kN; ++t) {
           ASSERT_EQ(got[t], script.Token(base + t, depth0 + t, drawn[t]))
               << name << " base " << base << " depth " << depth0 + t;
@@ -73,7 +79,7 @@ TEST(ScriptedDraftGpuTest, KernelWritesTheHostScriptsTokens) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    ASSERT_EQ(kernels::LaunchScriptedDraft(table, d_base, 0, kN, d_tokens, stream), cudaSuccess);
+    ASSERT_EQ(kernels::LaunchScriptedDraft(table, d_base, 0, 0, kN, d_tokens, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int32_t base : {kPrompt, kPrompt + 100}) {
