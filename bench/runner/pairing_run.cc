@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "bench/acceptance/acceptance_script.h"
+#include "bench/runner/pairing_predict.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/make_loop.h"
 
@@ -20,12 +22,14 @@ void RunTotals::Add(const RunTotals& o) {
 std::string BenchmarkName(const RunSpec& spec) {
   std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
   if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
+  if (!spec.acceptance.empty()) name += Cat("/accept:", spec.acceptance);
   return name;
 }
 
 RunSpec WithoutDraft(const RunSpec& spec) {
   RunSpec plain = spec;
   plain.length = DraftLength{0, false};
+  plain.acceptance.clear();
   return plain;
 }
 
@@ -90,6 +94,11 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   options.max_new_tokens = p.max_new_tokens;
   options.draft_max = spec.length.k;
   options.adaptive = spec.length.adaptive;
+  if (spec.length.modelled) {
+    const absl::StatusOr<moe::StepCostModel> costs = ModelledStepCosts(spec, cache.vram_budget());
+    if (!costs.ok()) return InvalidArgument("pairing '", p.name, "': ", costs.status().message());
+    options.modelled_step_seconds = [model = *costs](int k) { return model.Seconds(k); };
+  }
   options.accept = p.accept;
   options.sampling = p.sampling;
   if (!p.ignore_eos) {
@@ -104,8 +113,22 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
   // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
   // captures them before the measured ones.
-  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
-                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr, options));
+  // Under an acceptance regime the draft's tokens follow the profile's script (greedy only; the
+  // config checks it), against the target's greedy continuation of each prompt.
+  std::unique_ptr<AcceptanceScript> script;
+  std::unique_ptr<SpeculativeLoop> loop;
+  if (!spec.acceptance.empty() && spec.length.k > 0) {
+    ASSIGN_OR_RETURN(const moe::AcceptanceProfile profile, moe::ParseAcceptance(spec.acceptance, "acceptance"));
+    script = std::make_unique<AcceptanceScript>(profile, p.sampling.seed,
+                                                static_cast<int32_t>(target->lm->vocab_size()));
+    absl::StatusOr<std::unique_ptr<SpeculativeLoop>> made =
+        MakeScriptedLoop(cache.cuda(), target->lm.get(), draft->lm.get(), options, script.get());
+    if (!made.ok()) return InvalidArgument("pairing '", p.name, "': ", made.status().message());
+    loop = *std::move(made);
+  } else {
+    ASSIGN_OR_RETURN(loop, MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr,
+                                               options));
+  }
   const std::vector<Prompt>& prompts = spec.prompts->prompts;
   std::vector<std::vector<int32_t>> ids(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -120,6 +143,15 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
+    if (script != nullptr) {
+      // Outside the timed part: the target's own greedy text, which the script proposes from.
+      absl::StatusOr<std::vector<int32_t>> continuation =
+          GreedyContinuation(target->lm.get(), ids[i], p.max_new_tokens);
+      if (!continuation.ok()) {
+        return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", continuation.status().message());
+      }
+      script->SetContinuation(static_cast<int64_t>(ids[i].size()), *std::move(continuation), i);
+    }
     const Clock::time_point start = Clock::now();
     double ttft = -1;
     auto sink = [&](std::span<const int32_t> tokens) {
