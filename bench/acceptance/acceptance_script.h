@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -33,11 +34,8 @@ class AcceptanceScript {
   // index in the prompt set. The index enters the key (key_seed()): prompts of one length would
   // otherwise draw the same decisions at the same positions, and a set of them would measure one
   // prompt's acceptance many times over.
-  void SetContinuation(int64_t prompt_len, std::vector<int32_t> continuation, uint64_t prompt_index = 0) {
-    prompt_len_ = prompt_len;
-    continuation_ = std::move(continuation);
-    key_seed_ = seed_ ^ (prompt_index * 0x9E3779B97F4A7C15ull);
-  }
+  // A loop on the GPU reads a device copy, which this also updates (an error where it cannot).
+  absl::Status SetContinuation(int64_t prompt_len, std::vector<int32_t> continuation, uint64_t prompt_index = 0);
   // The seed the current prompt's decisions are keyed by (what the device kernel's table takes).
   uint64_t key_seed() const { return key_seed_; }
   // ModelProposer::DraftScript: at `position` (absolute) and `depth` (0-based in the step), the
@@ -47,6 +45,14 @@ class AcceptanceScript {
 
   const moe::AcceptanceProfile& profile() const { return profile_; }
   uint64_t seed() const { return seed_; }
+  int32_t vocab() const { return vocab_; }
+  int64_t prompt_len() const { return prompt_len_; }
+  const std::vector<int32_t>& continuation() const { return continuation_; }
+
+  // Where SetContinuation mirrors the prompt's script (MakeScriptedLoop sets it for the GPU loop; the
+  // function owns the device copy).
+  using Mirror = std::function<absl::Status(const AcceptanceScript&)>;
+  void set_mirror(Mirror mirror) { mirror_ = std::move(mirror); }
 
  private:
   moe::AcceptanceProfile profile_;
@@ -55,20 +61,24 @@ class AcceptanceScript {
   int32_t vocab_;
   int64_t prompt_len_ = 0;
   std::vector<int32_t> continuation_;
+  Mirror mirror_;
 };
 
 // The target's greedy continuation of `prompt`, `n` tokens (no end token stops it), through the loop
-// without a draft. The target's cache is left holding it.
-absl::StatusOr<std::vector<int32_t>> GreedyContinuation(CausalLm* target, std::span<const int32_t> prompt,
-                                                        int64_t n);
+// without a draft on the target's backend (`cuda`: the CUDA backend it runs on, else null), so that it
+// is the text the regime's loop verifies against. The target's cache is left holding it.
+absl::StatusOr<std::vector<int32_t>> GreedyContinuation(CudaBackend* cuda, Transformer* target,
+                                                        std::span<const int32_t> prompt, int64_t n);
 
 // The loop under a regime: the CPU loop (SpeculativeDecoder) whose ModelProposer's draws follow
 // `script` (not owned; SetContinuation before each Generate). Greedy only: the script stands for what
-// a draft proposes, and under sampling the target's token is no longer one known token.
-// `cuda` non-null: Unimplemented, naming the device kernel that the GPU loop does not call yet.
+// a draft proposes, and under sampling the target's token is no longer one known token. With `cuda`
+// the GPU loop (DeviceSpeculativeDecoder) whose DeviceProposer runs kernels/scripted_draft.cuh after
+// each draw, from a device copy of the script (continuations of up to options.max_new_tokens) that
+// SetContinuation keeps current. The script must outlive the loop.
 absl::StatusOr<std::unique_ptr<SpeculativeLoop>> MakeScriptedLoop(CudaBackend* cuda, Transformer* target,
                                                                   Transformer* draft,
                                                                   const SpeculativeOptions& options,
-                                                                  const AcceptanceScript* script);
+                                                                  AcceptanceScript* script);
 
 }  // namespace specgen::bench

@@ -89,7 +89,8 @@ std::string FormatBudgetTable(const std::vector<BenchRow>& rows) {
   for (const std::string& profile : ProfileOrder(rows)) {
     std::vector<std::string> seen;
     for (const BenchRow& r : rows) {
-      if (r.Profile() == profile && std::find(seen.begin(), seen.end(), r.budget) == seen.end()) seen.push_back(r.budget);
+      if (r.Profile() != profile) continue;
+      if (std::find(seen.begin(), seen.end(), r.budget) == seen.end()) seen.push_back(r.budget);
     }
     spans |= seen.size() > 1;
   }
@@ -100,7 +101,9 @@ std::string FormatBudgetTable(const std::vector<BenchRow>& rows) {
     std::vector<std::string> line{profile};
     for (const std::string& b : budgets) {
       std::string cell;
-      if (const BenchRow* best = BestFixed(rows, profile, b)) cell = absl::StrFormat("%.2fx k=%d", best->speedup, best->k);
+      if (const BenchRow* best = BestFixed(rows, profile, b)) {
+        cell = absl::StrFormat("%.2fx k=%d", best->speedup, best->k);
+      }
       for (const BenchRow& r : rows) {
         if (r.Profile() != profile || r.budget != b || !r.adaptive || !r.error.empty()) continue;
         cell += absl::StrFormat("%s%.2fx %s", cell.empty() ? "" : ", ", r.speedup, r.length);

@@ -87,7 +87,8 @@ moe::AcceptanceProfile MeasuredAcceptance(const SpeculativeStats& stats) {
   for (size_t i = 0; i < stats.drafted_at.size() && i < stats.accepted_at.size(); ++i) {
     const int64_t tested = i == 0 ? stats.drafted_at[0] : std::min(stats.drafted_at[i], stats.accepted_at[i - 1]);
     if (tested <= 0) break;
-    out.by_depth.push_back(std::clamp(static_cast<double>(stats.accepted_at[i]) / static_cast<double>(tested), 0.0, 1.0));
+    const double rate = static_cast<double>(stats.accepted_at[i]) / static_cast<double>(tested);
+    out.by_depth.push_back(std::clamp(rate, 0.0, 1.0));
   }
   if (out.by_depth.empty()) out.by_depth.push_back(0.0);
   return out;

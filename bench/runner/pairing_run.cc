@@ -110,14 +110,31 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     }
   }
 
+  const std::vector<Prompt>& prompts = spec.prompts->prompts;
+  std::vector<std::vector<int32_t>> ids(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
+  }
+  // Under an acceptance regime the draft's tokens follow the profile's script (greedy only; the
+  // config checks it), against the target's greedy continuation of each prompt: computed first, by
+  // the loop without a draft on the same backend, which is gone before the regime's loop is made (on
+  // the GPU the two would hold their buffers in the arena at once).
+  std::unique_ptr<AcceptanceScript> script;
+  std::vector<std::vector<int32_t>> continuations;
+  const bool scripted = !spec.acceptance.empty() && spec.length.k > 0;
+  if (scripted) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      absl::StatusOr<std::vector<int32_t>> c =
+          GreedyContinuation(cache.cuda(), target->lm.get(), ids[i], p.max_new_tokens);
+      if (!c.ok()) return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", c.status().message());
+      continuations.push_back(*std::move(c));
+    }
+  }
   // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
   // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
   // captures them before the measured ones.
-  // Under an acceptance regime the draft's tokens follow the profile's script (greedy only; the
-  // config checks it), against the target's greedy continuation of each prompt.
-  std::unique_ptr<AcceptanceScript> script;
   std::unique_ptr<SpeculativeLoop> loop;
-  if (!spec.acceptance.empty() && spec.length.k > 0) {
+  if (scripted) {
     ASSIGN_OR_RETURN(const moe::AcceptanceProfile profile, moe::ParseAcceptance(spec.acceptance, "acceptance"));
     script = std::make_unique<AcceptanceScript>(profile, p.sampling.seed,
                                                 static_cast<int32_t>(target->lm->vocab_size()));
@@ -129,12 +146,11 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     ASSIGN_OR_RETURN(loop, MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr,
                                                options));
   }
-  const std::vector<Prompt>& prompts = spec.prompts->prompts;
-  std::vector<std::vector<int32_t>> ids(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
-  }
   if (cache.cuda() != nullptr) {
+    if (script != nullptr) {
+      const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[0].size()), continuations[0], 0);
+      if (!set.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", set.message());
+    }
     auto warm = loop->Generate(ids[0]);
     if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
   }
@@ -144,13 +160,9 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
     if (script != nullptr) {
-      // Outside the timed part: the target's own greedy text, which the script proposes from.
-      absl::StatusOr<std::vector<int32_t>> continuation =
-          GreedyContinuation(target->lm.get(), ids[i], p.max_new_tokens);
-      if (!continuation.ok()) {
-        return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", continuation.status().message());
-      }
-      script->SetContinuation(static_cast<int64_t>(ids[i].size()), *std::move(continuation), i);
+      // Outside the timed part.
+      const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[i].size()), continuations[i], i);
+      if (!set.ok()) return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", set.message());
     }
     const Clock::time_point start = Clock::now();
     double ttft = -1;

@@ -8,6 +8,10 @@
 #include <vector>
 
 #include "bench/acceptance/acceptance_script.h"
+#include "bench/acceptance/scripted_draft.h"
+#include "engine/io/model_loader.h"
+#include "engine/model/transformer.h"
+#include "tests/common/gpu_test_env.h"
 #include "gtest/gtest.h"
 #include "kernels/scripted_draft.cuh"
 
@@ -41,7 +45,7 @@ TEST(ScriptedDraftGpuTest, KernelWritesTheHostScriptsTokens) {
   for (const char* name : {"typical", "flat:0.6", "flat:0.9"}) {
     const moe::AcceptanceProfile profile = *moe::ParseAcceptance(name);
     AcceptanceScript script(profile, 1234, kVocab);
-    script.SetContinuation(kPrompt, continuation, 3);
+    ASSERT_TRUE(script.SetContinuation(kPrompt, continuation, 3).ok());
     double* d_profile = Upload(profile.by_depth);
     kernels::ScriptedDraftTable table;
     table.continuation = d_continuation;
@@ -100,6 +104,66 @@ TEST(ScriptedDraftGpuTest, KernelWritesTheHostScriptsTokens) {
   cudaFree(d_continuation);
   cudaFree(d_base);
   cudaFree(d_tokens);
+}
+
+
+std::unique_ptr<Transformer> LoadOn(CudaBackend* backend, const std::string& path) {
+  auto loaded = LoadModel(path);
+  EXPECT_TRUE(loaded.ok()) << path << ": " << loaded.status();
+  if (!loaded.ok()) return nullptr;
+  TransformerOptions options;
+  options.max_context = 256;
+  auto lm = Transformer::Create(std::move(loaded).value(), backend, options);
+  EXPECT_TRUE(lm.ok()) << path << ": " << lm.status();
+  return lm.ok() ? std::move(lm).value() : nullptr;
+}
+
+TEST(ScriptedDraftGpuTest, TheGpuLoopAcceptsWhatTheScriptDecided) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<CudaBackend> backend = testing::TestCudaBackend(size_t{1} << 30);
+  ASSERT_NE(backend, nullptr);
+  const std::string models = (testing::SourceDir() / "models").string();
+  std::unique_ptr<Transformer> target = LoadOn(backend.get(), models + "/tiny-target");
+  std::unique_ptr<Transformer> draft = LoadOn(backend.get(), models + "/tiny-draft");
+  ASSERT_TRUE(target && draft);
+  constexpr int64_t kNew = 64;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 42}, {5, 250, 3, 99, 7}, {33}};
+  for (const char* name : {"typical", "flat:0.6"}) {
+    const moe::AcceptanceProfile profile = *moe::ParseAcceptance(name);
+    AcceptanceScript script(profile, 9, static_cast<int32_t>(target->vocab_size()));
+    for (const bool adaptive : {false, true}) {
+      SpeculativeOptions o;
+      o.sampling = SamplingParams::Greedy();
+      o.max_new_tokens = kNew;
+      o.draft_max = 4;
+      o.adaptive = adaptive;
+      const std::vector<int32_t>* plain = nullptr;
+      int64_t first = 0, emitted = 0;
+      o.on_pass = [&](int k, const AcceptResult& r) {
+        int expected = 0;
+        while (expected < k && ScriptedDraftToken(script.key_seed(), first + emitted + expected, expected,
+                                                  profile.at(expected), (*plain)[emitted + expected],
+                                                  script.vocab()) == (*plain)[emitted + expected]) {
+          ++expected;
+        }
+        EXPECT_EQ(r.n_accepted, expected) << name << " at position " << first + emitted;
+        emitted += static_cast<int64_t>(r.tokens.size());
+      };
+      auto loop = MakeScriptedLoop(backend.get(), target.get(), draft.get(), o, &script);
+      ASSERT_TRUE(loop.ok()) << loop.status();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        auto continuation = GreedyContinuation(backend.get(), target.get(), prompts[i], kNew);
+        ASSERT_TRUE(continuation.ok()) << continuation.status();
+        ASSERT_TRUE(script.SetContinuation(static_cast<int64_t>(prompts[i].size()), *continuation, i).ok());
+        plain = &script.continuation();
+        first = static_cast<int64_t>(prompts[i].size());
+        emitted = 0;
+        auto out = (*loop)->Generate(prompts[i]);
+        ASSERT_TRUE(out.ok()) << out.status();
+        EXPECT_EQ(*out, *plain) << name << (adaptive ? " adaptive" : " fixed");
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -94,9 +94,9 @@ TEST_F(ScriptedLoopTest, AcceptsExactlyWhatTheScriptDecidedAndFollowsTheProfile)
     std::vector<int64_t> tested(kK, 0), accepted(kK, 0);
     for (size_t pi = 0; pi < kPrompts.size(); ++pi) {
       const std::vector<int32_t>& prompt = kPrompts[pi];
-      absl::StatusOr<std::vector<int32_t>> plain = GreedyContinuation(target_.get(), prompt, kNew);
+      absl::StatusOr<std::vector<int32_t>> plain = GreedyContinuation(nullptr, target_.get(), prompt, kNew);
       ASSERT_TRUE(plain.ok()) << plain.status();
-      script.SetContinuation(static_cast<int64_t>(prompt.size()), *plain, pi);
+      ASSERT_TRUE(script.SetContinuation(static_cast<int64_t>(prompt.size()), *plain, pi).ok());
       SpeculativeOptions o = Options(kK);
       int64_t emitted = 0;
       o.on_pass = [&](int k, const AcceptResult& r) {
@@ -140,9 +140,9 @@ TEST_F(ScriptedLoopTest, GreedyOutputIsTheTargetsWithAdaptiveLength) {
   for (const char* name : {"typical", "0.3"}) {
     AcceptanceScript script(*moe::ParseAcceptance(name), 3, static_cast<int32_t>(target_->vocab_size()));
     for (size_t i = 0; i < 3; ++i) {
-      absl::StatusOr<std::vector<int32_t>> plain = GreedyContinuation(target_.get(), kPrompts[i], kNew);
+      absl::StatusOr<std::vector<int32_t>> plain = GreedyContinuation(nullptr, target_.get(), kPrompts[i], kNew);
       ASSERT_TRUE(plain.ok());
-      script.SetContinuation(static_cast<int64_t>(kPrompts[i].size()), *plain);
+      ASSERT_TRUE(script.SetContinuation(static_cast<int64_t>(kPrompts[i].size()), *plain).ok());
       auto loop = MakeScriptedLoop(nullptr, target_.get(), draft_.get(), Options(8, true), &script);
       ASSERT_TRUE(loop.ok()) << loop.status();
       absl::StatusOr<std::vector<int32_t>> out = (*loop)->Generate(kPrompts[i]);
