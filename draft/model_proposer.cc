@@ -90,6 +90,16 @@ absl::Status ModelProposer::Propose(std::span<const int32_t> context, int k, Pro
     if (i > 0) RETURN_IF_ERROR(Feed(std::span<const int32_t>(&out->tokens[i - 1], 1)));
     ProcessLogits(row_, params_, &q);
     out->tokens[i] = SampleDraft(mode_, q, params_, first_position + i);
+    if (script_) {
+      const int32_t t = script_(first_position + i, i, out->tokens[i]);
+      if (t < 0 || t >= target_vocab_) {
+        return absl::InternalError(Cat("draft script: token ", t, " at position ", first_position + i,
+                                       " is outside the vocabulary of ", target_vocab_));
+      }
+      out->tokens[i] = t;
+      std::fill(q.begin(), q.end(), 0.0f);
+      q[static_cast<size_t>(t)] = 1.0f;
+    }
     std::copy(q.begin(), q.end(), out->q.begin() + static_cast<size_t>(i) * v);
   }
   return absl::OkStatus();

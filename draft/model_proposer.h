@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "draft/proposer.h"
@@ -25,6 +26,12 @@ class ModelProposer : public Proposer {
   absl::Status Propose(std::span<const int32_t> context, int k, Proposal* out) override;
   absl::Status Rollback(std::span<const int32_t> context) override;
 
+  // Benchmarks' acceptance regimes only (bench/acceptance; never generate or chat): each drawn token
+  // is replaced by script(position, depth, drawn) (depth 0-based within the step), its q row by the
+  // one-hot of the replacement, the distribution it then comes from; the draft decodes on from it.
+  using DraftScript = std::function<int32_t(int64_t position, int depth, int32_t drawn)>;
+  void SetScript(DraftScript script) { script_ = std::move(script); }
+
   // The tokens the draft's KV cache holds (for tests).
   const std::vector<int32_t>& cached() const { return cached_; }
 
@@ -42,6 +49,7 @@ class ModelProposer : public Proposer {
   std::vector<int32_t> cached_;  // mirrors the draft's KV cache
   std::vector<float> logits_;    // scratch [n, V_draft]
   std::vector<float> row_;       // last row, [target_vocab]
+  DraftScript script_;           // null: the draws stand
 };
 
 }  // namespace specgen

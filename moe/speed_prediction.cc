@@ -61,31 +61,6 @@ absl::StatusOr<LocalityRun> SimulateLocality(int64_t slots, int n_moe, int n_exp
 
 }  // namespace
 
-double AcceptanceProfile::at(int depth) const {
-  if (by_depth.empty()) return 0.0;
-  return by_depth[std::min<size_t>(static_cast<size_t>(depth), by_depth.size() - 1)];
-}
-
-absl::StatusOr<AcceptanceProfile> ParseAcceptance(std::string_view text) {
-  if (text == "typical") return AcceptanceProfile{"typical", {0.8, 0.75, 0.7, 0.65, 0.6, 0.55}};
-  double a = 0;
-  if (!absl::SimpleAtod(AsAbsl(text), &a) || !std::isfinite(a) || a <= 0 || a > 1) {
-    return InvalidArgument("--acceptance '", text,
-                           "': must be 'typical' or the chance that a drafted token is accepted, a number in "
-                           "(0, 1] such as 0.6 or 0.9");
-  }
-  return AcceptanceProfile{std::string(text), {a}};
-}
-
-double TokensPerPass(const AcceptanceProfile& a, int k) {
-  double tokens = 1, reach = 1;
-  for (int j = 0; j < k; ++j) {
-    reach *= a.at(j);
-    tokens += reach;
-  }
-  return tokens;
-}
-
 namespace {
 
 // One row: a pass of k + 1 positions under `plan` plus k draft tokens.
@@ -110,10 +85,12 @@ absl::StatusOr<SpeedRow> PredictRow(const Plan& plan, const ModelBytes& target, 
   double locality_streamed = static_cast<double>(plan.streamed_dense);
   if (streams_experts) {
     row.hit_rate_uniform = 1.0 - uniform.missed_experts / uniform.distinct_experts;
+    row.distinct_uniform = uniform.distinct_experts;
     ASSIGN_OR_RETURN(const LocalityRun loc,
                      SimulateLocality(plan.expert_cache_slots, n_moe, static_cast<int>(target.spec.n_experts),
                                       static_cast<int>(target.spec.n_experts_used), n));
     row.hit_rate_locality = loc.hit_rate;
+    row.distinct_locality = loc.distinct;
     locality_streamed += loc.distinct * (1.0 - loc.hit_rate) * static_cast<double>(expert_bytes);
   }
   row.seconds_uniform = drafting + compute + uniform.streamed_bytes / rates.link_bytes_per_second;
@@ -141,6 +118,9 @@ absl::StatusOr<SpeedPrediction> PredictSpeed(const Plan& plan, const ModelBytes&
         static_cast<double>(draft->device_total() - (draft->spec.tied_embeddings ? 0 : draft->embedding)) /
         rates.draft_bytes_per_second;
     out.draft_token_seconds = std::max(layer_bound, byte_bound);
+  }
+  for (const LayerBytes& l : target.layers) {
+    if (l.moe) out.expert_bytes += static_cast<double>(l.expert);
   }
   for (int k = 0; k <= k_max; ++k) {
     // The target alone runs without the draft in VRAM: under its own plan when given.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "moe/acceptance_profile.h"
 #include "moe/model_bytes.h"
 #include "moe/planner.h"
 
@@ -35,20 +36,7 @@ struct SpeedRates {
   std::string source = "measured by specgen on an NVIDIA H200 (bench/RESULTS.md)";
 };
 
-// The probability that the draft token at depth i (0-based) is accepted given the ones before it were;
-// the last entry holds for every deeper token.
-struct AcceptanceProfile {
-  std::string name;           // "typical" or the number as given
-  std::vector<double> by_depth;
-  double at(int depth) const;
-};
-// "typical" (0.8, 0.75, 0.7, 0.65, 0.6, then 0.55: a draft of the target's family on chat and code,
-// falling with depth), or a number in (0, 1] for every depth. InvalidArgument otherwise.
-absl::StatusOr<AcceptanceProfile> ParseAcceptance(std::string_view text);
-
-// Expected tokens a pass yields at draft length k: 1 + Σ_{j=1..k} Π_{i<j} a_i (the target's own token
-// always comes, each draft token only if every earlier one was accepted).
-double TokensPerPass(const AcceptanceProfile& a, int k);
+// AcceptanceProfile, ParseAcceptance and TokensPerPass: moe/acceptance_profile.h.
 
 struct SpeedRow {
   int k = 0;                  // draft length (0: the target alone)
@@ -57,6 +45,8 @@ struct SpeedRow {
   double seconds_locality = 0;  // the same, locality routing
   double hit_rate_uniform = 1;  // expert-cache hits among the pass's distinct experts
   double hit_rate_locality = 1;
+  // Distinct experts a MoE layer per pass under each routing (0 when no expert streams).
+  double distinct_uniform = 0, distinct_locality = 0;
   double tokens_per_second_uniform() const { return tokens_per_pass / seconds_uniform; }
   double tokens_per_second_locality() const { return tokens_per_pass / seconds_locality; }
 };
@@ -65,6 +55,7 @@ struct SpeedPrediction {
   SpeedRates rates;
   AcceptanceProfile acceptance;
   double draft_token_seconds = 0;  // 0 without a draft
+  double expert_bytes = 0;         // one expert of every MoE layer together (what a miss a layer costs)
   std::vector<SpeedRow> rows;      // k = 0..draft_max (k = 0 only without a draft)
   // The draft lengths (>= 1) of the most tokens/s with the draft; 0 without a draft. Row 0 may still be
   // faster: a draft does not always pay.

@@ -1,5 +1,6 @@
 #include "bench/report/bench_results.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -25,13 +26,17 @@ bool ParseName(const std::string& run_name, BenchRow* row) {
     if (p.rfind("k:", 0) == 0) {
       row->length = p.substr(2);
       std::string digits = row->length;
-      row->adaptive = digits.rfind("adaptive", 0) == 0;
-      if (row->adaptive) digits = digits.substr(8);
+      row->modelled = digits.rfind("modelled", 0) == 0;
+      row->adaptive = row->modelled || digits.rfind("adaptive", 0) == 0;
+      if (row->adaptive) digits = digits.substr(8);  // "adaptive" and "modelled" are 8 letters
       if (!absl::SimpleAtoi(digits, &row->k) || row->k < 0) return false;
       if (row->k > kMaxDraftLength) return false;  // the chart has one x slot per length
       has_k = true;
     } else if (p.rfind("budget:", 0) == 0) {
       row->budget = p.substr(7);
+    } else if (p.rfind("accept:", 0) == 0) {
+      row->acceptance = p.substr(7);
+      if (row->acceptance.empty()) return false;
     }
   }
   return has_k;
@@ -50,6 +55,7 @@ constexpr CounterRange kCounters[] = {
     {"acceptance_rate", 1.0},       {"mean_accepted_length", kMaxDraftLength + 1},
     {"mean_draft_length", kMaxDraftLength}, {"time_to_first_token", 1e7},
     {"h2d_bytes_per_token", 1e15},  {"expert_cache_hit_rate", 1.0},
+    {"predicted_speedup_uniform", 1e6}, {"predicted_speedup_locality", 1e6},
 };
 
 absl::StatusOr<double> Counter(const nlohmann::json& b, const char* name, const std::string& file,
@@ -130,6 +136,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
     ASSIGN_OR_RETURN(row.time_to_first_token, Counter(b, "time_to_first_token", name, run_name));
     ASSIGN_OR_RETURN(row.h2d_bytes_per_token, Counter(b, "h2d_bytes_per_token", name, run_name));
     ASSIGN_OR_RETURN(row.expert_cache_hit_rate, Counter(b, "expert_cache_hit_rate", name, run_name));
+    ASSIGN_OR_RETURN(row.predicted_speedup_uniform, Counter(b, "predicted_speedup_uniform", name, run_name));
+    ASSIGN_OR_RETURN(row.predicted_speedup_locality, Counter(b, "predicted_speedup_locality", name, run_name));
     auto [it, inserted] = groups.try_emplace(run_name);
     if (inserted) order.push_back(run_name);
     Group& g = it->second;
@@ -149,6 +157,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
         r.time_to_first_token += row.time_to_first_token;
         r.h2d_bytes_per_token += row.h2d_bytes_per_token;
         r.expert_cache_hit_rate += row.expert_cache_hit_rate;
+        r.predicted_speedup_uniform += row.predicted_speedup_uniform;
+        r.predicted_speedup_locality += row.predicted_speedup_locality;
         if (r.error.empty()) r.error = row.error;
       }
       ++g.iterations;
@@ -168,11 +178,37 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
       r.time_to_first_token /= n;
       r.h2d_bytes_per_token /= n;
       r.expert_cache_hit_rate /= n;
+      r.predicted_speedup_uniform /= n;
+      r.predicted_speedup_locality /= n;
     }
     rows.push_back(std::move(r));
   }
   if (rows.empty()) return InvalidArgument(name, ": no benchmarks in the file");
-  return rows;
+  // The target alone under each acceptance regime of its pairing and budget (the header says why).
+  std::vector<BenchRow> out;
+  for (const BenchRow& r : rows) {
+    const bool plain = r.k == 0 && !r.adaptive && r.acceptance.empty();
+    if (!plain) {
+      out.push_back(r);
+      continue;
+    }
+    std::vector<std::string> regimes;
+    bool real = false;
+    for (const BenchRow& o : rows) {
+      if (o.pairing != r.pairing || o.budget != r.budget || (o.k == 0 && !o.adaptive)) continue;
+      if (o.acceptance.empty()) {
+        real = true;
+      } else if (std::find(regimes.begin(), regimes.end(), o.acceptance) == regimes.end()) {
+        regimes.push_back(o.acceptance);
+      }
+    }
+    if (real || regimes.empty()) out.push_back(r);
+    for (const std::string& a : regimes) {
+      out.push_back(r);
+      out.back().acceptance = a;
+    }
+  }
+  return out;
 }
 
 }  // namespace specgen::report

@@ -13,21 +13,36 @@ namespace specgen::report {
 
 struct BenchRow {
   std::string pairing;
-  std::string length;  // "0", "4", "adaptive8"
+  std::string length;  // "0", "4", "adaptive8", "modelled8"
   std::string budget;  // empty: the default
+  std::string acceptance;  // the acceptance regime's profile (".../accept:PROFILE"); empty: the real draft
   int k = 0;           // the fixed k, or the adaptive bound
   bool adaptive = false;
+  bool modelled = false;  // adaptive with modelled step costs (the bytes-aware policy)
   std::string error;   // the benchmark's error, if it failed (counters then 0)
   double tokens_per_second = 0, speedup = 0, acceptance_rate = 0, mean_accepted_length = 0,
          mean_draft_length = 0, time_to_first_token = 0;
   // Offload (0 while nothing streamed): bytes streamed per token and the expert cache's hit rate.
   double h2d_bytes_per_token = 0, expert_cache_hit_rate = 0;
+  // `specgen plan`'s prediction of the run's speedup (0: none recorded).
+  double predicted_speedup_uniform = 0, predicted_speedup_locality = 0;
 
-  // "greedy" or "greedy @ 8GiB": one line of the chart, one column of the table.
-  std::string Series() const { return budget.empty() ? pairing : pairing + " @ " + budget; }
+  // "greedy", "greedy @ 8GiB" or "greedy @ 8GiB [typical]": one line of the chart, one column of the
+  // table.
+  std::string Series() const { return SeriesAcrossBudgets(budget.empty() ? pairing : pairing + " @ " + budget); }
+  // "greedy" or "greedy [typical]": one line of the chart against budget.
+  std::string Profile() const { return SeriesAcrossBudgets(pairing); }
+
+ private:
+  std::string SeriesAcrossBudgets(const std::string& base) const {
+    return acceptance.empty() ? base : base + " [" + acceptance + "]";
+  }
 };
 
-// Rows in the order of the file. `name` is used in errors (usually the path).
+// Rows in the order of the file. `name` is used in errors (usually the path). A target-alone row
+// (k = 0, which specgen_bench runs once whatever the acceptance regimes) is repeated under every
+// regime of its pairing and budget, so that each regime's line starts from it; it stays as it is
+// where runs of the real draft share it.
 absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_text, const std::string& name);
 
 }  // namespace specgen::report

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
+
+#include "engine/core/byte_size.h"
 
 #include "absl/strings/str_format.h"
 
@@ -41,7 +44,75 @@ std::string Cell(const BenchRow& r) {
 }  // namespace
 
 bool LengthBefore(const BenchRow& a, const BenchRow& b) {
-  return std::make_pair(a.adaptive, a.k) < std::make_pair(b.adaptive, b.k);
+  return std::make_tuple(a.adaptive, a.modelled, a.k) < std::make_tuple(b.adaptive, b.modelled, b.k);
+}
+
+std::vector<std::string> ProfileOrder(const std::vector<BenchRow>& rows) {
+  std::vector<std::string> order;
+  for (const BenchRow& r : rows) {
+    if (std::find(order.begin(), order.end(), r.Profile()) == order.end()) order.push_back(r.Profile());
+  }
+  return order;
+}
+
+std::vector<std::string> BudgetOrder(const std::vector<BenchRow>& rows) {
+  std::vector<std::string> order;
+  for (const BenchRow& r : rows) {
+    if (std::find(order.begin(), order.end(), r.budget) == order.end()) order.push_back(r.budget);
+  }
+  // A budget the reader cannot size sorts after the sized ones, as written; the default comes last.
+  auto size = [](const std::string& b) -> double {
+    if (b.empty()) return 2e300;
+    const absl::StatusOr<size_t> bytes = ParseByteSize(b);
+    return bytes.ok() ? static_cast<double>(*bytes) : 1e300;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const std::string& a, const std::string& b) { return size(a) < size(b); });
+  return order;
+}
+
+const BenchRow* BestFixed(const std::vector<BenchRow>& rows, const std::string& profile, const std::string& budget) {
+  const BenchRow* best = nullptr;
+  for (const BenchRow& r : rows) {
+    if (r.Profile() != profile || r.budget != budget || r.adaptive || r.k == 0 || !r.error.empty()) continue;
+    if (best == nullptr || r.speedup > best->speedup) best = &r;
+  }
+  return best;
+}
+
+std::string FormatBudgetTable(const std::vector<BenchRow>& rows) {
+  const std::vector<std::string> budgets = BudgetOrder(rows);
+  const bool regimes = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return !r.acceptance.empty(); });
+  // Only where a pairing ran at two budgets or more, or under a regime: else the side-by-side table
+  // above says it all.
+  bool spans = false;
+  for (const std::string& profile : ProfileOrder(rows)) {
+    std::vector<std::string> seen;
+    for (const BenchRow& r : rows) {
+      if (r.Profile() != profile) continue;
+      if (std::find(seen.begin(), seen.end(), r.budget) == seen.end()) seen.push_back(r.budget);
+    }
+    spans |= seen.size() > 1;
+  }
+  if (!spans && !regimes) return "";
+  std::vector<std::vector<std::string>> cells{{"pairing [acceptance]"}};
+  for (const std::string& b : budgets) cells[0].push_back(b.empty() ? "default" : b);
+  for (const std::string& profile : ProfileOrder(rows)) {
+    std::vector<std::string> line{profile};
+    for (const std::string& b : budgets) {
+      std::string cell;
+      if (const BenchRow* best = BestFixed(rows, profile, b)) {
+        cell = absl::StrFormat("%.2fx k=%d", best->speedup, best->k);
+      }
+      for (const BenchRow& r : rows) {
+        if (r.Profile() != profile || r.budget != b || !r.adaptive || !r.error.empty()) continue;
+        cell += absl::StrFormat("%s%.2fx %s", cell.empty() ? "" : ", ", r.speedup, r.length);
+      }
+      line.push_back(cell);
+    }
+    cells.push_back(std::move(line));
+  }
+  return "speedup over the target alone by VRAM budget (best fixed k; adaptive runs):\n\n" + Table(cells) + "\n";
 }
 
 std::vector<std::string> SeriesOrder(const std::vector<BenchRow>& rows) {
@@ -78,6 +149,12 @@ std::string FormatReport(const std::vector<BenchRow>& rows) {
 
   std::vector<std::vector<std::string>> detail{{"pairing", "budget", "k", "tokens/s", "speedup",
                                                 "acceptance", "tokens/pass", "mean k", "TTFT ms"}};
+  // The regime and the prediction only where some run has them.
+  const bool regimes = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return !r.acceptance.empty(); });
+  const bool predicted =
+      std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.predicted_speedup_locality > 0; });
+  if (regimes) detail[0].insert(detail[0].begin() + 2, "regime");
+  if (predicted) detail[0].insert(detail[0].begin() + 5 + (regimes ? 1 : 0), "predicted");
   // Offload columns only where some run streamed.
   const bool streamed = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.h2d_bytes_per_token > 0; });
   if (streamed) {
@@ -88,6 +165,7 @@ std::string FormatReport(const std::vector<BenchRow>& rows) {
   for (const BenchRow& r : rows) {
     if (!r.error.empty()) {
       detail.push_back({r.pairing, r.budget, r.length, "error"});
+      if (regimes) detail.back().insert(detail.back().begin() + 2, r.acceptance.empty() ? "real" : r.acceptance);
       errors.push_back(r.Series() + " k:" + r.length + ": " + r.error);
       continue;
     }
@@ -97,13 +175,21 @@ std::string FormatReport(const std::vector<BenchRow>& rows) {
                       absl::StrFormat("%.2f", r.mean_accepted_length),
                       absl::StrFormat("%.2f", r.mean_draft_length),
                       absl::StrFormat("%.1f", 1000 * r.time_to_first_token)});
+    if (predicted) {
+      // Uniform routing (the cache's worst case) to locality, as `specgen plan` prints it.
+      detail.back().insert(detail.back().begin() + 5,
+                           r.predicted_speedup_locality > 0
+                               ? absl::StrFormat("%.2f-%.2fx", r.predicted_speedup_uniform, r.predicted_speedup_locality)
+                               : "-");
+    }
+    if (regimes) detail.back().insert(detail.back().begin() + 2, r.acceptance.empty() ? "real" : r.acceptance);
     if (streamed) {
       detail.back().push_back(absl::StrFormat("%.2f", r.h2d_bytes_per_token / 1048576.0));
       detail.back().push_back(r.h2d_bytes_per_token > 0 ? absl::StrFormat("%.3f", r.expert_cache_hit_rate) : "-");
     }
   }
   std::string out = "tokens/s, speedup over the target alone, acceptance rate:\n\n" + Table(side) + "\n" +
-                    Table(detail);
+                    FormatBudgetTable(rows) + Table(detail);
   for (const std::string& e : errors) out += "error: " + e + "\n";
   return out;
 }

@@ -52,15 +52,20 @@ struct Panel {
 std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string& title) {
   const std::vector<std::string> series = SeriesOrder(rows);
   int max_k = 1;
-  bool any_adaptive = false;
+  bool any_adaptive = false, any_modelled = false;
   for (const BenchRow& r : rows) {
-    if (r.adaptive) {
+    if (r.modelled) {
+      any_modelled = true;
+    } else if (r.adaptive) {
       any_adaptive = true;
     } else {
       max_k = std::max(max_k, r.k);
     }
   }
-  const double x_slots = max_k + (any_adaptive ? 1.5 : 0.0);
+  // Right of the largest k: a slot for the adaptive runs, then one for the modelled (bytes-aware) ones.
+  const int modelled_slot = max_k + 1 + (any_adaptive ? 1 : 0);
+  const double x_slots = max_k + (any_adaptive ? 1.0 : 0.0) + (any_modelled ? 1.0 : 0.0) +
+                         (any_adaptive || any_modelled ? 0.5 : 0.0);
   std::vector<Panel> panels(2);
   panels[0] = {"tokens_per_second", "tokens/s", [](const BenchRow& r) { return r.tokens_per_second; },
                [](const BenchRow& r) { return r.error.empty(); }, 1};
@@ -115,6 +120,10 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
       svg += absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">adaptive</text>\n",
                              px(max_k + 1), y0 + 16);
     }
+    if (any_modelled) {
+      svg += absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">modelled</text>\n",
+                             px(modelled_slot), y0 + 16);
+    }
     svg += absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">draft length k</text>\n",
                            x0 + kPanelWidth / 2, y0 + 34);
     for (size_t si = 0; si < series.size(); ++si) {
@@ -122,7 +131,12 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
       std::vector<const BenchRow*> fixed;
       for (const BenchRow& r : rows) {
         if (r.Series() != series[si] || !panel.shown(r)) continue;
-        if (r.adaptive) {
+        if (r.modelled) {
+          svg += absl::StrFormat(
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"white\" stroke=\"%s\" "
+              "stroke-width=\"2\"><title>%s modelled (up to %d): %.4g</title></rect>\n",
+              px(modelled_slot) - 4.5, py(panel.value(r)) - 4.5, color, Escape(series[si]), r.k, panel.value(r));
+        } else if (r.adaptive) {
           svg += absl::StrFormat(
               "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"white\" stroke=\"%s\" stroke-width=\"2\">"
               "<title>%s adaptive (up to %d): %.4g</title></circle>\n",

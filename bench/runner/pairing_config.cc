@@ -1,5 +1,6 @@
 #include "bench/runner/pairing_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,13 +13,14 @@
 #include "absl/strings/str_join.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
+#include "moe/acceptance_profile.h"
 #include "nlohmann/json.hpp"
 #include "toml++/toml.h"
 
 namespace specgen::bench {
 
 std::string DraftLength::Name() const {
-  return adaptive ? Cat("adaptive", k) : Cat(k);
+  return modelled ? Cat("modelled", k) : adaptive ? Cat("adaptive", k) : Cat(k);
 }
 
 std::string SourceRef::ToString() const { return Cat(file, ":", line, ": ", key); }
@@ -34,7 +36,8 @@ const std::set<std::string>& PairingKeys() {
   static const auto* keys = new std::set<std::string>{
       "name",  "target", "draft",   "draft_lengths", "adaptive_max", "accept",     "temperature",
       "top_k", "top_p",  "min_p",   "seed",          "device",       "vram_budget", "context",
-      "max_new_tokens",  "prompts", "ignore_eos",    "threads",      "enabled",      "moe_host"};
+      "max_new_tokens",  "prompts", "ignore_eos",    "threads",      "enabled",      "moe_host",
+      "acceptance"};
   return *keys;
 }
 
@@ -123,11 +126,11 @@ class Reader {
 struct Draft {
   Pairing pairing;
   std::optional<int> adaptive_max;
-  std::vector<std::pair<int, bool>> lengths;  // (k, adaptive) as written
+  std::vector<std::pair<int, int>> lengths;  // (k, 0 fixed / 1 adaptive / 2 modelled) as written
   bool lengths_set = false, draft_set = false;
   bool enabled = true;
   std::string prompts_name;
-  SourceRef prompts_ref, lengths_ref, budget_ref;
+  SourceRef prompts_ref, lengths_ref, budget_ref, acceptance_ref;
   int64_t context_line = 0, max_new_tokens_line = 0;  // where each was set (0: the default)
   std::set<std::string> own_keys;
 };
@@ -139,14 +142,15 @@ absl::Status ApplyDraftLengths(const Reader& r, const toml::node& node, Draft* d
   d->lengths_ref = r.Ref(node, std::string(kKey));
   auto one = [&](const toml::node& v) -> absl::Status {
     if (v.is_string()) {
-      if (v.as_string()->get() != "adaptive") {
-        return r.Error(v, kKey, "a string entry must be \"adaptive\", got \"", v.as_string()->get(), "\"");
+      const std::string& word = v.as_string()->get();
+      if (word != "adaptive" && word != "modelled") {
+        return r.Error(v, kKey, "a string entry must be \"adaptive\" or \"modelled\", got \"", word, "\"");
       }
-      d->lengths.push_back({0, true});
+      d->lengths.push_back({0, word == "adaptive" ? 1 : 2});
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(const int64_t k, r.Integer(v, kKey, 1, 64));
-    d->lengths.push_back({static_cast<int>(k), false});
+    d->lengths.push_back({static_cast<int>(k), 0});
     return absl::OkStatus();
   };
   if (node.is_array()) {
@@ -157,6 +161,33 @@ absl::Status ApplyDraftLengths(const Reader& r, const toml::node& node, Draft* d
   }
   if (node.is_string()) return one(node);
   return r.Error(node, kKey, "must be a list of draft lengths or \"adaptive\", not ", TypeName(node));
+}
+
+absl::Status ApplyAcceptances(const Reader& r, const toml::node& node, Draft* d) {
+  constexpr std::string_view kKey = "acceptance";
+  d->acceptance_ref = r.Ref(node, std::string(kKey));
+  std::vector<std::string> regimes;
+  auto one = [&](const toml::node& v) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string s, r.String(v, kKey));
+    if (s != "real") {
+      const absl::StatusOr<moe::AcceptanceProfile> profile = moe::ParseAcceptance(s, "profile");
+      if (!profile.ok()) return r.Error(v, kKey, profile.status().message(), ", or \"real\" for the draft's own");
+    }
+    const std::string regime = s == "real" ? "" : s;
+    if (std::find(regimes.begin(), regimes.end(), regime) != regimes.end()) {
+      return r.Error(v, kKey, "lists \"", s, "\" twice");
+    }
+    regimes.push_back(regime);
+    return absl::OkStatus();
+  };
+  if (node.is_array()) {
+    if (node.as_array()->empty()) return r.Error(node, kKey, "is empty");
+    for (const toml::node& v : *node.as_array()) RETURN_IF_ERROR(one(v));
+  } else {
+    RETURN_IF_ERROR(one(node));
+  }
+  d->pairing.acceptances = std::move(regimes);
+  return absl::OkStatus();
 }
 
 absl::Status ApplyBudgets(const Reader& r, const toml::node& node, Draft* d) {
@@ -253,6 +284,8 @@ absl::Status ApplySettings(const Reader& r, const toml::table& table, bool is_de
       }
     } else if (key == "vram_budget") {
       RETURN_IF_ERROR(ApplyBudgets(r, node, d));
+    } else if (key == "acceptance") {
+      RETURN_IF_ERROR(ApplyAcceptances(r, node, d));
     } else if (key == "context") {
       ASSIGN_OR_RETURN(p.context, r.Integer(node, key, 2, int64_t{1} << 24));
       d->context_line = line;
@@ -431,13 +464,24 @@ absl::Status Finish(const Reader& r, int64_t line, Draft* d, const std::map<std:
   } else {
     if (!d->lengths_set) return r.ErrorAtLine(line, what, "needs draft_lengths (here or in [defaults])");
     std::set<std::string> seen;
-    for (const auto& [k, adaptive] : d->lengths) {
-      DraftLength len{adaptive ? d->adaptive_max.value_or(kDefaultAdaptiveMax) : k, adaptive};
+    for (const auto& [k, policy] : d->lengths) {
+      DraftLength len{policy > 0 ? d->adaptive_max.value_or(kDefaultAdaptiveMax) : k, policy > 0, policy == 2};
       if (!seen.insert(len.Name()).second) {
         return r.ErrorAtLine(d->lengths_ref.line, "draft_lengths", "lists ", len.Name(), " twice");
       }
       p.draft_lengths.push_back(len);
     }
+  }
+  // A scripted draft proposes the target's greedy token: it stands for a draft only under greedy.
+  if (p.draft.empty() && !d->own_keys.contains("acceptance")) p.acceptances = {""};  // a default's
+  const bool scripted = std::any_of(p.acceptances.begin(), p.acceptances.end(),
+                                    [](const std::string& a) { return !a.empty(); });
+  if (scripted && p.draft.empty()) {
+    return r.ErrorAtLine(d->acceptance_ref.line, "acceptance", what, ": acceptance regimes need a draft");
+  }
+  if (scripted && !p.sampling.greedy()) {
+    return r.ErrorAtLine(d->acceptance_ref.line, "acceptance", what,
+                         ": acceptance regimes are greedy only (temperature = 0, not ", p.sampling.temperature, ")");
   }
   // A run stops when the context is full: max_new_tokens that cannot fit beside a prompt would be
   // cut short and reported as an ordinary result of fewer tokens.

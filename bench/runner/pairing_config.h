@@ -14,7 +14,12 @@
 //   name = "greedy"
 //   target = "../models/tiny-target"     # GGUF file, HF folder or synth:PRESET
 //   draft = "../models/tiny-draft"       # or "none": the target alone (plain decoding)
-//   draft_lengths = [1, 2, 4, "adaptive"]  # or "adaptive"; adaptive_max bounds the adaptive choice
+//   draft_lengths = [1, 2, 4, "adaptive"]  # or "adaptive"; adaptive_max bounds the adaptive choice;
+//                                        # "modelled": adaptive with the step costs modelled from
+//                                        # the bytes a pass streams (moe/step_cost_model.h)
+//   acceptance = ["real", "typical", "flat:0.6", "flat:0.9"]  # acceptance regimes (greedy only):
+//                                        # "real" the draft's own tokens, else a profile the scripted
+//                                        # draft follows (bench/acceptance); default ["real"]
 //   accept = "rejection"                 # or "coupled"
 //   temperature = 0.0                    # top_k, top_p, min_p, seed as the CLI's flags
 //   device = "auto"                      # auto, cpu or cuda
@@ -41,7 +46,9 @@ namespace specgen::bench {
 struct DraftLength {
   int k = 0;  // fixed k, or the adaptive bound
   bool adaptive = false;
-  // "0", "4" or "adaptive8": the benchmark name's part.
+  // With adaptive: the bytes-aware policy (a step's cost modelled from the plan, not measured).
+  bool modelled = false;
+  // "0", "4", "adaptive8" or "modelled8": the benchmark name's part.
   std::string Name() const;
 };
 
@@ -74,6 +81,9 @@ struct Pairing {
   std::string device = "auto";
   std::vector<std::string> vram_budgets;  // {""}: the backend's default
   std::string moe_host;                   // --moe-host's value; empty: auto with a calibration, else off
+  // Acceptance regimes, each an acceptance profile's name (moe/acceptance_profile.h) the scripted
+  // draft follows, or "" for the draft's own tokens; {""} by default.
+  std::vector<std::string> acceptances = {""};
   int64_t context = 512;
   int64_t max_new_tokens = 64;
   bool ignore_eos = true;  // benchmarks compare equal lengths

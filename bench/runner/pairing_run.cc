@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "bench/acceptance/acceptance_script.h"
+#include "bench/runner/pairing_predict.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/make_loop.h"
 
@@ -20,12 +22,14 @@ void RunTotals::Add(const RunTotals& o) {
 std::string BenchmarkName(const RunSpec& spec) {
   std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
   if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
+  if (!spec.acceptance.empty()) name += Cat("/accept:", spec.acceptance);
   return name;
 }
 
 RunSpec WithoutDraft(const RunSpec& spec) {
   RunSpec plain = spec;
   plain.length = DraftLength{0, false};
+  plain.acceptance.clear();
   return plain;
 }
 
@@ -94,6 +98,11 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   options.max_new_tokens = p.max_new_tokens;
   options.draft_max = spec.length.k;
   options.adaptive = spec.length.adaptive;
+  if (spec.length.modelled) {
+    const absl::StatusOr<moe::StepCostModel> costs = ModelledStepCosts(spec, cache.vram_budget());
+    if (!costs.ok()) return InvalidArgument("pairing '", p.name, "': ", costs.status().message());
+    options.modelled_step_seconds = [model = *costs](int k) { return model.Seconds(k); };
+  }
   options.accept = p.accept;
   options.sampling = p.sampling;
   if (!p.ignore_eos) {
@@ -105,17 +114,47 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     }
   }
 
-  // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
-  // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
-  // captures them before the measured ones.
-  ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
-                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr, options));
   const std::vector<Prompt>& prompts = spec.prompts->prompts;
   std::vector<std::vector<int32_t>> ids(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
   }
+  // Under an acceptance regime the draft's tokens follow the profile's script (greedy only; the
+  // config checks it), against the target's greedy continuation of each prompt: computed first, by
+  // the loop without a draft on the same backend, which is gone before the regime's loop is made (on
+  // the GPU the two would hold their buffers in the arena at once).
+  std::unique_ptr<AcceptanceScript> script;
+  std::vector<std::vector<int32_t>> continuations;
+  const bool scripted = !spec.acceptance.empty() && spec.length.k > 0;
+  if (scripted) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      absl::StatusOr<std::vector<int32_t>> c =
+          GreedyContinuation(cache.cuda(), target->lm.get(), ids[i], p.max_new_tokens);
+      if (!c.ok()) return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", c.status().message());
+      continuations.push_back(*std::move(c));
+    }
+  }
+  // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
+  // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
+  // captures them before the measured ones.
+  std::unique_ptr<SpeculativeLoop> loop;
+  if (scripted) {
+    ASSIGN_OR_RETURN(const moe::AcceptanceProfile profile, moe::ParseAcceptance(spec.acceptance, "acceptance"));
+    script = std::make_unique<AcceptanceScript>(profile, p.sampling.seed,
+                                                static_cast<int32_t>(target->lm->vocab_size()));
+    absl::StatusOr<std::unique_ptr<SpeculativeLoop>> made =
+        MakeScriptedLoop(cache.cuda(), target->lm.get(), draft->lm.get(), options, script.get());
+    if (!made.ok()) return InvalidArgument("pairing '", p.name, "': ", made.status().message());
+    loop = *std::move(made);
+  } else {
+    ASSIGN_OR_RETURN(loop, MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr,
+                                               options));
+  }
   if (cache.cuda() != nullptr) {
+    if (script != nullptr) {
+      const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[0].size()), continuations[0], 0);
+      if (!set.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", set.message());
+    }
     auto warm = loop->Generate(ids[0]);
     if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
   }
@@ -124,6 +163,11 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
+    if (script != nullptr) {
+      // Outside the timed part.
+      const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[i].size()), continuations[i], i);
+      if (!set.ok()) return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", set.message());
+    }
     const Clock::time_point start = Clock::now();
     double ttft = -1;
     auto sink = [&](std::span<const int32_t> tokens) {

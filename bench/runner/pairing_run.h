@@ -39,9 +39,13 @@ struct RunSpec {
   const PromptSet* prompts = nullptr;
   DraftLength length;  // k = 0: the target alone
   BackendKey backend;
+  // The acceptance regime: a profile's name (moe/acceptance_profile.h) the scripted draft follows
+  // (bench/acceptance), or empty for the draft's own tokens.
+  std::string acceptance;
 };
 
-// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET] (specgen report reads it back).
+// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET][/accept:PROFILE] (specgen report reads it
+// back).
 std::string BenchmarkName(const RunSpec& spec);
 
 // The same run without a draft: what the speedup counter divides by.

@@ -13,7 +13,12 @@
 // holds every expert streams them; all 0 while nothing streams): expert_cache_slots (-1: every
 // expert resident), prefill_chunk, h2d_bytes_per_token, expert_cache_hit_rate, mean_distinct_experts
 // (per MoE layer per pass), host_experts_per_token (missed experts computed on the host CPU; the
-// pairing's moe_host key).
+// pairing's moe_host key). Prediction (moe/speed_prediction.h, `specgen plan`'s model with an H200's
+// rates; on the CPU as if resident): predicted_tokens_per_second_{uniform,locality} and
+// predicted_speedup_{uniform,locality} at the run's k (adaptive: the best k) under the run's
+// acceptance profile, or the per-depth acceptance the real draft measured.
+// Acceptance regimes (acceptance = [...] in the config, greedy only): a run under a profile's
+// scripted draft is named .../accept:PROFILE (bench/acceptance).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +29,7 @@
 #include "bench/runner/model_cache.h"
 #include "bench/runner/pairing_check.h"
 #include "bench/runner/pairing_config.h"
+#include "bench/runner/pairing_predict.h"
 #include "bench/runner/pairing_run.h"
 #include "benchmark/benchmark.h"
 
@@ -42,7 +48,8 @@ Process& TheProcess() {
   return *p;
 }
 
-void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& t, double baseline_tps) {
+void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& t, double baseline_tps,
+                 size_t vram_budget) {
   state.counters["acceptance_rate"] = t.acceptance_rate();
   state.counters["mean_accepted_length"] = t.mean_accepted_length();
   state.counters["mean_draft_length"] = t.mean_draft_length();
@@ -58,6 +65,20 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   state.counters["expert_cache_hit_rate"] = t.stats.offload.hit_rate();
   state.counters["mean_distinct_experts"] = t.stats.offload.mean_distinct_experts();
   state.counters["host_experts_per_token"] = t.per_token(t.stats.offload.host_experts);  // --moe-host (0 until wired)
+  // `specgen plan`'s prediction of this run beside the measurement: under the regime's profile, or
+  // the acceptance per depth the real draft showed. None where the plan cannot be made.
+  const absl::StatusOr<moe::AcceptanceProfile> profile =
+      spec.acceptance.empty() ? absl::StatusOr<moe::AcceptanceProfile>(MeasuredAcceptance(t.stats))
+                              : moe::ParseAcceptance(spec.acceptance, "acceptance");
+  if (profile.ok()) {
+    const absl::StatusOr<RunPrediction> predicted = PredictRun(spec, vram_budget, *profile);
+    if (predicted.ok()) {
+      state.counters["predicted_tokens_per_second_uniform"] = predicted->tokens_per_second_uniform;
+      state.counters["predicted_tokens_per_second_locality"] = predicted->tokens_per_second_locality;
+      state.counters["predicted_speedup_uniform"] = predicted->speedup_uniform;
+      state.counters["predicted_speedup_locality"] = predicted->speedup_locality;
+    }
+  }
 }
 
 void RunBenchmark(benchmark::State& state, RunSpec spec) {
@@ -83,7 +104,7 @@ void RunBenchmark(benchmark::State& state, RunSpec spec) {
     }
     totals.Add(*run);
   }
-  if (totals.prompts > 0) SetCounters(state, spec, totals, it->second);
+  if (totals.prompts > 0) SetCounters(state, spec, totals, it->second, process.cache.vram_budget());
 }
 
 // Every benchmark of the config, grouped by backend so that each backend (and its models) is made once.
@@ -92,13 +113,18 @@ std::vector<RunSpec> Specs(const PairingConfig& config) {
   for (const Pairing& p : config.pairings) {
     for (const std::string& budget : p.vram_budgets) {
       for (const DraftLength& length : p.draft_lengths) {
-        RunSpec spec;
-        spec.pairing = &p;
-        spec.prompts = &config.prompt_sets[p.prompt_set];
-        spec.length = length;
-        spec.backend = BackendKey{ResolveDevice(p.device), budget, p.threads};
-        if (spec.backend.device == "cpu") spec.backend.budget.clear();
-        specs.push_back(spec);
+        // The target alone is one run whatever the regimes: a script changes only drafted tokens.
+        const std::vector<std::string> plain = {""};
+        for (const std::string& acceptance : length.k == 0 ? plain : p.acceptances) {
+          RunSpec spec;
+          spec.pairing = &p;
+          spec.prompts = &config.prompt_sets[p.prompt_set];
+          spec.length = length;
+          spec.backend = BackendKey{ResolveDevice(p.device), budget, p.threads};
+          if (spec.backend.device == "cpu") spec.backend.budget.clear();
+          spec.acceptance = acceptance;
+          specs.push_back(spec);
+        }
       }
     }
   }
@@ -134,8 +160,9 @@ std::string TakeConfigFlag(int* argc, char** argv) {
 constexpr const char* kUsage =
     "usage: specgen_bench --config FILE [--benchmark_* flags]\n"
     "  --config FILE  a pairing config (configs/*.toml): targets, drafts (or none), draft lengths (or\n"
-    "                 adaptive), acceptance rules, sampling, device, VRAM budgets, context and prompt sets;\n"
-    "                 every pairing x draft length x budget becomes one benchmark. configs/bundled.toml\n"
+    "                 adaptive, modelled), acceptance rules and regimes, sampling, device, VRAM budgets,\n"
+    "                 context and prompt sets; every pairing x draft length x budget x acceptance regime\n"
+    "                 becomes one benchmark. configs/bundled.toml\n"
     "                 runs the bundled pair; configs/qwen3-moe.toml a Qwen3-30B-A3B pairing (fill in paths).\n"
     "  Results: --benchmark_out=results.json, then `specgen report results.json --svg chart.svg`.\n";
 

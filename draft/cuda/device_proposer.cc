@@ -69,6 +69,9 @@ absl::StatusOr<std::unique_ptr<DeviceProposer>> DeviceProposer::Create(CudaBacke
     return InvalidArgument("device proposer: draft length bound ", max_draft, " outside [1, ",
                            kernels::kAcceptMaxDraft, "]");
   }
+  if (hooks.script != nullptr && !sampling.greedy()) {
+    return InvalidArgument("device proposer: a scripted draft (an acceptance regime) is greedy only");
+  }
   std::unique_ptr<DeviceProposer> p(new DeviceProposer(backend, draft, sampling, accept, tokens, max_draft, hooks));
   RETURN_IF_ERROR(p->Allocate());
   p->why_not_graph_ = hooks.path == DraftDecodePath::kTransformer ? "not asked for" : GraphedDraft::Unsupported(*draft);
@@ -224,6 +227,11 @@ absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k
       SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessAndSample(
           last, 1, v, config, q_ + static_cast<size_t>(i) * v, sampling_.seed, len + i, purpose, tokens_ + 1 + i,
           sample_ws_, sample_ws_bytes_, stream));
+    }
+    if (hooks_.script != nullptr) {
+      // The drawn token at position len + i, depth i, becomes the script's (eager: the position is known).
+      SPECGEN_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchScriptedDraft(*hooks_.script, nullptr, len + i, i, 1, tokens_ + 1 + i, stream));
     }
   }
   valid_ = len + k - 1;  // the draft now holds the sequence and x_1..x_{k-1}

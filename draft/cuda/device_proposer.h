@@ -24,6 +24,7 @@
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/sampling_params.h"
 #include "kernels/sampling.cuh"
+#include "kernels/scripted_draft.cuh"
 
 namespace specgen {
 
@@ -50,6 +51,11 @@ struct DeviceDraftHooks {
   // the bonus token) and decodes it; a step whose bonus token is y starts the next one from the
   // logits after y. A missed guess costs its decode only where that outlasts the verification.
   RunAhead run_ahead = RunAhead::kAuto;
+  // Benchmarks' acceptance regimes only (bench/acceptance, docs/design.md §3.5; greedy): after each
+  // draw kernels/scripted_draft.cuh replaces the token with the script's, and the draft decodes on
+  // from it. Not owned; its fields are read at each launch, so the benchmark points it at the next
+  // prompt's continuation between generations.
+  const kernels::ScriptedDraftTable* script = nullptr;
 };
 
 // How the draft's single-token decodes ran (the proposals after the first of a step, and the first

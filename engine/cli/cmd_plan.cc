@@ -73,7 +73,10 @@ nlohmann::json SpeedJson(const moe::SpeedPrediction& s) {
                      {"draft_token_seconds", s.draft_token_seconds}}}};
 }
 
-nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed) {
+// Expert-cache slots: every expert when all are resident (slots −1).
+int64_t Slots(const Plan& p) { return p.expert_cache_slots < 0 ? p.total_experts : p.expert_cache_slots; }
+
+nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed, const Plan* alone) {
   nlohmann::json resident = nlohmann::json::object();
   for (int k = 0; k < moe::kResidentKinds; ++k) {
     resident[std::string(moe::ResidentKindName(static_cast<ResidentKind>(k)))] = p.resident_bytes[k];
@@ -107,7 +110,10 @@ nlohmann::json PlanJson(const Plan& p, const PlanFlags& f, const moe::SpeedPredi
           {"slot_bytes", p.slot_bytes},
           {"slot_share", p.slot_share},
           {"passes", passes},
-          {"speed", SpeedJson(speed)}};
+          {"speed", SpeedJson(speed)},
+          // What the draft's VRAM (its weights, KV cache and workspace) costs the target's expert cache.
+          {"expert_cache_slots_without_draft", alone ? nlohmann::json(alone->expert_cache_slots) : nlohmann::json(nullptr)},
+          {"slots_lost_to_draft", alone ? nlohmann::json(Slots(*alone) - Slots(p)) : nlohmann::json(nullptr)}};
 }
 
 // What a user calls each resident kind (the JSON keeps the planner's names).
@@ -179,7 +185,7 @@ void PrintSpeed(const moe::SpeedPrediction& s, bool streams) {
       profile += (i == 0 ? "" : last ? ", then " : ", ") + std::string(b);
     }
     std::printf("  assumed acceptance: %s (the chance that a drafted token is accepted, by its place in the "
-                "draft: %s%s; --acceptance 0.6|0.9|typical)\n",
+                "draft: %s%s; --acceptance typical|flat:X|X,Y,...)\n",
                 s.acceptance.name.c_str(), profile.c_str(), s.acceptance.by_depth.size() > 1 ? " for deeper ones" : " at every place");
   }
   std::printf("  assumed rates, %s: host-to-GPU copies %.0f GB/s; a one-token pass reads its weights at "
@@ -190,7 +196,7 @@ void PrintSpeed(const moe::SpeedPrediction& s, bool streams) {
   std::printf(".\n  A slower GPU or link runs slower; `specgen_bench` measures yours (README).\n");
 }
 
-void PrintText(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed) {
+void PrintText(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& speed, const Plan* alone) {
   std::printf("plan for %s%s\n", f.model.c_str(), f.draft.empty() ? "" : (" drafted by " + f.draft).c_str());
   std::printf("  GPU memory budget %s (the least this pair can run in: %s), context %lld tokens, draft length "
               "up to %d, KV cache as %s\n",
@@ -224,6 +230,19 @@ void PrintText(const Plan& p, const PlanFlags& f, const moe::SpeedPrediction& sp
                   "chunks of %lld tokens\n",
                   static_cast<long long>(p.expert_cache_slots), static_cast<long long>(p.total_experts),
                   100.0 * p.slot_share, Bytes(double(p.slot_bytes)).c_str(), static_cast<long long>(p.prefill_chunk));
+    }
+  }
+  if (alone != nullptr && p.total_experts > 0) {
+    const int64_t lost = Slots(*alone) - Slots(p);
+    const size_t draft_bytes = p.resident_bytes[static_cast<int>(ResidentKind::kDraft)] +
+                               p.resident_bytes[static_cast<int>(ResidentKind::kKvDraft)];
+    if (lost > 0) {
+      std::printf("the draft (%s with its KV cache) takes %lld expert-cache slots from the target: %lld without it\n",
+                  Bytes(double(draft_bytes)).c_str(), static_cast<long long>(lost),
+                  static_cast<long long>(Slots(*alone)));
+    } else {
+      std::printf("the draft (%s with its KV cache) takes no expert-cache slot from the target\n",
+                  Bytes(double(draft_bytes)).c_str());
     }
   }
   PrintSpeed(speed, p.expert_cache_slots >= 0 && p.total_experts > 0);
@@ -343,11 +362,11 @@ absl::Status RunPlan(const PlanFlags& f) {
                                      alone_plan ? &*alone_plan : nullptr));
   const int shown = 1 + (f.draft.empty() ? 0 : f.draft_max);
   if (f.json) {
-    nlohmann::json j = PlanJson(plan, f, speed);
+    nlohmann::json j = PlanJson(plan, f, speed, alone_plan ? &*alone_plan : nullptr);
     ASSIGN_OR_RETURN(j["host_path"], HostPathJson(f.host, plan, target, shown));
     std::printf("%s\n", j.dump().c_str());
   } else {
-    PrintText(plan, f, speed);
+    PrintText(plan, f, speed, alone_plan ? &*alone_plan : nullptr);
     RETURN_IF_ERROR(PrintHostPath(f.host, plan, target, shown));
   }
   return absl::OkStatus();
@@ -379,8 +398,9 @@ Registrar kPlan{{"plan", "Show what a GPU memory budget holds of a target and it
                                   "(to plan for another machine); the streamed part must fit in it");
                    app.add_option("--acceptance", f->acceptance,
                                   "acceptance assumed for the predicted speed with the draft: 'typical' (0.8, "
-                                  "0.75, 0.7, 0.65, 0.6, then 0.55 by the token's place in the draft) or the "
-                                  "chance that any drafted token is accepted, e.g. 0.6 or 0.9")
+                                  "0.75, 0.7, 0.65, 0.6, then 0.55 by the token's place in the draft), "
+                                  "'flat:X' or X for the chance that any drafted token is accepted (e.g. 0.6 "
+                                  "or 0.9), or a list by place such as 0.9,0.8,0.7 (the last for the rest)")
                        ->capture_default_str();
                    app.add_flag("--json", f->json, "print the plan as one JSON object (bytes as integers)");
                    AddPlanHostFlags(app, &f->host);

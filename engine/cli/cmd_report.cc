@@ -1,6 +1,7 @@
 // `specgen report RESULTS.json [--svg OUT.svg]`: specgen_bench's results (its JSON from
 // --benchmark_format=json or --benchmark_out) as a side-by-side table of the pairings on stdout and,
-// with --svg, a chart of tokens/s and acceptance against draft length.
+// with --svg, a chart of tokens/s and acceptance against draft length; with --svg-budget, the speedup
+// against the VRAM budget per pairing and acceptance regime.
 #include <cstdio>
 #include <cstdint>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "bench/report/bench_results.h"
+#include "bench/report/budget_chart.h"
 #include "bench/report/report_table.h"
 #include "bench/report/svg_chart.h"
 #include "engine/cli/command.h"
@@ -18,7 +20,7 @@ namespace specgen::cli {
 namespace {
 
 struct ReportFlags {
-  std::string results, svg, title = "specgen_bench";
+  std::string results, svg, svg_budget, title = "specgen_bench";
 };
 
 absl::Status RunReport(const ReportFlags& flags) {
@@ -28,6 +30,12 @@ absl::Status RunReport(const ReportFlags& flags) {
   output.inputs = {flags.results};
   output.label = "--svg " + flags.svg;
   if (!flags.svg.empty()) RETURN_IF_ERROR(CheckOutputPath(flags.svg, output));
+  SafeWriteOptions budget_output = output;
+  budget_output.label = "--svg-budget " + flags.svg_budget;
+  if (!flags.svg_budget.empty()) {
+    if (flags.svg_budget == flags.svg) return InvalidArgument("--svg-budget ", flags.svg_budget, ": the same file as --svg");
+    RETURN_IF_ERROR(CheckOutputPath(flags.svg_budget, budget_output));
+  }
   std::ifstream in(flags.results, std::ios::binary);
   if (!in) return NotFound(flags.results, ": cannot open");
   std::stringstream ss;
@@ -37,6 +45,11 @@ absl::Status RunReport(const ReportFlags& flags) {
     const std::string svg = report::RenderSvgChart(rows, flags.title);
     RETURN_IF_ERROR(WriteFileSafely(
         flags.svg, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, output));
+  }
+  if (!flags.svg_budget.empty()) {
+    const std::string svg = report::RenderBudgetChart(rows, flags.title);
+    RETURN_IF_ERROR(WriteFileSafely(
+        flags.svg_budget, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, budget_output));
   }
   std::fputs(report::FormatReport(rows).c_str(), stdout);
   return absl::OkStatus();
@@ -52,7 +65,10 @@ Registrar kReport{
        app.add_option("--svg", f->svg,
                       "also write a chart here: tokens/s and acceptance against draft length, one line "
                       "per pairing");
-       app.add_option("--title", f->title, "the chart's title")->capture_default_str();
+       app.add_option("--svg-budget", f->svg_budget,
+                      "also write a chart here: speedup over the target alone against the VRAM budget, one "
+                      "line per pairing and acceptance regime (the best fixed k at each budget)");
+       app.add_option("--title", f->title, "the charts' title")->capture_default_str();
        return [f]() { return RunReport(*f); };
      }}};
 

@@ -19,6 +19,7 @@ enum class RandomPurpose : uint32_t {
   kDraftSample = 2,   // Gumbel noise the draft samples with in `rejection` mode
   kAcceptUniform = 3, // u of the min(1, p/q) test
   kResidual = 4,      // Gumbel noise for the resample from norm(max(0, p - q))
+  kScriptedDraft = 5, // the benchmarks' scripted draft (bench/acceptance): block = draft depth
 };
 
 // Counter layout: v[0] = vocab block (ids 4b..4b+3 share one Philox call), v[1..2] = position (64 bit),

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/speculative/draft_length_choice.h"
+
 namespace specgen {
 
 DraftLengthController::DraftLengthController(int k_max, Options options)
@@ -27,12 +29,9 @@ double DraftLengthController::alpha(int depth) const {
 }
 
 double DraftLengthController::ExpectedTokens(int k) const {
-  double sum = 1.0, reach = 1.0;  // reach: probability that drafts 1..j are all accepted
-  for (int j = 1; j <= k; ++j) {
-    reach *= alpha(j);
-    sum += reach;
-  }
-  return sum;
+  std::vector<double> alpha(static_cast<size_t>(std::max(k, 0)));
+  for (int j = 1; j <= k; ++j) alpha[static_cast<size_t>(j - 1)] = this->alpha(j);
+  return ExpectedTokensPerStep(alpha, k);
 }
 
 int DraftLengthController::NearestMeasured(int from, int step) const {
@@ -43,6 +42,7 @@ int DraftLengthController::NearestMeasured(int from, int step) const {
 }
 
 double DraftLengthController::PredictedStepSeconds(int k) const {
+  if (options_.modelled_step_seconds) return std::max(options_.modelled_step_seconds(k), 1e-9);
   if (k >= 0 && k <= k_max_ && step_measured_[k]) return t_step_[k];
   // The measured lengths nearest to k: below and above it, or the two nearest on one side. So a
   // prediction rests on the lengths next to it, which the exploration around the chosen k keeps
@@ -72,18 +72,19 @@ double DraftLengthController::Rate(int k) const {
 }
 
 int DraftLengthController::Best() const {
-  int best = 0;
-  for (int k = 1; k <= k_max_; ++k) {
-    if (Rate(k) > Rate(best)) best = k;
-  }
-  return best;
+  std::vector<double> alpha(static_cast<size_t>(k_max_));
+  for (int j = 1; j <= k_max_; ++j) alpha[static_cast<size_t>(j - 1)] = this->alpha(j);
+  return BestDraftLength(alpha, [this](int k) { return PredictedStepSeconds(k); }, k_max_);
 }
 
 int DraftLengthController::Choose() {
   if (k_max_ == 0) return 0;
-  // Warm-up: measure the longest step and the plain step once, so the costs have two ends.
-  if (!step_measured_[k_max_]) return k_max_;
-  if (!step_measured_[0]) return 0;
+  // Warm-up: measure the longest step and the plain step once, so the costs have two ends (a
+  // modelled cost needs none).
+  if (!options_.modelled_step_seconds) {
+    if (!step_measured_[k_max_]) return k_max_;
+    if (!step_measured_[0]) return 0;
+  }
   explored_ = -1;
   if (repeat_ >= 0) {
     const int k = repeat_;
@@ -120,7 +121,7 @@ void DraftLengthController::ObserveAcceptance(int k, int n_accepted) {
 }
 
 void DraftLengthController::ObserveStepTime(int k, double seconds) {
-  if (k < 0 || k > k_max_) return;
+  if (k < 0 || k > k_max_ || options_.modelled_step_seconds) return;
   t_step_[k] = step_measured_[k] ? t_step_[k] + options_.time_weight * (seconds - t_step_[k]) : seconds;
   step_measured_[k] = true;
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace specgen {
@@ -36,6 +37,11 @@ class DraftLengthController {
     // shorter (refreshes the cost below): estimates of a k that is never chosen would otherwise stay
     // as they were first measured.
     int explore_every = 16;
+    // The bytes-aware policy (docs/design.md §3.4): when set, a step's cost at each k is this model's
+    // (moe/step_cost_model.h: the draft's tokens, the pass's compute and the experts it misses and
+    // streams) instead of the measured times, so no warm-up measures the ends and timings are ignored;
+    // acceptance is still learnt per depth, and explorations still test the next depth.
+    std::function<double(int k)> modelled_step_seconds;
   };
   explicit DraftLengthController(int k_max) : DraftLengthController(k_max, Options()) {}
   DraftLengthController(int k_max, Options options);
@@ -57,7 +63,7 @@ class DraftLengthController {
   double alpha(int depth = 1) const;
   static double ExpectedTokens(double alpha, int k);  // Σ_{i=0..k} α^i (one α at every depth)
   double ExpectedTokens(int k) const;                 // E(k) from the per-depth estimates
-  // C(k): the EWMA where k was measured, else the line through the nearest measured lengths around k
+  // C(k): the model's when Options::modelled_step_seconds is set; else the EWMA where k was measured, else the line through the nearest measured lengths around k
   // (or the two nearest on one side), a constant with one measured length, 1 with none.
   double PredictedStepSeconds(int k) const;
   // Expected tokens per second of draft length k under the current estimates.

@@ -55,7 +55,9 @@ SpeculativeLoop::SpeculativeLoop(CausalLm* target, SpeculativeOptions options, b
   if (!has_draft_) options_.draft_max = 0;
   options_.draft_max = std::clamp(options_.draft_max, 0, draft_bound);
   if (options_.adaptive && options_.draft_max > 0) {
-    controller_ = std::make_unique<DraftLengthController>(options_.draft_max);
+    DraftLengthController::Options controller;
+    controller.modelled_step_seconds = options_.modelled_step_seconds;
+    controller_ = std::make_unique<DraftLengthController>(options_.draft_max, controller);
   }
 }
 

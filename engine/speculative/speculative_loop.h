@@ -28,6 +28,9 @@ struct SpeculativeOptions {
   int64_t max_new_tokens = 128;   // -n; negative: until an end token or a full context
   int draft_max = 4;              // --draft-max: k, or the adaptive controller's upper bound
   bool adaptive = false;          // --draft-adaptive
+  // With adaptive: a step's cost at each k from a model of the bytes its pass streams
+  // (moe/step_cost_model.h) instead of measured times (DraftLengthController::Options).
+  std::function<double(int k)> modelled_step_seconds;
   AcceptMode accept = AcceptMode::kRejection;
   SamplingParams sampling;
   std::vector<int32_t> end_ids;   // generation stops after emitting one of these

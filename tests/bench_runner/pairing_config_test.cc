@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/runner/pairing_check.h"
+#include "bench/runner/pairing_run.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -308,6 +309,62 @@ TEST_F(PairingConfigTest, PromptFileThatIsNoRegularFileIsRefused) {
 
 // The seeds of fuzz_pairing_config (tests/data/fuzz/), replayed as the fuzzer reads them: each parses,
 // and holds only values the runner can use (what the fuzz target asserts of every accepted input).
+// Acceptance regimes and the modelled draft length: parsed into the pairing, named in benchmarks, and
+// refused with the file, line and key where they cannot apply.
+TEST_F(PairingConfigTest, AcceptanceRegimesAndModelledLengths) {
+  auto config = Parse(Head() + "[[pairing]]\nname = \"g\"\ntemperature = 0.0\n"
+                               "draft_lengths = [2, \"adaptive\", \"modelled\"]\n"
+                               "acceptance = [\"real\", \"typical\", \"flat:0.6\", \"0.9,0.5\"]\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Pairing& g = config->pairings[0];
+  EXPECT_EQ(g.acceptances, (std::vector<std::string>{"", "typical", "flat:0.6", "0.9,0.5"}));
+  ASSERT_EQ(g.draft_lengths.size(), 3u);
+  EXPECT_TRUE(g.draft_lengths[2].modelled && g.draft_lengths[2].adaptive);
+  EXPECT_EQ(g.draft_lengths[2].Name(), "modelled8");
+  RunSpec spec;
+  spec.pairing = &g;
+  spec.length = g.draft_lengths[0];
+  spec.acceptance = "flat:0.6";
+  spec.backend.budget = "8GiB";
+  EXPECT_EQ(BenchmarkName(spec), "g/k:2/budget:8GiB/accept:flat:0.6");
+  EXPECT_EQ(BenchmarkName(WithoutDraft(spec)), "g/k:0/budget:8GiB");
+  // Defaults' regimes do not apply to a pairing without a draft.
+  std::string head = Head();
+  head.insert(head.find('\n') + 1, "acceptance = \"typical\"\ntemperature = 0.0\n");
+  config = Parse(head + "[[pairing]]\nname = \"g\"\n[[pairing]]\nname = \"alone\"\ndraft = \"none\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->pairings[0].acceptances, std::vector<std::string>{"typical"});
+  EXPECT_EQ(config->pairings[1].acceptances, std::vector<std::string>{""});
+}
+
+// configs/acceptance-grid.toml, issue 43's grid: 4 budgets x 6 draft lengths x 4 regimes.
+TEST_F(PairingConfigTest, AcceptanceGridConfigParses) {
+  auto config = LoadPairingConfig(kSource + "/configs/acceptance-grid.toml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->pairings.size(), 1u);
+  const Pairing& g = config->pairings[0];
+  EXPECT_EQ(g.vram_budgets.size(), 4u);
+  EXPECT_EQ(g.draft_lengths.size(), 6u);
+  EXPECT_EQ(g.acceptances, (std::vector<std::string>{"", "typical", "flat:0.6", "flat:0.9"}));
+  EXPECT_TRUE(g.sampling.greedy());
+}
+
+TEST_F(PairingConfigTest, AcceptanceRegimeMistakes) {
+  const std::string pairing = "[[pairing]]\nname = \"g\"\n";
+  EXPECT_THAT(ErrorOf(Head() + pairing + "temperature = 0.0\nacceptance = \"often\"\n"),
+              HasSubstr("c.toml:13: acceptance: profile 'often'"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "temperature = 0.0\nacceptance = [\"typical\", \"typical\"]\n"),
+              HasSubstr("lists \"typical\" twice"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "temperature = 0.0\nacceptance = [\"0.9,1.5\"]\n"),
+              HasSubstr("value 2 ('1.5')"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "temperature = 0.8\nacceptance = \"typical\"\n"),
+              HasSubstr("greedy only"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "draft = \"none\"\nacceptance = \"typical\"\n"),
+              HasSubstr("acceptance regimes need a draft"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "draft_lengths = [\"bytes\"]\n"),
+              HasSubstr("\"adaptive\" or \"modelled\""));
+}
+
 TEST(PairingConfigFuzzSeeds, ParseToUsableConfigs) {
   const fs::path dir = fs::path(SPECGEN_SOURCE_DIR) / "tests/data/fuzz/fuzz_pairing_config";
   int n = 0;

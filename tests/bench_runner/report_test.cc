@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/report/bench_results.h"
+#include "bench/report/budget_chart.h"
 #include "bench/report/report_table.h"
 #include "bench/report/svg_chart.h"
 #include "gmock/gmock.h"
@@ -249,6 +250,56 @@ TEST(BenchResultsFuzzSeeds, ParseAndDrawFinite) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   const std::string svg = RenderSvgChart(*rows, "seed");
   EXPECT_EQ(svg.find("nan"), std::string::npos);
+}
+
+
+// The grid of acceptance regimes: a target-alone run (k = 0, run once) starts each regime's line, the
+// runs split by regime, the budget table gives the best fixed k per budget and the adaptive runs, and
+// the budget chart has one line per regime with the speedups as its points.
+TEST(ReportTableTest, AcceptanceRegimesAcrossBudgets) {
+  const std::string json = R"({"benchmarks": [
+    {"name": "moe/k:0/budget:8GiB", "tokens_per_second": 100, "speedup": 1},
+    {"name": "moe/k:2/budget:8GiB/accept:typical", "tokens_per_second": 150, "speedup": 1.5,
+     "acceptance_rate": 0.77, "predicted_speedup_uniform": 0.9, "predicted_speedup_locality": 1.4},
+    {"name": "moe/k:4/budget:8GiB/accept:typical", "tokens_per_second": 140, "speedup": 1.4, "acceptance_rate": 0.7},
+    {"name": "moe/k:modelled8/budget:8GiB/accept:typical", "tokens_per_second": 149, "speedup": 1.49},
+    {"name": "moe/k:4/budget:8GiB/accept:flat:0.9", "tokens_per_second": 210, "speedup": 2.1},
+    {"name": "moe/k:0/budget:16GiB", "tokens_per_second": 200, "speedup": 1},
+    {"name": "moe/k:2/budget:16GiB/accept:typical", "tokens_per_second": 250, "speedup": 1.25},
+    {"name": "moe/k:4/budget:16GiB/accept:flat:0.9", "tokens_per_second": 300, "speedup": 1.5}
+  ]})";
+  absl::StatusOr<std::vector<BenchRow>> rows = ParseBenchResults(json, "grid.json");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  // Each k = 0 row appears once per regime (2 budgets x 2 regimes), never under the real draft here.
+  int alone = 0;
+  for (const BenchRow& r : *rows) {
+    if (r.k != 0 || r.adaptive) continue;
+    ++alone;
+    EXPECT_FALSE(r.acceptance.empty());
+  }
+  EXPECT_EQ(alone, 4);
+  EXPECT_EQ(rows->size(), 10u);
+  EXPECT_EQ((*rows)[2].Series(), "moe @ 8GiB [typical]");
+  EXPECT_EQ((*rows)[2].Profile(), "moe [typical]");
+  EXPECT_TRUE((*rows)[4].modelled && (*rows)[4].adaptive);
+  EXPECT_EQ((*rows)[4].k, 8);
+  EXPECT_EQ(BudgetOrder(*rows), (std::vector<std::string>{"8GiB", "16GiB"}));
+  const std::string table = FormatReport(*rows);
+  EXPECT_THAT(table, ::testing::HasSubstr("speedup over the target alone by VRAM budget"));
+  EXPECT_THAT(table, ::testing::HasSubstr("| moe [typical]        | 1.50x k=2, 1.49x modelled8 | 1.25x k=2 |"));
+  EXPECT_THAT(table, ::testing::HasSubstr("| moe [flat:0.9]       | 2.10x k=4                  | 1.50x k=4 |"));
+  EXPECT_THAT(table, ::testing::HasSubstr("0.90-1.40x"));  // the prediction beside the run
+  const std::string svg = RenderBudgetChart(*rows, "grid");
+  EXPECT_NE(svg.find("data-series=\"moe [typical]\""), std::string::npos);
+  EXPECT_NE(svg.find("data-series=\"moe [flat:0.9]\""), std::string::npos);
+  EXPECT_NE(svg.find("moe [typical] @ 8GiB, modelled8: 1.49x"), std::string::npos);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  // Two polylines, two points each.
+  size_t lines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u);
+  // Malformed regime names are refused.
+  EXPECT_FALSE(ParseBenchResults(R"({"benchmarks": [{"name": "moe/k:2/accept:"}]})", "x.json").ok());
 }
 
 }  // namespace

@@ -84,6 +84,69 @@ def check_report(specgen, results, tmp, check):
     check(not os.path.exists(missing_svg), "report of a missing file wrote an SVG")
 
 
+def check_regimes(bench, source, tmp, specgen, check):
+    """Acceptance regimes and the modelled draft length: one benchmark per draft length x regime, each
+    with the prediction beside it; the scripted acceptance follows its profile; the report's budget
+    chart draws one line per regime."""
+    models = os.path.join(source, "models")
+    config = os.path.join(tmp, "regimes.toml")
+    with open(config, "w") as f:
+        f.write(f"""
+[defaults]
+target = "{models}/tiny-target"
+draft = "{models}/tiny-draft"
+temperature = 0.0
+device = "cpu"
+context = 256
+max_new_tokens = 48
+prompts = "held_out"
+
+[prompts.held_out]
+file = "{models}/pair_prompts.json"
+limit = 4
+
+[[pairing]]
+name = "regime"
+draft_lengths = [4, "modelled"]
+adaptive_max = 4
+acceptance = ["flat:0.9", "typical"]
+""")
+    out = os.path.join(tmp, "regimes.json")
+    run = subprocess.run([bench, "--config", config, "--benchmark_min_time=0.01", f"--benchmark_out={out}"],
+                         capture_output=True, text=True, timeout=600)
+    check(run.returncode == 0, f"regimes: exit {run.returncode}: {run.stderr[-2000:]}")
+    results = json.load(open(out)) if os.path.exists(out) else {"benchmarks": []}
+    by_name = {b["name"]: b for b in results["benchmarks"]}
+    expected = [f"regime/k:{k}/accept:{a}/real_time" for k in ("4", "modelled4") for a in ("flat:0.9", "typical")]
+    check(sorted(by_name) == sorted(expected), f"regimes: benchmarks {sorted(by_name)}")
+    for name, b in by_name.items():
+        for c in ("predicted_tokens_per_second_uniform", "predicted_tokens_per_second_locality",
+                  "predicted_speedup_uniform", "predicted_speedup_locality"):
+            check(b.get(c, 0) > 0, f"{name}: {c} {b.get(c)!r}")
+    # acceptance_rate is accepted over drafted: at k = 4 under flat 0.9 a pass keeps 0.9 + 0.81 + 0.73 +
+    # 0.66 = 3.1 of its 4 drafts on average (0.77), under the typical profile 0.8 + 0.6 + 0.42 + 0.27 =
+    # 2.1 (0.52); over about 60 passes each the two are far apart.
+    flat, typical = by_name.get(expected[0]), by_name.get(expected[1])
+    if flat and typical:
+        check(flat["acceptance_rate"] > typical["acceptance_rate"] + 0.1,
+              f"regimes: acceptance flat:0.9 {flat['acceptance_rate']}, typical {typical['acceptance_rate']}")
+        check(0.6 < flat["acceptance_rate"] < 1.0, f"regimes: flat:0.9 accepted {flat['acceptance_rate']}")
+    if specgen is None or not os.path.exists(out):
+        return
+    svg = os.path.join(tmp, "budget.svg")
+    run = subprocess.run([specgen, "report", out, "--svg-budget", svg], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 0, f"regimes report: exit {run.returncode}: {run.stderr}")
+    check("speedup over the target alone by VRAM budget" in run.stdout, f"regimes report: {run.stdout}")
+    try:
+        root = ET.parse(svg).getroot()
+    except (ET.ParseError, OSError) as e:
+        check(False, f"regimes report: the SVG does not parse: {e}")
+        return
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = [p.get("data-series") for p in root.iter(ns + "polyline")]
+    check(lines == ["regime [flat:0.9]", "regime [typical]"], f"regimes report: budget chart lines {lines}")
+
+
 def main():
     bench, source = sys.argv[1], os.path.abspath(sys.argv[2])
     failures = []
@@ -143,6 +206,8 @@ def main():
 
         if len(sys.argv) > 3 and os.path.exists(out):
             check_report(sys.argv[3], out, tmp, check)
+
+        check_regimes(bench, source, tmp, sys.argv[3] if len(sys.argv) > 3 else None, check)
 
         # A bad config: an error naming file, line and key; nothing run, no results file.
         bad = os.path.join(tmp, "bad.toml")

@@ -163,6 +163,20 @@ def main():
         check(abs(k4(sp["0.9"])["tokens_per_pass"] - (1 - 0.9 ** 5) / 0.1) < 1e-9, "tokens per pass at 0.9, k 4")
     if "typical" in sp:
         check(sp["typical"]["acceptance"]["by_depth"] == [0.8, 0.75, 0.7, 0.65, 0.6, 0.55], "the typical profile")
+    # The flat and list forms of a profile, and what the draft's VRAM costs the expert cache.
+    q = plan_json(specgen, pair + ["--vram-budget", "8GiB", "--acceptance", "flat:0.6"], "--acceptance flat:0.6")
+    if q is not None and "0.6" in sp:
+        check(q["speed"]["acceptance"]["by_depth"] == [0.6], f"flat:0.6: {q['speed']['acceptance']}")
+        check(q["speed"]["by_draft_length"] == sp["0.6"]["by_draft_length"], "flat:0.6 predicts unlike 0.6")
+        lost = q["slots_lost_to_draft"]
+        check(lost > 0 and lost == q["expert_cache_slots_without_draft"] - q["expert_cache_slots"],
+              f"slots lost to the draft: {lost}, {q['expert_cache_slots_without_draft']}, {q['expert_cache_slots']}")
+    q = plan_json(specgen, pair + ["--vram-budget", "8GiB", "--acceptance", "0.9,0.5"], "--acceptance 0.9,0.5")
+    if q is not None:
+        check(abs(q["speed"]["by_draft_length"][2]["tokens_per_pass"] - (1 + 0.9 + 0.45)) < 1e-9,
+              f"0.9,0.5 at k 2: {q['speed']['by_draft_length'][2]}")
+    rc, out, err = run(specgen, ["plan"] + pair + ["--vram-budget", "8GiB"])
+    check(rc == 0 and "expert-cache slots from the target" in out, f"text plan lacks the slots the draft takes:\n{out}")
     # Without a draft: the target alone, one row.
     q = plan_json(specgen, ["-m", target, "--host-ram", "256GiB", "--vram-budget", "8GiB"], "no draft")
     if q is not None:
@@ -207,6 +221,7 @@ def main():
         (["-m", target, "--vram-budget", "8GiB", "--host-ram", "1GiB"], "--host-ram"),
         (pair + ["--vram-budget", "8GiB", "--acceptance", "often"], "--acceptance"),
         (pair + ["--vram-budget", "8GiB", "--acceptance", "1.5"], "--acceptance"),
+        (pair + ["--vram-budget", "8GiB", "--acceptance", "0.9,2"], "value 2"),
         (["-m", target], "--vram-budget"),
         (["-m", target, "--vram-budget", "lots"], "lots"),
         (["-m", target, "--vram-budget", "8GiB", "--cache-type", "q4"], "--cache-type"),
