@@ -15,6 +15,7 @@ struct BenchRow {
   std::string pairing;
   std::string length;  // "0", "4", "adaptive8"
   std::string budget;  // empty: the default
+  int parallel = 0;    // sequences generating at once (specgen_bench --parallel); 0: one, the loop alone
   int k = 0;           // the fixed k, or the adaptive bound
   bool adaptive = false;
   std::string error;   // the benchmark's error, if it failed (counters then 0)
@@ -23,9 +24,21 @@ struct BenchRow {
   // Offload (0 while nothing streamed): bytes streamed per token and the expert cache's hit rate.
   double h2d_bytes_per_token = 0, expert_cache_hit_rate = 0;
 
-  // "greedy" or "greedy @ 8GiB": one line of the chart, one column of the table.
-  std::string Series() const { return budget.empty() ? pairing : pairing + " @ " + budget; }
+  // "greedy", "greedy @ 8GiB" or "greedy x4" (4 sequences at once): one line of the chart, one
+  // column of the table.
+  std::string Series() const {
+    std::string s = budget.empty() ? pairing : pairing + " @ " + budget;
+    return parallel > 0 ? s + " x" + std::to_string(parallel) : s;
+  }
 };
+
+// What specgen_bench wrote in the results' "context" to say what ran: the device (the GPU's name, or
+// CPU), the models and the sampling of its pairings. Empty where absent (an older runner's results,
+// or not specgen_bench's): the chart then names what it has.
+struct BenchContext {
+  std::string device, models, sampling;
+};
+BenchContext ParseBenchContext(const std::string& json_text);
 
 // Rows in the order of the file. `name` is used in errors (usually the path).
 absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_text, const std::string& name);

@@ -20,12 +20,14 @@ void RunTotals::Add(const RunTotals& o) {
 std::string BenchmarkName(const RunSpec& spec) {
   std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
   if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
+  if (spec.parallel > 0) name += Cat("/parallel:", spec.parallel);
   return name;
 }
 
 RunSpec WithoutDraft(const RunSpec& spec) {
   RunSpec plain = spec;
   plain.length = DraftLength{0, false};
+  plain.parallel = 0;
   return plain;
 }
 
@@ -70,12 +72,14 @@ moe::RunRequest RunRequestFor(const RunSpec& spec) {
   return request;
 }
 
-absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
+absl::StatusOr<PreparedRun> PrepareRun(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
+  PreparedRun run;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
   const absl::StatusOr<moe::RunPlan> planned = moe::PlanFor(RunRequestFor(spec), cache.vram_budget());
   if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
   const moe::RunPlan& placement = *planned;
+  run.expert_cache_slots = placement.expert_cache_slots;
   if (cache.cuda() != nullptr) {
     std::vector<LmKey> keep = {LmKey::Of(p.target, p.context, placement)};
     if (spec.length.k > 0) keep.push_back(LmKey::Of(p.draft, p.context));
@@ -86,7 +90,9 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   if (spec.length.k > 0) {
     ASSIGN_OR_RETURN(draft, cache.Get(spec.backend, p.draft, p.context));
   }
-  SpeculativeOptions options;
+  run.target = target;
+  run.draft = draft;
+  SpeculativeOptions& options = run.options;
   options.max_new_tokens = p.max_new_tokens;
   options.draft_max = spec.length.k;
   options.adaptive = spec.length.adaptive;
@@ -101,22 +107,31 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     }
   }
 
+  const std::vector<Prompt>& prompts = spec.prompts->prompts;
+  run.ids.resize(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSIGN_OR_RETURN(run.ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
+  }
+  return run;
+}
+
+absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
+  const Pairing& p = *spec.pairing;
+  ASSIGN_OR_RETURN(PreparedRun run, PrepareRun(cache, spec));
+  CachedLm* target = run.target;
+  const std::vector<std::vector<int32_t>>& ids = run.ids;
   // One loop for every prompt: the GPU loop captures its CUDA graphs as it meets each pass size, so a
   // loop per prompt would time captures. On the GPU an untimed generation from the first prompt
   // captures them before the measured ones.
   ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> loop,
-                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr, options));
-  const std::vector<Prompt>& prompts = spec.prompts->prompts;
-  std::vector<std::vector<int32_t>> ids(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
-  }
+                   MakeSpeculativeLoop(cache.cuda(), target->lm.get(), run.draft ? run.draft->lm.get() : nullptr,
+                                       run.options));
   if (cache.cuda() != nullptr) {
     auto warm = loop->Generate(ids[0]);
     if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
   }
   RunTotals totals;
-  totals.expert_cache_slots = placement.expert_cache_slots;
+  totals.expert_cache_slots = run.expert_cache_slots;
   totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;

@@ -19,6 +19,7 @@ namespace {
 
 struct ReportFlags {
   std::string results, svg, title = "specgen_bench";
+  std::string subtitle;  // --subtitle; empty: the models and sampling the results name
 };
 
 absl::Status RunReport(const ReportFlags& flags) {
@@ -34,7 +35,10 @@ absl::Status RunReport(const ReportFlags& flags) {
   ss << in.rdbuf();
   ASSIGN_OR_RETURN(std::vector<report::BenchRow> rows, report::ParseBenchResults(ss.str(), flags.results));
   if (!flags.svg.empty()) {
-    const std::string svg = report::RenderSvgChart(rows, flags.title);
+    // The heading names the device, the models and the sampling that specgen_bench recorded.
+    const report::ChartHeading heading = report::HeadingFor(flags.title, report::ParseBenchContext(ss.str()));
+    const std::string svg =
+        report::RenderSvgChart(rows, heading.title, flags.subtitle.empty() ? heading.subtitle : flags.subtitle);
     RETURN_IF_ERROR(WriteFileSafely(
         flags.svg, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, output));
   }
@@ -52,7 +56,12 @@ Registrar kReport{
        app.add_option("--svg", f->svg,
                       "also write a chart here: tokens/s and acceptance against draft length, one line "
                       "per pairing");
-       app.add_option("--title", f->title, "the chart's title")->capture_default_str();
+       app.add_option("--title", f->title,
+                      "the chart's title; the device the results were measured on follows it (\" on "
+                      "NVIDIA H200\")")
+           ->capture_default_str();
+       app.add_option("--subtitle", f->subtitle,
+                      "the chart's second line (default: the models and the sampling the results name)");
        return [f]() { return RunReport(*f); };
      }}};
 
