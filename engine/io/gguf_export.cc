@@ -333,7 +333,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(freq_factors.size())}, DType::kF32,
                                 buffers.back().get(), bytes));
   }
-  RETURN_IF_ERROR(w.Write(path, 32, opt.output));
+  RETURN_IF_ERROR(w.Write(path, 32, opt.output, opt.write_progress));
   if (opt.note) {
     for (const std::string& line : LlamaCppDifferences(spec)) opt.note(line);
   }

@@ -193,6 +193,26 @@ TEST(GgufExport, ProgressMovesWithinATensor) {
   EXPECT_LE(calls.size(), 500 + (*f)->tensors().size());
 }
 
+// Writing the file reports too: a call per tensor (each under the writer's 64 MiB step), growing to
+// the total of the tensors' bytes, which is what the file holds past its header.
+TEST(GgufExport, WritingTheFileReportsItsProgress) {
+  TempDir dir;
+  auto src = Synth(*SynthSpec("tiny-dense"));
+  GgufExportOptions opt;
+  opt.dtype = DType::kQ8_0;
+  std::vector<std::pair<size_t, size_t>> calls;
+  opt.write_progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("w.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(dir.Path("w.gguf"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(calls.size(), (*f)->tensors().size());
+  size_t bytes = 0;
+  for (const GgufTensorInfo& t : (*f)->tensors()) bytes += t.bytes;
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GT(calls[i].first, calls[i - 1].first) << i;
+  EXPECT_EQ(calls.back().first, bytes);
+  EXPECT_EQ(calls.back().second, bytes);
+}
+
 TEST(GgufExport, RejectsUnwritableType) {
   TempDir dir;
   auto src = Synth(*SynthSpec("tiny-dense"));
