@@ -33,6 +33,13 @@ __device__ int32_t WarpCombine(const SamplePartial* parts) {
   return best_id;
 }
 
+// Whether any of one row's kSampleSplits partials met a NaN or an infinity; every lane gets it.
+__device__ bool WarpAnyNonFinite(const SamplePartial* parts) {
+  bool bad = false;
+  for (int s = threadIdx.x & 31; s < kSampleSplits; s += 32) bad |= parts[s].nonfinite != 0;
+  return __any_sync(0xffffffffu, bad);
+}
+
 // Warp i decides row i on its own (its draw, whether draft x_i passes, the token row i would emit
 // and its log-probability); then thread 0 walks the rows in order, reading only shared memory, so
 // the serial part touches no global memory.
@@ -76,6 +83,13 @@ __global__ void AcceptFinishKernel(const float* __restrict__ q, const float* __r
       const int32_t x = drafts[i];
       accept = x >= 0 && x < vocab && x == t;
       emit = t;
+    }
+    // A row with a NaN or an infinity decides nothing: it emits no token (-1, which the loop reports
+    // as non-finite logits) even where its finite values have a winner.
+    // (Under rejection, fall holds every row's draw over p and cand only rows < k, over the residual.)
+    if (WarpAnyNonFinite((rejection ? fall : cand) + i * kSampleSplits)) {
+      emit = -1;
+      accept = false;
     }
     if (lane == 0) {
       emit_s[i] = emit;

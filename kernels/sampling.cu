@@ -612,9 +612,13 @@ __global__ void __launch_bounds__(kPartThreads)
   const int b_hi = static_cast<int>(static_cast<int64_t>(nblocks4) * (split + 1) / kSampleSplits);
   double best = 0.0;
   int best_id = -1;
+  // Any NaN or infinity among the split's p (raw logits or probabilities: neither is legitimately
+  // infinite), which the comparisons below pass over.
+  bool nonfinite = false;
   if (kind == detail::WeightKind::kArgmax) {
 #pragma unroll 4
     for (int i = b_lo * 4 + threadIdx.x; i < min(vocab, b_hi * 4); i += blockDim.x) {
+      nonfinite |= !isfinite(p[i]);
       if (Better(p[i], i, best, best_id)) {
         best = p[i];
         best_id = i;
@@ -623,6 +627,7 @@ __global__ void __launch_bounds__(kPartThreads)
     BlockBest(best, best_id, sv, si);
   } else {
     const RandomPurpose rp = static_cast<RandomPurpose>(purpose);
+    for (int i = b_lo * 4 + threadIdx.x; i < min(vocab, b_hi * 4); i += blockDim.x) nonfinite |= !isfinite(p[i]);
     // Pass 1: the best fp32 score.
     float fbest = -INFINITY;
     for (int b = b_lo + threadIdx.x; b < b_hi; b += blockDim.x) {
@@ -655,8 +660,9 @@ __global__ void __launch_bounds__(kPartThreads)
     }
     BlockBest(best, best_id, sv, si);
   }
+  nonfinite = __syncthreads_or(nonfinite);
   if (threadIdx.x == 0) {
-    partials[row * kSampleSplits + split] = detail::SamplePartial{best, best_id, 0};
+    partials[row * kSampleSplits + split] = detail::SamplePartial{best, best_id, nonfinite ? 1 : 0};
   }
 }
 

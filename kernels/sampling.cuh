@@ -89,11 +89,13 @@ size_t ProcessPlainWorkspaceBytes(int rows, int vocab);
 cudaError_t LaunchProcessPlain(const float* logits, int rows, int vocab, SamplingConfig config, float* probs,
                                int32_t* tokens, uint64_t seed, int64_t first_position, uint32_t purpose,
                                void* workspace, size_t workspace_bytes, cudaStream_t stream);
-// A partial winner of one split: the exact (double) score and its id; id -1 = none.
+// A partial winner of one split: the exact (double) score and its id; id -1 = none. nonfinite: the
+// split's weights held a NaN or an infinity (LaunchSamplePartials sets it; the acceptance refuses such
+// a row rather than emit the best of its finite values; other paths leave it 0).
 struct SamplePartial {
   double score;
   int32_t id;
-  int32_t pad;
+  int32_t nonfinite;
 };
 // The one-block-per-row path of LaunchProcessLogits, callable directly (tests compare both paths).
 cudaError_t LaunchProcessLogitsOneBlock(const float* logits, int rows, int vocab,

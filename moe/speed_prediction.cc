@@ -7,7 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/core/status_macros.h"
-#include "moe/expert_cache_policy.h"
+#include "moe/expert_cache_model.h"
 #include "bench/routing/locality_routing.h"
 
 namespace specgen::moe {
@@ -32,7 +32,7 @@ absl::StatusOr<LocalityRun> SimulateLocality(int64_t slots, int n_moe, int n_exp
   o.top_k = top_k;
   o.seed = 0;
   ASSIGN_OR_RETURN(bench::LocalityRouting routing, bench::LocalityRouting::Create(o));
-  ExpertCachePolicy cache(CachePolicy::kLru, slots, n_moe, n_experts);
+  ExpertCacheModel cache(CachePolicy::kLru, n_moe, n_experts, slots);
   std::vector<int> ids(static_cast<size_t>(n) * top_k);
   CacheCounters before;
   double distinct = 0;
@@ -43,7 +43,7 @@ absl::StatusOr<LocalityRun> SimulateLocality(int64_t slots, int n_moe, int n_exp
     for (int layer = 0; layer < n_moe; ++layer) {
       RETURN_IF_ERROR(routing.Next(layer, n, ids));
       ASSIGN_OR_RETURN(std::vector<int> u, PassUnion(ids, top_k, n_experts));
-      RETURN_IF_ERROR(cache.Access(layer, u));
+      RETURN_IF_ERROR(cache.Touch(layer, std::span<const int>(u)).status());
       if (counted) {
         distinct += static_cast<double>(u.size());
         ++accesses;

@@ -151,6 +151,44 @@ absl::Status UseRegime(Transformer& lm, bench::RoutingRegime regime, uint64_t se
   return lm.SetRoutingOverride(std::move(trace));
 }
 
+// Passes of n new tokens through the graphed target, each right after the last (back to the prompt's
+// end when the context is full), with ids that differ from pass to pass, each timed on its own.
+class VerifyPasses {
+ public:
+  VerifyPasses(Streamed& s, int n) : s_(s), n_(n) {}
+  // A 32-token prompt first (host-routed, experts staged).
+  absl::Status Prompt() {
+    Transformer& lm = *s_.lm;
+    RETURN_IF_ERROR(lm.Truncate(0));
+    std::vector<int32_t> prompt(kPrompt);
+    for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % lm.vocab_size());
+    return lm.ForwardResident(prompt).status();
+  }
+  // Seconds of one pass; `cold` empties the expert cache first (untimed).
+  absl::StatusOr<double> Next(bool cold) {
+    Transformer& lm = *s_.lm;
+    std::vector<int32_t> ids(n_);
+    for (int i = 0; i < n_; ++i) ids[i] = static_cast<int32_t>(((step_ * 16 + i) * 104729 + 5) % lm.vocab_size());
+    ++step_;
+    if (lm.n_past() + n_ > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
+    if (cudaMemcpy(s_.d_tokens, ids.data(), n_ * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return absl::InternalError("token copy failed");
+    }
+    if (cold) RETURN_IF_ERROR(lm.EmptyExpertCache());
+    RETURN_IF_ERROR(s_.backend->Synchronize(SyncKind::kOther));
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(s_.graphed->Forward(n_).status());
+    RETURN_IF_ERROR(s_.backend->Synchronize(SyncKind::kOther));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  Streamed& s_;
+  const int n_;
+  int64_t step_ = 0;
+};
+
 void BM_StreamedVerifyPass(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const size_t budget = static_cast<size_t>(state.range(0)) << 30;
@@ -161,34 +199,13 @@ void BM_StreamedVerifyPass(benchmark::State& state) {
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
   Transformer& lm = *s.lm;
-  const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   if (absl::Status st = UseRegime(lm, regime, 0); !st.ok()) return fail(st);
   state.SetLabel(std::string(bench::RoutingRegimeName(regime)));
-  // A 32-token prompt (host-routed, experts staged) under the regime, once per benchmark.
-  if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
-  std::vector<int32_t> prompt(kPrompt);
-  for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
-  if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
-  int64_t step = 0;
-  // One pass of n new tokens right after the last (back to the prompt's end when the context is
-  // full); tokens differ from pass to pass.
-  auto pass = [&]() -> absl::StatusOr<double> {
-    std::vector<int32_t> ids(n);
-    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
-    ++step;
-    if (lm.n_past() + n > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
-    if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaDeviceSynchronize() != cudaSuccess) {
-      return absl::InternalError("token copy failed");
-    }
-    if (cold) RETURN_IF_ERROR(lm.EmptyExpertCache());
-    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
-    const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(s.graphed->Forward(n).status());
-    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  // The prompt under the regime, once per benchmark.
+  VerifyPasses passes_of_n(s, n);
+  if (absl::Status st = passes_of_n.Prompt(); !st.ok()) return fail(st);
+  auto pass = [&] { return passes_of_n.Next(cold); };
   // Untimed: the graph's capture (and its warm-up pass) and, warm, a steady state of the cache.
   for (int i = 0; i < (cold ? 1 : 6); ++i) {
     if (auto r = pass(); !r.ok()) return fail(r.status());
@@ -247,28 +264,10 @@ void BM_ResidentVerifyPass(benchmark::State& state) {
   auto made = MakeStreamed(0, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
-  Transformer& lm = *s.lm;
-  const int64_t vocab = lm.vocab_size();
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
-  if (absl::Status st = lm.Truncate(0); !st.ok()) return fail(st);
-  std::vector<int32_t> prompt(kPrompt);
-  for (int i = 0; i < kPrompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % vocab);
-  if (auto r = lm.ForwardResident(prompt); !r.ok()) return fail(r.status());
-  int64_t step = 0;
-  auto pass = [&]() -> absl::StatusOr<double> {
-    std::vector<int32_t> ids(n);
-    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((step * 16 + i) * 104729 + 5) % vocab);
-    ++step;
-    if (lm.n_past() + n > kContext) RETURN_IF_ERROR(lm.Truncate(kPrompt));
-    if (cudaMemcpy(s.d_tokens, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaDeviceSynchronize() != cudaSuccess) {
-      return absl::InternalError("token copy failed");
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(s.graphed->Forward(n).status());
-    RETURN_IF_ERROR(s.backend->Synchronize(SyncKind::kOther));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  VerifyPasses passes_of_n(s, n);
+  if (absl::Status st = passes_of_n.Prompt(); !st.ok()) return fail(st);
+  auto pass = [&] { return passes_of_n.Next(false); };
   for (int i = 0; i < 3; ++i) {
     if (auto r = pass(); !r.ok()) return fail(r.status());
   }

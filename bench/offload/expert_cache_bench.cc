@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "moe/expert_cache_policy.h"
+#include "moe/expert_cache_model.h"
 #include "bench/routing/locality_routing.h"
 
 namespace specgen::bench {
@@ -18,7 +18,7 @@ namespace specgen::bench {
 using moe::CacheCounters;
 using moe::CachePolicy;
 using moe::CachePolicyName;
-using moe::ExpertCachePolicy;
+using moe::ExpertCacheModel;
 using moe::PassUnion;
 namespace {
 
@@ -58,9 +58,9 @@ void BM_ExpertCacheHitRate(benchmark::State& state) {
   }
   CacheCounters counters;
   for (auto _ : state) {
-    ExpertCachePolicy cache(policy, slots, kLayers, kExperts, kAgingPeriod);
+    ExpertCacheModel cache(policy, kLayers, kExperts, slots, {}, kAgingPeriod);
     for (size_t i = 0; i < unions.size(); ++i) {
-      if (!cache.Access(static_cast<int>(i % kLayers), unions[i]).ok()) state.SkipWithError("access failed");
+      if (!cache.Touch(static_cast<int>(i % kLayers), std::span<const int>(unions[i])).ok()) state.SkipWithError("access failed");
     }
     counters = cache.counters();
   }

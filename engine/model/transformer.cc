@@ -529,7 +529,19 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
     RETURN_IF_ERROR(be.AddBias(*lw.k_bias, s.k.get()));
     RETURN_IF_ERROR(be.AddBias(*lw.v_bias, s.v.get()));
   }
+  if (!sequences_.empty()) return SequencesAttention(layer, positions);
   // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
+  RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, NormRopeFor(layer, positions), s.q.get(), s.k.get(), *s.v));
+  RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), ShapeFor(layer, cache_.size(), positions),
+                               mask, s.attn.get()));
+  return OutputProjection(layer);
+}
+
+// One definition of a layer's per-head norm and RoPE, and of its attention's shape, for a pass of its
+// own and for each sequence of a shared pass, so an architecture's fields are set in one place.
+Backend::HeadNormRope Transformer::NormRopeFor(int64_t layer, std::span<const int32_t> positions) const {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
   Backend::HeadNormRope nr;
   if (spec.qk_norm) {
     nr.q_norm = lw.q_norm.get();
@@ -543,22 +555,32 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   nr.style = spec.rope_style;
   nr.rope_dim = spec.rotary_dim();
   nr.rope_factor = rope_factor_;
-  if (!sequences_.empty()) return SequencesAttention(layer, positions);
-  RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, nr, s.q.get(), s.k.get(), *s.v));
+  return nr;
+}
+
+AttentionShape Transformer::ShapeFor(int64_t layer, int64_t n_prefix, std::span<const int32_t> positions) const {
+  const ModelSpec& spec = model_->spec;
   AttentionShape shape;
   shape.n_heads = spec.n_heads;
   shape.n_kv_heads = spec.n_kv_heads;
   shape.head_dim = spec.head_dim;
-  shape.n_prefix = cache_.size();
+  shape.n_prefix = n_prefix;
   shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
-  shape.sinks = lw.sinks.get();
+  shape.sinks = layers_[layer].sinks.get();
   if (spec.is_swa(layer)) {
     shape.window = spec.sliding_window;
     shape.positions = positions;
   }
-  RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), shape, mask, s.attn.get()));
+  return shape;
+}
+
+// h += o(attn) (+ o's bias before the residual, as transformers adds it).
+absl::Status Transformer::OutputProjection(int64_t layer) {
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  Backend& be = *backend_;
   if (lw.o_bias == nullptr) return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
-  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));  // the bias before the residual, as transformers
+  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));
   RETURN_IF_ERROR(be.AddBias(*lw.o_bias, s.out.get()));
   return be.Add(*s.out, s.h.get());
 }
@@ -693,8 +715,6 @@ absl::Status Transformer::ForwardSequences(std::span<const SequenceRows> sequenc
 }
 
 absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int32_t> positions) {
-  const ModelSpec& spec = model_->spec;
-  const LayerWeights& lw = layers_[layer];
   Scratch& s = *scratch_;
   SequenceScratch& ss = *sequence_scratch_;
   Backend& be = *backend_;
@@ -711,38 +731,13 @@ absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int3
     RETURN_IF_ERROR(be.GatherRows(*s.v, rows, ss.v.get()));
     // The sequence's rows as AttentionBlock treats a pass of its own: the same row-wise norm and
     // RoPE, its K and V into its cache, causal attention over that cache.
-    Backend::HeadNormRope nr;
-    if (spec.qk_norm) {
-      nr.q_norm = lw.q_norm.get();
-      nr.k_norm = lw.k_norm.get();
-    }
-    nr.eps = spec.rms_eps;
-    nr.head_dim = spec.head_dim;
-    nr.positions = positions.subspan(first, n);
-    nr.theta = spec.rope_theta;
-    nr.inv_freq = rope_inv_freq_;
-    nr.style = spec.rope_style;
-    nr.rope_dim = spec.rotary_dim();
-    nr.rope_factor = rope_factor_;
-    RETURN_IF_ERROR(cache.NormRopeStore(be, layer, nr, ss.q.get(), ss.k.get(), *ss.v));
-    AttentionShape shape;
-    shape.n_heads = spec.n_heads;
-    shape.n_kv_heads = spec.n_kv_heads;
-    shape.head_dim = spec.head_dim;
-    shape.n_prefix = cache.size();
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
-    shape.sinks = lw.sinks.get();
-    if (spec.is_swa(layer)) {
-      shape.window = spec.sliding_window;
-      shape.positions = nr.positions;
-    }
-    RETURN_IF_ERROR(be.Attention(*ss.q, cache.k(layer), cache.v(layer), shape, {}, ss.attn.get()));
+    const std::span<const int32_t> own = positions.subspan(first, n);
+    RETURN_IF_ERROR(cache.NormRopeStore(be, layer, NormRopeFor(layer, own), ss.q.get(), ss.k.get(), *ss.v));
+    RETURN_IF_ERROR(
+        be.Attention(*ss.q, cache.k(layer), cache.v(layer), ShapeFor(layer, cache.size(), own), {}, ss.attn.get()));
     RETURN_IF_ERROR(be.CopyRows(*ss.attn, first, s.attn.get()));
   }
-  if (lw.o_bias == nullptr) return be.MatMulAdd(*s.attn, *lw.o, s.out.get(), s.h.get());
-  RETURN_IF_ERROR(be.MatMul(*s.attn, *lw.o, s.out.get()));  // the bias before the residual, as transformers
-  RETURN_IF_ERROR(be.AddBias(*lw.o_bias, s.out.get()));
-  return be.Add(*s.out, s.h.get());
+  return OutputProjection(layer);
 }
 
 }  // namespace specgen

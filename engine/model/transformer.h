@@ -182,6 +182,11 @@ class Transformer : public CausalLm {
   absl::Status ReadBack(const Buffer& out, std::vector<float>* logits) const;
   absl::Status AttentionBlock(int64_t layer, std::span<const int32_t> positions,
                               std::span<const uint8_t> mask);
+  // The layer's per-head norm and RoPE and its attention's shape, for a pass of its own and for each
+  // sequence of a shared pass alike; then h += o(attn) with o's bias when the model has one.
+  Backend::HeadNormRope NormRopeFor(int64_t layer, std::span<const int32_t> positions) const;
+  AttentionShape ShapeFor(int64_t layer, int64_t n_prefix, std::span<const int32_t> positions) const;
+  absl::Status OutputProjection(int64_t layer);
   absl::Status DenseFfnBlock(int64_t layer);
   absl::Status MoeFfnBlock(int64_t layer);
   // An MoE layer with any of issue 45's features (sigmoid routing, biases, clamped experts, shared

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "moe/device_form.h"
+#include "engine/backend/device_form.h"
 #include "moe/expert_cache_tables.h"
 #include "engine/core/status_macros.h"
 #include "kernels/cuda_check.h"

@@ -1,6 +1,6 @@
 // CudaStreamedExperts: the CUDA backend's StreamedExperts (docs/design.md §12). Every streamed layer's
 // experts lie in ONE pinned HostArena in the expert-major layout of moe/expert_layout.h, each in the
-// backend's device form (moe/device_form.h), so a fetched expert is the bytes a resident
+// backend's device form (engine/backend/device_form.h), so a fetched expert is the bytes a resident
 // upload would hold. A VRAM cache of N slots is shared by every layer; its tables live on the device.
 //
 // A pass of at most 16 positions whose union fits the slots is routed on the device: after the router,
@@ -19,7 +19,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/weight_streaming.h"
-#include "moe/cuda/cuda_expert_set.h"
+#include "engine/backend/cuda/cuda_expert_set.h"
 #include "moe/cuda/host_arena.h"
 #include "kernels/expert_cache.cuh"
 #include "moe/expert_layout.h"
@@ -42,7 +42,7 @@ class CudaStreamedExperts : public StreamedExperts {
   absl::Status EmptyCache() override;
 
   const ExpertLayout& layout() const { return layout_; }
-  // The device tables (for tests that compare them with moe/slot_table_model.h).
+  // The device tables (for tests that compare them with moe/expert_cache_model.h).
   const kernels::ExpertCacheTables& cache() const { return cache_; }
 
  private:

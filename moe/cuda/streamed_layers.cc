@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "moe/device_form.h"
+#include "engine/backend/device_form.h"
 #include "engine/core/status_macros.h"
 #include "kernels/cuda_check.h"
 

@@ -1,6 +1,6 @@
 // CudaStreamedLayers: the CUDA backend's StreamedLayers (docs/design.md §12, the dense-layer ring).
 // Every streamed layer's weights lie in ONE pinned HostArena (moe/layer_ring_layout.h: a
-// layer is one contiguous run), each weight in the backend's device form (moe/device_form.h),
+// layer is one contiguous run), each weight in the backend's device form (engine/backend/device_form.h),
 // so a copied layer holds the bytes a resident upload would. VRAM holds a ring of R layer buffers;
 // streamed layer i uses buffer i mod R, and its Weight views are made once, with fixed addresses.
 //

@@ -1,6 +1,6 @@
 // Experts streamed from pinned host memory into the GPU-driven VRAM expert cache (docs/design.md §12,
 // moe/cuda/streamed_experts.h). Skips without a device.
-//  - The cache decision (kernels/expert_cache.cuh) against moe/slot_table_model.h on random skewed
+//  - The cache decision (kernels/expert_cache.cuh) against moe/expert_cache_model.h on random skewed
 //    traces: every slot_of / owner / stamp entry and counter after every access, the layer's address
 //    tables pointing at the right slots, and each union expert's slot holding its host bytes.
 //  - Streamed equals resident bit for bit: logits of a prefill (host-routed, experts staged), of decode
@@ -31,7 +31,7 @@
 #include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
 #include "kernels/expert_cache.cuh"
-#include "moe/slot_table_model.h"
+#include "moe/expert_cache_model.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
@@ -115,7 +115,7 @@ void CheckDecisions(const CacheCase& cc) {
   CUDA_OK(cudaMalloc(&d_ids, 16 * k * sizeof(int32_t)));
 
   std::vector<int64_t> bytes(strides.begin(), strides.end());
-  SlotTableModel model(layers, experts_per_layer, cc.slots, bytes);
+  moe::ExpertCacheModel model(moe::CachePolicy::kLru, layers, experts_per_layer, cc.slots, bytes);
   model.StartClockAt(cc.first_clock);
   std::mt19937 rng(11 + cc.slots);
   int64_t union_sum = 0;
@@ -176,7 +176,7 @@ void CheckDecisions(const CacheCase& cc) {
       }
     }
   }
-  const SlotCounters& m = model.counters();
+  const moe::CacheCounters& m = model.counters();
   EXPECT_EQ(m.hits + m.misses, union_sum);
   std::printf("slots %d: %lld hits, %lld misses, %lld evictions over %lld union experts\n", cc.slots,
               static_cast<long long>(m.hits), static_cast<long long>(m.misses), static_cast<long long>(m.evictions),

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "moe/expert_cache_policy.h"
+#include "moe/expert_cache_model.h"
 #include "gtest/gtest.h"
 
 namespace specgen::bench {
@@ -46,11 +46,11 @@ TEST(LocalityRoutingTest, MeetsTheCalibrationFigures) {
     EXPECT_NEAR(repeat, 0.45, 0.05) << "seed " << seed;
     EXPECT_NEAR(within, 0.80, 0.05) << "seed " << seed;
     // An LRU cache of 40% of all experts (slots shared by the layers), one token per pass: 90-95%.
-    moe::ExpertCachePolicy lru(moe::CachePolicy::kLru, o.n_layers * o.n_experts * 4 / 10, o.n_layers, o.n_experts);
+    moe::ExpertCacheModel lru(moe::CachePolicy::kLru, o.n_layers, o.n_experts, o.n_layers * o.n_experts * 4 / 10);
     for (int t = 0; t < 2000; ++t) {
       for (int l = 0; l < o.n_layers; ++l) {
         std::vector<int> u(traces[l].begin() + t * o.top_k, traces[l].begin() + (t + 1) * o.top_k);
-        ASSERT_TRUE(lru.Access(l, u).ok());
+        ASSERT_TRUE(lru.Touch(l, std::span<const int>(u)).ok());
       }
     }
     EXPECT_GE(lru.counters().hit_rate(), 0.90) << "seed " << seed;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/io/synth.h"
-#include "moe/expert_cache_policy.h"
+#include "moe/expert_cache_model.h"
 #include "bench/routing/locality_routing.h"
 #include "gtest/gtest.h"
 #include "tests/common/chi_square.h"
@@ -102,11 +102,11 @@ TEST(RoutingTraceTest, LocalityTraceHasTheCalibratedReuse) {
   }
   EXPECT_NEAR(repeat, 0.45, 0.05);
   EXPECT_NEAR(within, 0.80, 0.05);
-  moe::ExpertCachePolicy lru(moe::CachePolicy::kLru, s.moe_layers * s.n_experts * 4 / 10, s.moe_layers, s.n_experts);
+  moe::ExpertCacheModel lru(moe::CachePolicy::kLru, s.moe_layers, s.n_experts, s.moe_layers * s.n_experts * 4 / 10);
   for (int64_t p = 0; p < s.positions; ++p) {
     for (int l = 0; l < s.moe_layers; ++l) {
       const auto row = (*t)->Row(p, l);
-      ASSERT_TRUE(lru.Access(l, std::vector<int>(row.begin(), row.end())).ok());
+      ASSERT_TRUE(lru.Touch(l, std::vector<int>(row.begin(), row.end())).ok());
     }
   }
   EXPECT_GE(lru.counters().hit_rate(), 0.90);

@@ -2,6 +2,7 @@
 // (ProcessLogits, SampleGumbelMax, Accept): same distributions, and the same tokens for the same keys.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <span>
@@ -390,6 +391,55 @@ TEST(AcceptanceGpu, GreedyOverRawLogitsEqualsGreedyOverProcessedRows) {
     }
     // The token after the accepted drafts is the argmax of its row.
     EXPECT_EQ(a.tokens[a.n_accepted], Argmax(std::span<const float>(&logits[size_t(a.n_accepted) * v], v)));
+  }
+}
+
+// A row holding a NaN or an infinity emits no token (-1; the loop reports non-finite logits), even
+// where its finite values have a clear winner, in every mode; a row after the first rejection is not
+// reached, so a NaN there changes nothing.
+TEST(AcceptanceGpu, ARowWithANanOrInfinityEmitsNoToken) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int v = 1000, k = 2;
+  for (int mode_i = 0; mode_i < 3; ++mode_i) {
+    const AcceptKernelMode kmode = static_cast<AcceptKernelMode>(mode_i);
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      // Row r's winner is token 7 + r by a wide margin (probabilities for the sampled modes, logits for
+      // greedy), and q = p, so every draft of a clean row is accepted.
+      std::vector<float> p(size_t(k + 1) * v);
+      for (int r = 0; r <= k; ++r) {
+        for (int i = 0; i < v; ++i) p[size_t(r) * v + i] = kmode == AcceptKernelMode::kGreedy ? -5.f : 0.f;
+        p[size_t(r) * v + 7 + r] = kmode == AcceptKernelMode::kGreedy ? 20.f : 1.f;
+      }
+      const std::vector<float> q(p.begin(), p.begin() + size_t(k) * v);
+      for (int bad_row = -1; bad_row <= k; ++bad_row) {
+        for (bool reject_first : {false, true}) {
+          std::vector<float> pr = p;
+          if (bad_row >= 0) pr[size_t(bad_row) * v + 500] = bad;
+          std::vector<int32_t> drafts = {7, 8};
+          if (reject_first) drafts[0] = 3;  // not the row's winner: rejected (q = p puts nothing on 3)
+          DeviceBuffer<float> dq(q), dp(pr);
+          DeviceBuffer<int32_t> dd(drafts);
+          DeviceBuffer<AcceptanceResult> res(1);
+          DeviceBuffer<uint8_t> ws(AcceptanceWorkspaceBytes(k));
+          CUDA_OK(LaunchAcceptance(dq.get(), dp.get(), dd.get(), k, v, kmode, rng(), 100, res.get(), ws.get(),
+                                   ws.size(), nullptr));
+          const AcceptanceResult got = res.Download()[0];
+          SCOPED_TRACE("mode " + std::to_string(mode_i) + " bad " + std::to_string(bad) + " row " +
+                       std::to_string(bad_row) + (reject_first ? " first rejected" : ""));
+          // The rows the step reaches: 0 when the first draft is rejected, else all three.
+          const int reached = reject_first ? 0 : k;
+          if (bad_row < 0 || bad_row > reached) {
+            ASSERT_EQ(got.n_accepted, reject_first ? 0 : k);
+            for (int i = 0; i < got.n_tokens; ++i) EXPECT_EQ(got.tokens[i], 7 + i);
+          } else {
+            EXPECT_EQ(got.n_accepted, bad_row);
+            ASSERT_EQ(got.n_tokens, bad_row + 1);
+            EXPECT_EQ(got.tokens[bad_row], -1);
+          }
+        }
+      }
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_graph.h"
-#include "moe/cuda/cuda_expert_set.h"
+#include "engine/backend/cuda/cuda_expert_set.h"
 
 #include <cublas_v2.h>
 
@@ -12,7 +12,7 @@
 
 #include "engine/core/half.h"
 #include "engine/core/quant.h"
-#include "moe/device_form.h"
+#include "engine/backend/device_form.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
 #include "kernels/attention.cuh"
@@ -277,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::Upload(const TensorView& t,
   if (t.location == Location::kDevice) {
     return InvalidArgument("tensor ", name, ": device-resident views are not uploadable");
   }
-  // The device form (moe/device_form.h): what a streamed copy of this weight holds too.
+  // The device form (engine/backend/device_form.h): what a streamed copy of this weight holds too.
   ASSIGN_OR_RETURN(const DeviceForm form, DeviceFormOf(t, name));
   const int64_t rows = form.rows, cols = form.cols;
   const ElemType type = form.type;

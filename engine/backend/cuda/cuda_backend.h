@@ -66,7 +66,7 @@ class CudaBackend : public Backend {
                                                          DType type) override;
   absl::StatusOr<std::unique_ptr<Weight>> Upload(const TensorView& t, std::string_view name) override;
   // f32 and f16 go up as stored; every other type as bf16 (Upload).
-  // As stored for f32/f16/bf16 and the packed block types (moe/device_form.h), else bf16.
+  // As stored for f32/f16/bf16 and the packed block types (engine/backend/device_form.h), else bf16.
   DType ResidentDType(DType stored) const override;
   absl::Status Write(std::span<const float> src, Buffer* dst) override;
   absl::Status Read(const Buffer& src, std::span<float> dst) override;

@@ -1,8 +1,8 @@
-// moe/device_form.h: the bytes a streamed weight is copied in. f32/f16/bf16 and matrices of
+// engine/backend/device_form.h: the bytes a streamed weight is copied in. f32/f16/bf16 and matrices of
 // the packed block types are the stored bytes; any other quantized tensor becomes bf16 of its
 // dequantized values (what CudaBackend::Upload keeps), element for element; a malformed view is an
 // error naming the tensor.
-#include "moe/device_form.h"
+#include "engine/backend/device_form.h"
 
 #include <cstring>
 #include <random>

@@ -1,4 +1,4 @@
-#include "moe/device_form.h"
+#include "engine/backend/device_form.h"
 
 #include <algorithm>
 #include <cstring>
