@@ -21,6 +21,8 @@ absl::Status ModelProposer::TruncateToCommonPrefix(std::span<const int32_t> cont
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) {
     ++common;
   }
+  // A sliding-window ring may no longer hold what the first new position sees: keep less then.
+  common = static_cast<size_t>(draft_->KeepablePrefix(static_cast<int64_t>(common)));
   if (common < static_cast<size_t>(draft_->n_past())) {
     RETURN_IF_ERROR(draft_->Truncate(static_cast<int64_t>(common)));
   }

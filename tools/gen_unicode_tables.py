@@ -8,7 +8,9 @@ Tables (all sorted, non-overlapping, inclusive code-point ranges):
   kCategoryRanges  flags per range: letter (\\p{L} = Lu Ll Lt Lm Lo), number (\\p{N} = Nd Nl No),
                    whitespace (\\s as Oniguruma, which HF `tokenizers` uses, defines it for Unicode:
                    U+0009..U+000D, U+0085 and the categories Zs, Zl, Zp. Python's str.isspace() also
-                   counts U+001C..U+001F; Oniguruma does not, so neither do we).
+                   counts U+001C..U+001F; Oniguruma does not, so neither do we), and for the o200k
+                   regex's case classes: upper (Lu Lt), lower (Ll) and mark (\p{M} = Mn Mc Me). A
+                   letter with neither case bit is Lm or Lo, which both of o200k's classes include.
   NFC data         canonical decompositions (full, recursive), canonical combining classes and the
                    primary composites, for the NFC normalizer Qwen2's tokenizer.json names.
 
@@ -18,7 +20,7 @@ import sys
 import unicodedata
 
 MAX_CP = 0x110000
-LETTER, NUMBER, SPACE = 1, 2, 4
+LETTER, NUMBER, SPACE, UPPER, LOWER, MARK = 1, 2, 4, 8, 16, 32
 
 
 def flags_of(cp):
@@ -28,6 +30,12 @@ def flags_of(cp):
         f |= LETTER
     if cat[0] == "N":
         f |= NUMBER
+    if cat in ("Lu", "Lt"):
+        f |= UPPER
+    if cat == "Ll":
+        f |= LOWER
+    if cat[0] == "M":
+        f |= MARK
     if 0x09 <= cp <= 0x0D or cp == 0x85 or cat in ("Zs", "Zl", "Zp"):
         f |= SPACE
     return f

@@ -130,6 +130,10 @@ struct AttentionShape {
   // > p − window. KV row r < n_prefix holds position r; batch row j holds positions[j]. 0: no window.
   int64_t window = 0;
   std::span<const int32_t> positions;  // the batch rows' positions (needed with a window)
+  // A sliding layer's ring cache (KvCache, engine/model/kv_cache.h): k_cache and v_cache have this many
+  // rows and KV row r (prefix or batch) lives at row r mod ring. Every row a query sees must still be
+  // there: r >= n_prefix + n − ring. Needs a window. 0: rows as above. The CUDA backend has no ring yet.
+  int64_t ring = 0;
 };
 
 // How router logits become the top-k experts and their weights (Backend::RouteWith).

@@ -1,5 +1,8 @@
 #include "engine/backend/op_checks.h"
 
+#include <algorithm>
+#include <string>
+
 #include "engine/core/status_macros.h"
 
 namespace specgen {
@@ -116,13 +119,15 @@ absl::Status CheckAttention(std::string_view be, const Buffer& q, const Buffer& 
                             const Buffer& v_cache, const AttentionShape& s, std::span<const uint8_t> mask,
                             const Buffer& out) {
   const int64_t n = q.rows(), d = s.head_dim;
+  // A ring holds exactly `ring` rows; otherwise every KV row up to the batch's last.
+  const bool rows_ok = s.ring > 0 ? k_cache.rows() == s.ring && v_cache.rows() == s.ring && n <= s.ring
+                                  : s.ring == 0 && k_cache.rows() >= s.n_prefix + n && v_cache.rows() >= s.n_prefix + n;
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || d <= 0 ||
       q.cols() != s.n_heads * d || k_cache.cols() != s.n_kv_heads * d ||
-      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || k_cache.rows() < s.n_prefix + n ||
-      v_cache.rows() < s.n_prefix + n) {
+      v_cache.cols() != k_cache.cols() || s.n_prefix < 0 || !rows_ok) {
     return InvalidArgument(be, " Attention: q ", ShapeOf(q), ", k ", ShapeOf(k_cache), ", v ",
                            ShapeOf(v_cache), " for H=", s.n_heads, " Hkv=", s.n_kv_heads, " d=", d,
-                           " prefix=", s.n_prefix);
+                           " prefix=", s.n_prefix, s.ring > 0 ? Cat(" ring=", s.ring) : std::string());
   }
   RETURN_IF_ERROR(CheckSameShape(be, "Attention", q, out));
   if (k_cache.dtype() != v_cache.dtype() || !IsCacheType(k_cache.dtype())) {
@@ -138,6 +143,18 @@ absl::Status CheckAttention(std::string_view be, const Buffer& q, const Buffer& 
   if (s.window < 0 || (s.window > 0 && static_cast<int64_t>(s.positions.size()) != n)) {
     return InvalidArgument(be, " Attention: a window of ", s.window, " with ", s.positions.size(),
                            " positions for ", n, " queries");
+  }
+  if (s.ring > 0) {
+    if (s.window == 0) return InvalidArgument(be, " Attention: a ring cache of ", s.ring, " rows without a window");
+    // The oldest row any query sees must not have been overwritten by the batch or after it.
+    const int64_t kept = s.n_prefix + n - s.ring;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t first = std::max<int64_t>(0, s.positions[i] - s.window + 1);
+      if (first < std::min(kept, s.n_prefix)) {
+        return InvalidArgument(be, " Attention: query ", i, " at position ", s.positions[i], " sees back to row ",
+                               first, " but the ring of ", s.ring, " rows holds rows from ", kept, " on");
+      }
+    }
   }
   return absl::OkStatus();
 }

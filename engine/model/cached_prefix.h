@@ -24,6 +24,8 @@ inline absl::StatusOr<size_t> KeepCachedPrefix(CausalLm& lm, std::vector<int32_t
     }
   }
   cached->clear();
+  // A sliding-window ring may no longer hold what the first new position sees: keep less then.
+  common = static_cast<size_t>(lm.KeepablePrefix(static_cast<int64_t>(common)));
   if (lm.n_past() > static_cast<int64_t>(common)) RETURN_IF_ERROR(lm.Truncate(static_cast<int64_t>(common)));
   return common;
 }

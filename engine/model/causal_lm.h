@@ -57,6 +57,10 @@ class CausalLm {
 
   // Drops cache positions >= n (rollback after a rejected draft); n <= n_past().
   virtual absl::Status Truncate(int64_t n) = 0;
+  // The most positions up to n that Truncate can keep: n, or fewer where a sliding-window ring cache
+  // has overwritten what position n would see (KvCache::KeepablePrefix). Rollbacks within one pass
+  // (rejected drafts) always keep n.
+  virtual int64_t KeepablePrefix(int64_t n) const { return n; }
 };
 
 }  // namespace specgen

@@ -104,7 +104,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (max_context <= 0) return InvalidArgument(model->source, ": context length ", max_context);
   if (options.prefill_chunk < 0) return InvalidArgument(model->source, ": prefill chunk ", options.prefill_chunk);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim(),
-                                                      options.kv_type));
+                                                      options.kv_type,
+                                                      options.sliding_window_ring
+                                                          ? SlidingWindowRing(spec, std::max<int64_t>(
+                                                                options.prefill_chunk > 0 ? options.prefill_chunk
+                                                                                          : kPrefillChunk,
+                                                                kLogitRowsReserved))
+                                                          : KvRing{}));
   std::unique_ptr<Transformer> t(new Transformer(std::move(model), backend, std::move(cache)));
   if (options.prefill_chunk > 0) t->prefill_chunk_ = static_cast<size_t>(options.prefill_chunk);
   // A scaled or partial RoPE needs its table: rotary_dim / 2 pairs, theta^(−2j/rotary_dim) scaled.
@@ -532,7 +538,7 @@ absl::Status Transformer::AttentionBlock(int64_t layer, std::span<const int32_t>
   if (!sequences_.empty()) return SequencesAttention(layer, positions);
   // q/k norm per head (Qwen3) before RoPE, then K and V into the cache; V is neither normed nor roped.
   RETURN_IF_ERROR(cache_.NormRopeStore(be, layer, NormRopeFor(layer, positions), s.q.get(), s.k.get(), *s.v));
-  RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), ShapeFor(layer, cache_.size(), positions),
+  RETURN_IF_ERROR(be.Attention(*s.q, cache_.k(layer), cache_.v(layer), ShapeFor(layer, cache_, positions),
                                mask, s.attn.get()));
   return OutputProjection(layer);
 }
@@ -558,18 +564,20 @@ Backend::HeadNormRope Transformer::NormRopeFor(int64_t layer, std::span<const in
   return nr;
 }
 
-AttentionShape Transformer::ShapeFor(int64_t layer, int64_t n_prefix, std::span<const int32_t> positions) const {
+AttentionShape Transformer::ShapeFor(int64_t layer, const KvCache& cache,
+                                     std::span<const int32_t> positions) const {
   const ModelSpec& spec = model_->spec;
   AttentionShape shape;
   shape.n_heads = spec.n_heads;
   shape.n_kv_heads = spec.n_kv_heads;
   shape.head_dim = spec.head_dim;
-  shape.n_prefix = n_prefix;
+  shape.n_prefix = cache.size();
   shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
   shape.sinks = layers_[layer].sinks.get();
   if (spec.is_swa(layer)) {
     shape.window = spec.sliding_window;
     shape.positions = positions;
+    shape.ring = cache.ring_rows(layer);  // a sliding layer's ring (KvCache), or 0
   }
   return shape;
 }
@@ -640,7 +648,8 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
 
 absl::StatusOr<KvCache> Transformer::NewKvCache() const {
   const ModelSpec& spec = model_->spec;
-  return KvCache::Create(*backend_, spec.n_layers, cache_.max_positions(), spec.kv_dim(), cache_.dtype());
+  return KvCache::Create(*backend_, spec.n_layers, cache_.max_positions(), spec.kv_dim(), cache_.dtype(),
+                         cache_.ring());
 }
 
 absl::Status Transformer::ForwardSequences(std::span<const SequenceRows> sequences, std::vector<float>* logits) {
@@ -734,7 +743,7 @@ absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int3
     const std::span<const int32_t> own = positions.subspan(first, n);
     RETURN_IF_ERROR(cache.NormRopeStore(be, layer, NormRopeFor(layer, own), ss.q.get(), ss.k.get(), *ss.v));
     RETURN_IF_ERROR(
-        be.Attention(*ss.q, cache.k(layer), cache.v(layer), ShapeFor(layer, cache.size(), own), {}, ss.attn.get()));
+        be.Attention(*ss.q, cache.k(layer), cache.v(layer), ShapeFor(layer, cache, own), {}, ss.attn.get()));
     RETURN_IF_ERROR(be.CopyRows(*ss.attn, first, s.attn.get()));
   }
   return OutputProjection(layer);

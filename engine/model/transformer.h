@@ -55,6 +55,9 @@ struct TransformerOptions {
   // The KV cache's element type (f32, f16 or bf16; rows rounded to it when stored). The library's
   // default is the fp32 reference; the CLI's --cache-type defaults to f16 (docs/design.md §6.9).
   DType kv_type = DType::kF32;
+  // Sliding-window layers keep a ring of their window (KvCache, KvRing) rather than every position;
+  // false: every position, masked (the reference the ring is tested against).
+  bool sliding_window_ring = true;
 };
 
 // Which rows of a pass the output norm and head run on. A prompt's prefill reads at most its last row,
@@ -117,6 +120,7 @@ class Transformer : public CausalLm {
   absl::StatusOr<KvCache> NewKvCache() const;
 
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
+  int64_t KeepablePrefix(int64_t n) const override { return cache_.KeepablePrefix(n); }
   // For a caller that replays a ForwardResident of n positions captured in a CUDA graph
   // (engine/speculative/graphed_target_pass.h): commits the n positions as the pass does and returns
   // its logits buffer with n rows (the buffer the captured pass wrote; see scratch_generation).
@@ -185,7 +189,7 @@ class Transformer : public CausalLm {
   // The layer's per-head norm and RoPE and its attention's shape, for a pass of its own and for each
   // sequence of a shared pass alike; then h += o(attn) with o's bias when the model has one.
   Backend::HeadNormRope NormRopeFor(int64_t layer, std::span<const int32_t> positions) const;
-  AttentionShape ShapeFor(int64_t layer, int64_t n_prefix, std::span<const int32_t> positions) const;
+  AttentionShape ShapeFor(int64_t layer, const KvCache& cache, std::span<const int32_t> positions) const;
   absl::Status OutputProjection(int64_t layer);
   absl::Status DenseFfnBlock(int64_t layer);
   absl::Status MoeFfnBlock(int64_t layer);

@@ -72,6 +72,7 @@ class SequenceTarget : public CausalLm {
   }
   size_t prefill_chunk() const override { return target_->prefill_chunk(); }
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
+  int64_t KeepablePrefix(int64_t n) const override { return cache_.KeepablePrefix(n); }
 
  private:
   Transformer* target_;
@@ -98,6 +99,7 @@ class SequenceDraft : public CausalLm {
   }
   size_t prefill_chunk() const override { return draft_->prefill_chunk(); }
   absl::Status Truncate(int64_t n) override { return cache_.Truncate(n); }
+  int64_t KeepablePrefix(int64_t n) const override { return cache_.KeepablePrefix(n); }
 
  private:
   template <typename F>

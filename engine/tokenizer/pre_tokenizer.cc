@@ -9,7 +9,10 @@ namespace specgen {
 namespace {
 
 using unicode_tables::kLetter;
+using unicode_tables::kLower;
+using unicode_tables::kMark;
 using unicode_tables::kNumber;
+using unicode_tables::kUpper;
 using unicode_tables::kWhitespace;
 
 // The text as code points with their byte offsets (off has one extra entry: the end).
@@ -42,6 +45,14 @@ struct CodePoints {
   // [^\s\p{L}\p{N}]
   bool Other(size_t k) const { return k < cp.size() && !(flags[k] & (kLetter | kNumber | kWhitespace)); }
   bool CrLf(size_t k) const { return k < cp.size() && (cp[k] == '\r' || cp[k] == '\n'); }
+  // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]: a letter that is not Ll, or a mark.
+  bool UpperLike(size_t k) const {
+    return k < cp.size() && (((flags[k] & kLetter) && !(flags[k] & kLower)) || (flags[k] & kMark));
+  }
+  // o200k's [\p{Ll}\p{Lm}\p{Lo}\p{M}]: a letter that is not Lu or Lt, or a mark.
+  bool LowerLike(size_t k) const {
+    return k < cp.size() && (((flags[k] & kLetter) && !(flags[k] & kUpper)) || (flags[k] & kMark));
+  }
 };
 
 // ASCII lowercase, plus U+017F LATIN SMALL LETTER LONG S, which Unicode case folding (and so
@@ -54,7 +65,7 @@ uint32_t FoldCase(uint32_t c) {
 
 // Length in code points of a contraction 's 't 're 've 'm 'll 'd at k (0 if none).
 size_t Contraction(const CodePoints& t, size_t k, bool ignore_case) {
-  if (t.cp[k] != '\'' || k + 1 >= t.size()) return 0;
+  if (k + 1 >= t.size() || t.cp[k] != '\'') return 0;
   const auto at = [&](size_t j) -> uint32_t {
     if (j >= t.size()) return 0;
     return ignore_case ? FoldCase(t.cp[j]) : t.cp[j];
@@ -104,6 +115,68 @@ size_t MatchQwen2(const CodePoints& t, size_t i, size_t max_digits) {
   return end;
 }
 
+// o200k's first word branch from s: [Up]*[Low]+(contraction)? with Oniguruma's backtracking: the
+// greedy [Up]* gives back one code point at a time until [Low]+ can start (at the run's end only an Ll
+// can; inside the run only an Lm, Lo or mark, the code points both classes hold). 0 if none can.
+size_t O200kLowerWord(const CodePoints& t, size_t s) {
+  size_t e = s;
+  while (t.UpperLike(e)) ++e;
+  for (size_t k = e;; --k) {
+    if (t.LowerLike(k)) {
+      size_t j = k;
+      while (t.LowerLike(j)) ++j;
+      return j + Contraction(t, j, /*ignore_case=*/true);
+    }
+    if (k == s) return 0;
+  }
+}
+
+// The second word branch from s: [Up]+[Low]*(contraction)? (greedy; it never needs to backtrack).
+size_t O200kUpperWord(const CodePoints& t, size_t s) {
+  size_t e = s;
+  while (t.UpperLike(e)) ++e;
+  if (e == s) return 0;
+  while (t.LowerLike(e)) ++e;
+  return e + Contraction(t, e, /*ignore_case=*/true);
+}
+
+size_t MatchO200k(const CodePoints& t, size_t i) {
+  const size_t n = t.size();
+  // [^\r\n\p{L}\p{N}]? before either word branch: tried taken first (greedy), then not.
+  const bool prefix = !t.CrLf(i) && !t.L(i) && !t.N(i);
+  for (auto word : {O200kLowerWord, O200kUpperWord}) {
+    if (prefix) {
+      if (size_t j = word(t, i + 1)) return j;
+    }
+    if (size_t j = word(t, i)) return j;
+  }
+  // \p{N}{1,3}
+  if (t.N(i)) {
+    size_t j = i + 1;
+    while (j - i < 3 && t.N(j)) ++j;
+    return j;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+  size_t j = (t.cp[i] == ' ' && t.Other(i + 1)) ? i + 1 : i;
+  if (t.Other(j)) {
+    while (t.Other(j)) ++j;
+    while (t.CrLf(j) || (j < n && t.cp[j] == '/')) ++j;
+    return j;
+  }
+  // Whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+, as in MatchQwen2.
+  size_t end = i;
+  size_t last_newline = SIZE_MAX;
+  while (t.S(end)) {
+    if (t.CrLf(end)) last_newline = end;
+    ++end;
+  }
+  if (end == i) return i + 1;  // unreachable: every code point is L, N, whitespace or other
+  if (last_newline != SIZE_MAX) return last_newline + 1;
+  if (end == n) return end;
+  if (end - i >= 2) return end - 1;
+  return end;
+}
+
 size_t MatchGpt2(const CodePoints& t, size_t i) {
   const size_t n = t.size();
   if (size_t len = Contraction(t, i, /*ignore_case=*/false)) return i + len;
@@ -141,6 +214,11 @@ std::string_view PreTokenizerRegex(PreTokenizerKind kind) {
              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
     case PreTokenizerKind::kGpt2:
       return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    case PreTokenizerKind::kO200k:
+      return "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+             "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+             "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
+             "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   }
   return "";
 }
@@ -157,6 +235,9 @@ std::vector<std::string_view> PreTokenize(PreTokenizerKind kind, std::string_vie
         break;
       case PreTokenizerKind::kLlama3:
         j = MatchQwen2(t, i, 3);
+        break;
+      case PreTokenizerKind::kO200k:
+        j = MatchO200k(t, i);
         break;
       default:
         j = MatchGpt2(t, i);

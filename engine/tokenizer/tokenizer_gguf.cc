@@ -12,19 +12,27 @@ constexpr char kNfcKey[] = "specgen.tokenizer.nfc";
 struct PreName {
   const char* name;
   PreTokenizerKind kind;
+  bool ignore_merges;  // llama.cpp sets it for these names: a word in the vocabulary is one token
 };
-// tokenizer.ggml.pre values whose regex we implement (llama.cpp's LLAMA_VOCAB_PRE_TYPE names).
+// tokenizer.ggml.pre values whose regex we implement (llama.cpp's LLAMA_VOCAB_PRE_TYPE names, as
+// llama-vocab.cpp maps them). GLM-4.x's "glm4" (and ChatGLM's "chatglm-bpe") is Llama-3's regex
+// without ignore_merges; gpt-oss's o200k_harmony is "gpt-4o".
 constexpr PreName kPreNames[] = {
-    {"qwen2", PreTokenizerKind::kQwen2},     {"qwen35", PreTokenizerKind::kQwen2},
-    {"llama-bpe", PreTokenizerKind::kLlama3}, {"llama3", PreTokenizerKind::kLlama3},
-    {"gpt-2", PreTokenizerKind::kGpt2},       {"default", PreTokenizerKind::kGpt2},
+    {"qwen2", PreTokenizerKind::kQwen2, false},      {"qwen35", PreTokenizerKind::kQwen2, false},
+    {"llama-bpe", PreTokenizerKind::kLlama3, true},  {"llama3", PreTokenizerKind::kLlama3, true},
+    {"glm4", PreTokenizerKind::kLlama3, false},      {"chatglm-bpe", PreTokenizerKind::kLlama3, false},
+    {"gpt-2", PreTokenizerKind::kGpt2, false},       {"default", PreTokenizerKind::kGpt2, false},
+    {"gpt-4o", PreTokenizerKind::kO200k, false},
 };
 
-const char* PreNameOf(PreTokenizerKind kind) {
+// The name a reader maps back to this regex and ignore_merges: Llama-3's regex without ignore_merges
+// (GLM's tokenizer.json) is written "glm4", so it does not come back with ignore_merges set.
+const char* PreNameOf(PreTokenizerKind kind, bool ignore_merges) {
   switch (kind) {
     case PreTokenizerKind::kQwen2: return "qwen2";
-    case PreTokenizerKind::kLlama3: return "llama-bpe";
+    case PreTokenizerKind::kLlama3: return ignore_merges ? "llama-bpe" : "glm4";
     case PreTokenizerKind::kGpt2: return "gpt-2";
+    case PreTokenizerKind::kO200k: return "gpt-4o";
   }
   return "default";
 }
@@ -113,16 +121,21 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& g) {
     std::string pre = "default";
     if (const GgufValue* v = g.Find("tokenizer.ggml.pre"); v && v->AsString()) pre = *v->AsString();
     bool known = false;
+    bool ignore_merges = false;
     for (const PreName& p : kPreNames) {
       if (pre == p.name) {
         spec.pre_tokenizer = p.kind;
+        ignore_merges = p.ignore_merges;
         known = true;
       }
     }
-    if (!known) return Unimplemented(name, ": tokenizer.ggml.pre '", pre, "' is not supported (qwen2, llama-bpe, gpt-2)");
+    if (!known) {
+      return Unimplemented(name, ": tokenizer.ggml.pre '", pre,
+                           "' is not supported (qwen2, qwen35, llama-bpe, llama3, glm4, chatglm-bpe, gpt-2, gpt-4o)");
+    }
     // llama.cpp skips the NFC step; HF applies it for Qwen2. We follow HF: NFC text is unchanged.
     spec.nfc = OptionalBool(g, kNfcKey).value_or(spec.pre_tokenizer == PreTokenizerKind::kQwen2);
-    spec.ignore_merges = spec.pre_tokenizer == PreTokenizerKind::kLlama3;
+    spec.ignore_merges = ignore_merges;
   } else {
     if (spec.scores.empty() && spec.merges.empty()) {
       return DataLoss(name, ": a llama tokenizer needs tokenizer.ggml.scores or tokenizer.ggml.merges");
@@ -185,7 +198,7 @@ absl::Status AddTokenizerToGguf(const Tokenizer& tok, GgufWriter* w) {
   // inside the text.
   w->SetString("tokenizer.ggml.model", bpe ? "gpt2" : "llama");
   if (bpe) {
-    w->SetString("tokenizer.ggml.pre", PreNameOf(s.pre_tokenizer));
+    w->SetString("tokenizer.ggml.pre", PreNameOf(s.pre_tokenizer, s.ignore_merges));
     // Readers assume NFC for qwen2 only; say so when this tokenizer differs (llama.cpp ignores it).
     if (s.nfc != (s.pre_tokenizer == PreTokenizerKind::kQwen2)) w->SetBool(kNfcKey, s.nfc);
   }

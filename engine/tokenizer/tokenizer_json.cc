@@ -187,7 +187,8 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view tokenizer_json
     spec.kind = TokenizerKind::kBpe;
     spec.nfc = nfc;
     bool known = false;
-    for (PreTokenizerKind k : {PreTokenizerKind::kQwen2, PreTokenizerKind::kLlama3, PreTokenizerKind::kGpt2}) {
+    for (PreTokenizerKind k : {PreTokenizerKind::kQwen2, PreTokenizerKind::kLlama3, PreTokenizerKind::kGpt2,
+                               PreTokenizerKind::kO200k}) {
       if (split_regex == PreTokenizerRegex(k)) {
         spec.pre_tokenizer = k;
         known = true;
@@ -195,7 +196,7 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view tokenizer_json
     }
     if (!known) {
       return Unimplemented(name, ": pre-tokenizer regex '", split_regex,
-                           "' is not one of the supported ones (Qwen2, Llama-3, GPT-2)");
+                           "' is not one of the supported ones (Qwen2, Llama-3/GLM-4, GPT-2, o200k)");
     }
   } else if (spm || spec.byte_fallback) {
     spec.kind = TokenizerKind::kSpm;

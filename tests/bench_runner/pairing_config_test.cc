@@ -87,6 +87,50 @@ TEST_F(PairingConfigTest, QwenConfigRunsOnlyItsEnabledSynthPairings) {
   EXPECT_TRUE(CheckPairingModels(*config).ok());
 }
 
+// Issue 45's pairings: gpt-oss-120b with gpt-oss-20b as its draft (one tokenizer, 201088 ids), and
+// GLM-4.5-Air alone (its family has no small same-vocabulary model). Their synth pairings run (the
+// real ones wait for paths) at the 8 and 24 GiB budgets, and pass the model check: the specs read and
+// the draft's vocabulary is the target's.
+TEST_F(PairingConfigTest, GptOssConfigPairsThe120bWithThe20b) {
+  auto config = LoadPairingConfig(kSource + "/configs/gpt-oss.toml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->pairings.size(), 2u);  // the two with paths to fill in are disabled
+  const Pairing& pair = config->pairings[0];
+  EXPECT_EQ(pair.name, "synth_gpt-oss-120b_gpt-oss-20b");
+  EXPECT_EQ(pair.target, "synth:gpt-oss-120b:q8_0");
+  EXPECT_EQ(pair.draft, "synth:gpt-oss-20b:q8_0");
+  EXPECT_EQ(pair.vram_budgets, (std::vector<std::string>{"8GiB", "24GiB"}));
+  ASSERT_EQ(pair.draft_lengths.size(), 2u);
+  EXPECT_EQ(pair.draft_lengths[1].k, 4);
+  EXPECT_TRUE(config->pairings[1].draft.empty());  // the 120b alone: what the speedup divides by
+  EXPECT_TRUE(CheckPairingModels(*config).ok()) << CheckPairingModels(*config);
+}
+
+TEST_F(PairingConfigTest, GlmAirConfigRunsTheTargetAlone) {
+  auto config = LoadPairingConfig(kSource + "/configs/glm-4.5-air.toml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->pairings.size(), 1u);
+  const Pairing& plain = config->pairings[0];
+  EXPECT_EQ(plain.target, "synth:glm-4.5-air:q4_k_m");
+  EXPECT_TRUE(plain.draft.empty());
+  ASSERT_EQ(plain.draft_lengths.size(), 1u);
+  EXPECT_EQ(plain.draft_lengths[0].k, 0);
+  EXPECT_EQ(plain.vram_budgets, (std::vector<std::string>{"8GiB", "24GiB"}));
+  EXPECT_TRUE(CheckPairingModels(*config).ok()) << CheckPairingModels(*config);
+}
+
+// A Qwen3 draft for GLM-4.5-Air speaks another vocabulary (151936 ids against 151552): the model
+// check refuses the pairing, which is why the GLM config has none.
+TEST_F(PairingConfigTest, QwenDraftForGlmAirFailsTheModelCheck) {
+  auto config = Parse("[prompts.p]\nids = [[1, 2, 3]]\n[[pairing]]\nname = \"x\"\n"
+                      "target = \"synth:glm-4.5-air:q4_k_m\"\ndraft = \"synth:qwen3-0.6b:q8_0\"\n"
+                      "draft_lengths = [2]\nprompts = \"p\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const absl::Status st = CheckPairingModels(*config);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("vocabulary sizes differ: target 151552, draft 151936"));
+}
+
 TEST_F(PairingConfigTest, PromptSetsFromEveryKindOfSource) {
   Write("p.jsonl", "\"def g():\"\n{\"prompt\": \"import os\"}\n{\"ids\": [5, 6, 7]}\n[8, 9]\n");
   Write("p.json", "[\"a\", [1, 2]]");

@@ -310,7 +310,8 @@ TEST(PlannerTest, PredictionFollowsTheUniformModel) {
   }
 }
 
-// Packed types count their blocks; types the GPU does not keep packed count as bf16.
+// Packed types count their blocks (MXFP4 too: model_bytes.h); types the GPU does not keep packed count
+// as bf16.
 TEST(PlannerTest, DeviceBytesFollowTheGpuDtype) {
   EXPECT_EQ(DeviceDType(DType::kQ4_K), DType::kQ4_K);
   EXPECT_EQ(DeviceDType(DType::kQ6_K), DType::kQ6_K);
@@ -318,6 +319,7 @@ TEST(PlannerTest, DeviceBytesFollowTheGpuDtype) {
   EXPECT_EQ(DeviceDType(DType::kQ5_0), DType::kBF16);
   EXPECT_EQ(DeviceDType(DType::kQ2_K), DType::kBF16);
   EXPECT_EQ(DeviceDType(DType::kF32), DType::kF32);
+  EXPECT_EQ(DeviceDType(DType::kMXFP4), DType::kMXFP4);
   // A synth model's stored bytes are what SynthWeights would allocate.
   for (const std::string type : {"f32", "bf16", "q4_k", "q8_0"}) {
     const ModelBytes b = Synth("synth:olmoe-1b-7b:" + type);
@@ -331,6 +333,58 @@ TEST(PlannerTest, DeviceBytesFollowTheGpuDtype) {
   }
   // One Q4_K expert of Qwen3-30B-A3B: gate and up [768, 2048], down [2048, 768]: 144 bytes a 256-block.
   EXPECT_EQ(Synth("synth:qwen3-30b-a3b:q4_k").largest_expert(), 3u * 768 * 2048 / 256 * 144);
+}
+
+// gpt-oss ships its experts in MXFP4: 32 weights in 17 bytes (an E8M0 scale and 16 bytes of E2M1),
+// 4.25 bits a weight. gpt-oss-20b as published (openai/gpt-oss-20b: MXFP4 experts, every other
+// tensor bf16) is 12.8 GiB by its shapes; the planner must count it so, not with its experts widened
+// to bf16 (which would make it 39 GiB), and its speed prediction must stream MXFP4-sized experts.
+TEST(PlannerTest, GptOssMxfp4ExpertsPlanAtTheirPublishedSize) {
+  absl::StatusOr<ModelSpec> spec = SynthSpec("gpt-oss-20b");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->hidden, 2880);
+  ASSERT_EQ(spec->n_layers, 24);
+  ASSERT_EQ(spec->n_experts, 32);
+  std::vector<TensorEntry> published;
+  for (const ExpectedTensor& e : ExpectedTensors(*spec)) {
+    const bool expert_matrix =
+        e.key.role == Role::kExpertGate || e.key.role == Role::kExpertUp || e.key.role == Role::kExpertDown;
+    published.push_back({e.key, expert_matrix ? DType::kMXFP4 : DType::kBF16, e.shape});
+  }
+  absl::StatusOr<ModelBytes> b = SumModelBytes(*spec, published, "gpt-oss-20b (published)");
+  ASSERT_TRUE(b.ok()) << b.status();
+  // One expert: gate, up and down [2880, 2880] each in MXFP4 (2880 / 32 blocks of 17 bytes a row),
+  // plus their three bf16 bias vectors of 2880.
+  const size_t expert = 3 * (2880u * (2880 / 32) * 17) + 3 * 2880u * 2;
+  EXPECT_EQ(b->largest_expert(), expert);
+  EXPECT_EQ(b->experts_total(), 24u * 32 * expert);  // 9.47 GiB
+  // Device and stored bytes agree (nothing widened); the whole model is 12-13 GiB as published.
+  EXPECT_EQ(b->device_total(), b->stored_total);
+  EXPECT_GT(b->device_total(), 12 * kGiB);
+  EXPECT_LT(b->device_total(), 13 * kGiB);
+
+  // Under an 8 GiB budget the experts stream: the host arena holds them at MXFP4 size, and a pass's
+  // streamed bytes are its missed experts at that size.
+  PlanOptions o;
+  o.vram_budget = 8 * kGiB;
+  absl::StatusOr<Plan> p = MakePlan(*b, nullptr, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_GE(p->expert_cache_slots, 0);
+  ExpectConsistent(*p, *b, "gpt-oss-20b at 8 GiB");
+  EXPECT_EQ(p->streamed_experts, b->experts_total());
+  for (const PassPrediction& x : p->passes) {
+    EXPECT_NEAR(x.streamed_bytes, x.missed_experts * 24 * double(expert), 1.0) << x.n;
+  }
+
+  // synth writes the same experts (MXFP4 under a quantized type), so `specgen plan` on
+  // synth:gpt-oss-20b:q8_0 counts the same expert bytes (its biases are f32 there: 4 bytes each).
+  const ModelBytes synth = Synth("synth:gpt-oss-20b:q8_0");
+  EXPECT_EQ(synth.experts_total(), size_t{24} * 32 * (3 * (2880u * (2880 / 32) * 17) + 3 * 2880u * 4));
+  // gpt-oss-120b: 36 layers of 128 such experts, 56.7 GiB of MXFP4 experts; about 59 GiB in all
+  // ("~63 GB in every GGUF").
+  const ModelBytes big = Synth("synth:gpt-oss-120b:q8_0");
+  EXPECT_GT(big.device_total(), 58 * kGiB);
+  EXPECT_LT(big.device_total(), 61 * kGiB);
 }
 
 TEST(PlannerTest, BadModelPathsAreErrors) {

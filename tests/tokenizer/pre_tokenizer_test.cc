@@ -149,7 +149,57 @@ const SplitCase kCases[] = {
     {PreTokenizerKind::kGpt2, "x\xE2""\x80""\xA8""y", {"x", "\xE2""\x80""\xA8""", "y"}},
     {PreTokenizerKind::kGpt2, "!!! ??", {"!!!", " ??"}},
     {PreTokenizerKind::kGpt2, " 123", {" 123"}},
-    {PreTokenizerKind::kGpt2, "_under_score_", {"_", "under", "_", "score", "_"}},
+    {PreTokenizerKind::kGpt2, "_under_score_", {"_", "under", "_", "score", "_"}},    // o200k (gpt-oss), each split derived from the regex's branches in order (the first that matches
+    // wins; within it, greedy with backtracking). Up = [Lu Lt Lm Lo M], Low = [Ll Lm Lo M]; so Lm, Lo
+    // (CJK) and marks are in both. Words: X?Up*Low+C? first, then X?Up+Low*C?, X = [^\r\n\p{L}\p{N}]:
+    //  - a contraction stays on its word, either case ("I'M", " THERE'LL" by the second branch); with no
+    //    word before it, "'" is the X of the letters after ("'s") or a punctuation run (" '").
+    //  - a case change ends a word: "Hello|World"; Up* then Low+ takes "HTTPResponse" whole.
+    //  - CJK is Up and Low: "中文ABC": Up* takes all five, gives back to 文 (the last Low), so "中文"
+    //    ends before "ABC"; "ABC中文": Low+ ends on 文, one word.
+    //  - marks: "e\u0301t\u0301" is one Low+ run; "A\u0301B": Up* gives back to the mark, "A\u0301|B".
+    //  - digits in groups of three; an emoji is an X before letters ("😀ok"), else a punctuation run.
+    //  - a punctuation run takes the [\r\n/]* after it ("//\n//"); "/" before letters is their X.
+    //  - whitespace as Qwen2's: the run's last space goes to the next word, up to the last newline.
+    {PreTokenizerKind::kO200k, "Hello, world!", {"Hello", ",", " world", "!"}},
+    {PreTokenizerKind::kO200k, "I'M here, you're THERE'LL 'sup", {"I'M", " here", ",", " you're", " THERE'LL", " '", "sup"}},
+    {PreTokenizerKind::kO200k, "don't DON'T Don'T", {"don't", " DON'T", " Don'T"}},
+    {PreTokenizerKind::kO200k, "'s 't", {"'s", " '", "t"}},
+    {PreTokenizerKind::kO200k, "HelloWorld", {"Hello", "World"}},
+    {PreTokenizerKind::kO200k, "getHTTPResponse", {"get", "HTTPResponse"}},
+    {PreTokenizerKind::kO200k, "camelCase WORLD", {"camel", "Case", " WORLD"}},
+    {PreTokenizerKind::kO200k, "12345", {"123", "45"}},
+    {PreTokenizerKind::kO200k, "1234567", {"123", "456", "7"}},
+    {PreTokenizerKind::kO200k, "x=-42;", {"x", "=-", "42", ";"}},
+    {PreTokenizerKind::kO200k, " 123", {" ", "123"}},
+    {PreTokenizerKind::kO200k, "\xE4""\xB8""\xAD""\xE6""\x96""\x87""\xE6""\xB5""\x8B""\xE8""\xAF""\x95""", {"\xE4""\xB8""\xAD""\xE6""\x96""\x87""\xE6""\xB5""\x8B""\xE8""\xAF""\x95"""}},
+    {PreTokenizerKind::kO200k, "\xE4""\xB8""\xAD""\xE6""\x96""\x87""abc", {"\xE4""\xB8""\xAD""\xE6""\x96""\x87""abc"}},
+    {PreTokenizerKind::kO200k, "\xE4""\xB8""\xAD""\xE6""\x96""\x87""ABC", {"\xE4""\xB8""\xAD""\xE6""\x96""\x87""", "ABC"}},
+    {PreTokenizerKind::kO200k, "ABC\xE4""\xB8""\xAD""\xE6""\x96""\x87""", {"ABC\xE4""\xB8""\xAD""\xE6""\x96""\x87"""}},
+    {PreTokenizerKind::kO200k, "\xF0""\x9F""\x98""\x80""\xF0""\x9F""\x8E""\x89"" ok", {"\xF0""\x9F""\x98""\x80""\xF0""\x9F""\x8E""\x89""", " ok"}},
+    {PreTokenizerKind::kO200k, "ok\xF0""\x9F""\x98""\x80""", {"ok", "\xF0""\x9F""\x98""\x80"""}},
+    {PreTokenizerKind::kO200k, "\xF0""\x9F""\x98""\x80""ok", {"\xF0""\x9F""\x98""\x80""ok"}},
+    {PreTokenizerKind::kO200k, "a  b   c", {"a", " ", " b", "  ", " c"}},
+    {PreTokenizerKind::kO200k, "trailing   ", {"trailing", "   "}},
+    {PreTokenizerKind::kO200k, "   leading", {"  ", " leading"}},
+    {PreTokenizerKind::kO200k, "a\x0A""\x0A""b", {"a", "\x0A""\x0A""", "b"}},
+    {PreTokenizerKind::kO200k, "a  \x0A""  b", {"a", "  \x0A""", " ", " b"}},
+    {PreTokenizerKind::kO200k, "line\x0D""\x0A""next\x0D""\x0A""", {"line", "\x0D""\x0A""", "next", "\x0D""\x0A"""}},
+    {PreTokenizerKind::kO200k, "x\x0A""Foo", {"x", "\x0A""", "Foo"}},
+    {PreTokenizerKind::kO200k, "\x09""\x09""foo", {"\x09""", "\x09""foo"}},
+    {PreTokenizerKind::kO200k, "a {\x0A""\x0A""  b", {"a", " {\x0A""\x0A""", " ", " b"}},
+    {PreTokenizerKind::kO200k, "path/to/file", {"path", "/to", "/file"}},
+    {PreTokenizerKind::kO200k, "});\x0A""", {"});\x0A"""}},
+    {PreTokenizerKind::kO200k, "//\x0A""//x", {"//\x0A""//", "x"}},
+    {PreTokenizerKind::kO200k, "!!! ??", {"!!!", " ??"}},
+    {PreTokenizerKind::kO200k, "(FOO", {"(FOO"}},
+    {PreTokenizerKind::kO200k, "_under_score_", {"_under", "_score", "_"}},
+    {PreTokenizerKind::kO200k, "Caf\xC3""\xA9"" na\xC3""\xAF""ve Stra\xC3""\x9F""e", {"Caf\xC3""\xA9""", " na\xC3""\xAF""ve", " Stra\xC3""\x9F""e"}},
+    {PreTokenizerKind::kO200k, "\xD0""\x96""\xD0""\x96""\xD0""\xB6""\xD0""\xB6""", {"\xD0""\x96""\xD0""\x96""\xD0""\xB6""\xD0""\xB6"""}},
+    {PreTokenizerKind::kO200k, "e\xCC""\x81""t\xCC""\x81""", {"e\xCC""\x81""t\xCC""\x81"""}},
+    {PreTokenizerKind::kO200k, "A\xCC""\x81""B", {"A\xCC""\x81""", "B"}},
+    {PreTokenizerKind::kO200k, "\xD9""\xA3""\xD9""\xA4""\xD9""\xA5""\xD9""\xA6""", {"\xD9""\xA3""\xD9""\xA4""\xD9""\xA5""", "\xD9""\xA6"""}},
+    {PreTokenizerKind::kO200k, "\xE2""\x85""\xAB""", {"\xE2""\x85""\xAB"""}},
 };
 
 std::vector<std::string> Split(PreTokenizerKind kind, const std::string& text) {
@@ -174,13 +224,21 @@ TEST(PreTokenizerTest, MatchesRegexOnRandomStrings) {
   ss << in.rdbuf();
   const auto cases = nlohmann::json::parse(ss.str(), nullptr, false);
   ASSERT_TRUE(cases.is_array()) << path;
-  ASSERT_EQ(cases.size(), 400u);
+  // 400 strings split by every regex, then 200 over an alphabet with '/', Lt, Lm and a spacing mark
+  // split by o200k's only.
+  ASSERT_EQ(cases.size(), 600u);
+  int o200k_cases = 0;
   for (const auto& c : cases) {
     const std::string text = c.at("text").get<std::string>();
-    EXPECT_EQ(Split(PreTokenizerKind::kQwen2, text), c.at("qwen2").get<std::vector<std::string>>()) << text;
-    EXPECT_EQ(Split(PreTokenizerKind::kLlama3, text), c.at("llama3").get<std::vector<std::string>>()) << text;
-    EXPECT_EQ(Split(PreTokenizerKind::kGpt2, text), c.at("gpt2").get<std::vector<std::string>>()) << text;
+    if (c.contains("qwen2")) {
+      EXPECT_EQ(Split(PreTokenizerKind::kQwen2, text), c.at("qwen2").get<std::vector<std::string>>()) << text;
+      EXPECT_EQ(Split(PreTokenizerKind::kLlama3, text), c.at("llama3").get<std::vector<std::string>>()) << text;
+      EXPECT_EQ(Split(PreTokenizerKind::kGpt2, text), c.at("gpt2").get<std::vector<std::string>>()) << text;
+    }
+    EXPECT_EQ(Split(PreTokenizerKind::kO200k, text), c.at("o200k").get<std::vector<std::string>>()) << text;
+    ++o200k_cases;
   }
+  EXPECT_EQ(o200k_cases, 600);
 }
 
 using ::testing::ElementsAre;
@@ -217,6 +275,24 @@ TEST(PreTokenizerTest, SpaceRunLeavesLastSpaceForNextWord) {
   EXPECT_THAT(Split(PreTokenizerKind::kQwen2, "a    b  "), ElementsAre("a", "   ", " b", "  "));
   // A single space before a digit cannot be left behind: \s+ takes it alone.
   EXPECT_THAT(Split(PreTokenizerKind::kQwen2, "a 1"), ElementsAre("a", " ", "1"));
+}
+
+// The regex text tokenizer.json must carry for kO200k: gpt-oss's, as llama.cpp's llama-vocab.cpp quotes
+// it ("original regex from tokenizer.json", LLAMA_VOCAB_PRE_TYPE_GPT4O).
+TEST(PreTokenizerTest, O200kRegexIsGptOssTokenizerJsons) {
+  EXPECT_EQ(PreTokenizerRegex(PreTokenizerKind::kO200k),
+            R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+            R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+            R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+}
+
+// A long run that makes the first word branch give back all the way (every letter upper, no Low)
+// stays linear: each code point is looked at a bounded number of times.
+TEST(PreTokenizerTest, O200kLongUpperRunIsOneWord) {
+  const std::string text(200000, 'A');
+  const auto pieces = PreTokenize(PreTokenizerKind::kO200k, text);
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].size(), text.size());
 }
 
 TEST(PreTokenizerTest, EmptyTextGivesNoPieces) { EXPECT_TRUE(PreTokenize(PreTokenizerKind::kQwen2, "").empty()); }

@@ -398,6 +398,10 @@ absl::Status CpuBackend::Attention(const Buffer& q, const Buffer& k_cache, const
         if (s.window > 0 && s.positions[j] < first) continue;
         keys.push_back(s.n_prefix + j);
       }
+      // A ring cache (a sliding layer's, KvCache): KV row r is stored at row r mod ring.
+      if (s.ring > 0) {
+        for (int64_t& r : keys) r %= s.ring;
+      }
       const float* qh = B(q).row(i) + h * d;
       float* oh = B(*out).row(i) + h * d;
       std::fill_n(oh, d, 0.0f);

@@ -566,6 +566,8 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
                                     const AttentionShape& s, std::span<const uint8_t> mask, Buffer* out) {
   const int64_t n = q.rows(), d = s.head_dim;
   RETURN_IF_ERROR(CheckAttention("cuda", q, k_cache, v_cache, s, mask, *out));
+  // Sliding layers' ring caches are CPU-only so far (docs/design.md §5.1, item 2 of the CUDA path).
+  if (s.ring > 0) return absl::UnimplementedError("cuda Attention: a ring KV cache (sliding-window layer) is not supported yet");
   if (n == 0) return absl::OkStatus();
   const uint8_t* d_mask = nullptr;
   if (!mask.empty()) {
