@@ -111,7 +111,7 @@ absl::StatusOr<SpeedPrediction> PredictSpeed(const Plan& plan, const ModelBytes&
   out.rates = rates;
   out.acceptance = acceptance;
   if (draft != nullptr) {
-    // A draft token is its chain of kernels (~20 us a layer) or its bytes, whichever is more; the
+    // A draft token is its chain of kernels (a fixed time a layer) or its bytes, whichever is more; the
     // embedding is only gathered (one row), so its bytes are left out unless it is also the head.
     const double layer_bound = static_cast<double>(draft->spec.n_layers) * rates.draft_layer_seconds;
     const double byte_bound =

@@ -15,22 +15,21 @@
 
 namespace specgen::moe {
 
-// The rates the prediction assumes. The defaults are specgen's own measurements on one NVIDIA H200
-// (bench/RESULTS.md, 2026-12-03): synth qwen3-30b-a3b as q4_k_m with a synth qwen3-0.6b q8_0 draft.
+// The rates the prediction assumes. The defaults are specgen's own measurements on one NVIDIA H200;
+// bench/RESULTS.md ("Rates `specgen plan` assumes") gives the runs and the arithmetic behind each.
 struct SpeedRates {
   // Host→GPU copies of missed experts and streamed dense layers, as a pass achieves them beside its
-  // compute (streamed_bench's one-position passes: 1097 MB cold in 26.0 ms, 707 MB warm in 18.5 ms,
-  // each less the 4.24 ms of compute: 49-51 GB/s of the 55 GB/s link).
+  // compute: below the link's peak, since the copies share the pass's time with its kernels.
   double link_bytes_per_second = 50e9;
   // A one-position pass reads its weights (non-expert weights + the top-k experts of every MoE layer)
-  // at this effective rate: 236 tokens/s resident, 4.24 ms for the 1.92 GB such a pass reads.
+  // at this effective rate: a resident pass is bound by its bytes, not its arithmetic.
   double pass_bytes_per_second = 453e9;
-  // Each further position of a pass adds this share of a one-position pass (the warm locality passes
-  // at 8 GiB, n = 1..16, less their streamed bytes: 4.2 + 2.42 ms a position).
+  // Each further position of a pass adds this share of a one-position pass: positions share the
+  // weights they read, not their compute.
   double extra_position_share = 0.57;
-  // One draft token: its kernels run one after another, ~20 us a layer whatever its bytes (0.57 ms for
-  // qwen3-0.6b's 28 layers, BM_DraftDecode); a larger draft is held by its bytes instead, read at the
-  // rate that bf16 decode reached (1.19 GB in 0.572 ms).
+  // One draft token: its kernels run one after another, so a small draft costs a fixed time a layer
+  // whatever its bytes; a larger draft is held by its bytes instead, read at the rate that bf16
+  // decode reached.
   double draft_layer_seconds = 20.4e-6;
   double draft_bytes_per_second = 2.08e12;
   std::string source = "measured by specgen on an NVIDIA H200 (bench/RESULTS.md)";

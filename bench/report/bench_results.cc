@@ -37,6 +37,9 @@ bool ParseName(const std::string& run_name, BenchRow* row) {
     } else if (p.rfind("accept:", 0) == 0) {
       row->acceptance = p.substr(7);
       if (row->acceptance.empty()) return false;
+    } else if (p.rfind("parallel:", 0) == 0) {
+      // specgen_bench's --parallel runs at most 64 sequences, the pool's own bound.
+      if (!absl::SimpleAtoi(p.substr(9), &row->parallel) || row->parallel < 1 || row->parallel > 64) return false;
     }
   }
   return has_k;
@@ -97,6 +100,22 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& b, const char* key, const s
 }
 
 }  // namespace
+
+BenchContext ParseBenchContext(const std::string& json_text) {
+  BenchContext c;
+  const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return c;
+  auto it = j.find("context");
+  if (it == j.end() || !it->is_object()) return c;
+  auto text = [&](const char* key) {
+    auto v = it->find(key);
+    return v != it->end() && v->is_string() ? v->get<std::string>() : std::string();
+  };
+  c.device = text("specgen_device");
+  c.models = text("specgen_models");
+  c.sampling = text("specgen_sampling");
+  return c;
+}
 
 absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_text, const std::string& name) {
   const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);

@@ -16,6 +16,7 @@ struct BenchRow {
   std::string length;  // "0", "4", "adaptive8", "modelled8"
   std::string budget;  // empty: the default
   std::string acceptance;  // the acceptance regime's profile (".../accept:PROFILE"); empty: the real draft
+  int parallel = 0;    // sequences generating at once (specgen_bench --parallel); 0: one, the loop alone
   int k = 0;           // the fixed k, or the adaptive bound
   bool adaptive = false;
   bool modelled = false;  // adaptive with modelled step costs (the bytes-aware policy)
@@ -27,9 +28,12 @@ struct BenchRow {
   // `specgen plan`'s prediction of the run's speedup (0: none recorded).
   double predicted_speedup_uniform = 0, predicted_speedup_locality = 0;
 
-  // "greedy", "greedy @ 8GiB" or "greedy @ 8GiB [typical]": one line of the chart, one column of the
-  // table.
-  std::string Series() const { return SeriesAcrossBudgets(budget.empty() ? pairing : pairing + " @ " + budget); }
+  // "greedy", "greedy @ 8GiB", "greedy @ 8GiB [typical]" or "greedy x4" (4 sequences at once): one line
+  // of the chart, one column of the table.
+  std::string Series() const {
+    const std::string s = SeriesAcrossBudgets(budget.empty() ? pairing : pairing + " @ " + budget);
+    return parallel > 0 ? s + " x" + std::to_string(parallel) : s;
+  }
   // "greedy" or "greedy [typical]": one line of the chart against budget.
   std::string Profile() const { return SeriesAcrossBudgets(pairing); }
 
@@ -38,6 +42,14 @@ struct BenchRow {
     return acceptance.empty() ? base : base + " [" + acceptance + "]";
   }
 };
+
+// What specgen_bench wrote in the results' "context" to say what ran: the device (the GPU's name, or
+// CPU), the models and the sampling of its pairings. Empty where absent (an older runner's results,
+// or not specgen_bench's): the chart then names what it has.
+struct BenchContext {
+  std::string device, models, sampling;
+};
+BenchContext ParseBenchContext(const std::string& json_text);
 
 // Rows in the order of the file. `name` is used in errors (usually the path). A target-alone row
 // (k = 0, which specgen_bench runs once whatever the acceptance regimes) is repeated under every

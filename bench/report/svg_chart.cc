@@ -10,7 +10,8 @@
 namespace specgen::report {
 namespace {
 
-constexpr double kPanelWidth = 420, kPanelHeight = 300, kLeft = 70, kTop = 50, kGap = 90;
+// kTop leaves room for the two heading lines above the panels' own titles.
+constexpr double kPanelWidth = 420, kPanelHeight = 300, kLeft = 70, kTop = 66, kGap = 90;
 constexpr double kLegendTop = kTop + kPanelHeight + 55;
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
@@ -49,7 +50,15 @@ struct Panel {
 
 }  // namespace
 
-std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string& title) {
+ChartHeading HeadingFor(const std::string& name, const BenchContext& context) {
+  ChartHeading h;
+  h.title = context.device.empty() ? name : name + " on " + context.device;
+  if (!context.models.empty()) h.subtitle = context.models;
+  if (!context.sampling.empty()) h.subtitle += (h.subtitle.empty() ? "" : "; ") + context.sampling;
+  return h;
+}
+
+std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string& title, const std::string& subtitle) {
   const std::vector<std::string> series = SeriesOrder(rows);
   int max_k = 1;
   bool any_adaptive = false, any_modelled = false;
@@ -92,8 +101,13 @@ std::string RenderSvgChart(const std::vector<BenchRow>& rows, const std::string&
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"24\" font-size=\"16\" text-anchor=\"middle\">%s</text>\n",
+      "<g id=\"title\"><text x=\"%.0f\" y=\"22\" font-size=\"16\" text-anchor=\"middle\">%s</text>",
       width, height, width, height, width / 2, Escape(title));
+  if (!subtitle.empty()) {
+    svg += absl::StrFormat("<text x=\"%.0f\" y=\"40\" text-anchor=\"middle\">%s</text>", width / 2,
+                           Escape(subtitle));
+  }
+  svg += "</g>\n";
 
   for (size_t pi = 0; pi < panels.size(); ++pi) {
     const Panel& panel = panels[pi];

@@ -23,6 +23,7 @@ std::string BenchmarkName(const RunSpec& spec) {
   std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
   if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
   if (!spec.acceptance.empty()) name += Cat("/accept:", spec.acceptance);
+  if (spec.parallel > 0) name += Cat("/parallel:", spec.parallel);
   return name;
 }
 
@@ -30,6 +31,7 @@ RunSpec WithoutDraft(const RunSpec& spec) {
   RunSpec plain = spec;
   plain.length = DraftLength{0, false};
   plain.acceptance.clear();
+  plain.parallel = 0;
   return plain;
 }
 
@@ -74,8 +76,9 @@ moe::RunRequest RunRequestFor(const RunSpec& spec) {
   return request;
 }
 
-absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
+absl::StatusOr<PreparedRun> PrepareRun(ModelCache& cache, const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
+  PreparedRun run;
   RETURN_IF_ERROR(cache.UseBackend(spec.backend));
   moe::RunRequest request = RunRequestFor(spec);
   const absl::StatusOr<moe_host::HostPath> host_path = moe_host::ResolveHostPath(p.moe_host, "");
@@ -84,6 +87,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   const absl::StatusOr<moe::RunPlan> planned = moe::PlanFor(request, cache.vram_budget());
   if (!planned.ok()) return InvalidArgument("pairing '", p.name, "': ", planned.status().message());
   const moe::RunPlan& placement = *planned;
+  run.expert_cache_slots = placement.expert_cache_slots;
   if (cache.cuda() != nullptr) {
     std::vector<LmKey> keep = {LmKey::Of(p.target, p.context, placement)};
     if (spec.length.k > 0) keep.push_back(LmKey::Of(p.draft, p.context));
@@ -94,7 +98,9 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   if (spec.length.k > 0) {
     ASSIGN_OR_RETURN(draft, cache.Get(spec.backend, p.draft, p.context));
   }
-  SpeculativeOptions options;
+  run.target = target;
+  run.draft = draft;
+  SpeculativeOptions& options = run.options;
   options.max_new_tokens = p.max_new_tokens;
   options.draft_max = spec.length.k;
   options.adaptive = spec.length.adaptive;
@@ -115,10 +121,20 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   }
 
   const std::vector<Prompt>& prompts = spec.prompts->prompts;
-  std::vector<std::vector<int32_t>> ids(prompts.size());
+  run.ids.resize(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSIGN_OR_RETURN(ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
+    ASSIGN_OR_RETURN(run.ids[i], PromptIds(prompts[i], *target, spec.prompts->name));
   }
+  return run;
+}
+
+absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
+  const Pairing& p = *spec.pairing;
+  ASSIGN_OR_RETURN(PreparedRun run, PrepareRun(cache, spec));
+  CachedLm* target = run.target;
+  CachedLm* draft = run.draft;
+  const SpeculativeOptions& options = run.options;
+  const std::vector<std::vector<int32_t>>& ids = run.ids;
   // Under an acceptance regime the draft's tokens follow the profile's script (greedy only; the
   // config checks it), against the target's greedy continuation of each prompt: computed first, by
   // the loop without a draft on the same backend, which is gone before the regime's loop is made (on
@@ -159,7 +175,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     if (!warm.ok()) return InvalidArgument("pairing '", p.name, "', warm-up: ", warm.status().message());
   }
   RunTotals totals;
-  totals.expert_cache_slots = placement.expert_cache_slots;
+  totals.expert_cache_slots = run.expert_cache_slots;
   totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;

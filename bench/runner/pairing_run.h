@@ -10,6 +10,7 @@
 #include "bench/runner/model_cache.h"
 #include "bench/runner/pairing_config.h"
 #include "moe/run_plan.h"
+#include "engine/speculative/speculative_loop.h"
 #include "engine/speculative/stats.h"
 
 namespace specgen::bench {
@@ -42,13 +43,16 @@ struct RunSpec {
   // The acceptance regime: a profile's name (moe/acceptance_profile.h) the scripted draft follows
   // (bench/acceptance), or empty for the draft's own tokens.
   std::string acceptance;
+  // specgen_bench --parallel: this many sequences at once through the serving pool (parallel_run.h);
+  // 0: one loop, one prompt after another.
+  int parallel = 0;
 };
 
-// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET][/accept:PROFILE] (specgen report reads it
-// back).
+// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET][/accept:PROFILE][/parallel:N] (specgen report
+// reads it back).
 std::string BenchmarkName(const RunSpec& spec);
 
-// The same run without a draft: what the speedup counter divides by.
+// The same run without a draft, one sequence: what the speedup counter divides by.
 RunSpec WithoutDraft(const RunSpec& spec);
 // Runs that share this key measure the same target-alone generation.
 std::string BaselineKey(const RunSpec& spec);
@@ -57,6 +61,17 @@ std::string BaselineKey(const RunSpec& spec);
 // length (so that every run of the pairing, the target alone included, shares one placement of the
 // target), its context and the KV cache type the CLI defaults to (moe::kDefaultKvType).
 moe::RunRequest RunRequestFor(const RunSpec& spec);
+
+// What a run needs before it generates: its models placed and loaded, the loop's options and the
+// prompts as ids.
+struct PreparedRun {
+  CachedLm* target = nullptr;
+  CachedLm* draft = nullptr;  // null: k = 0
+  SpeculativeOptions options;
+  std::vector<std::vector<int32_t>> ids;
+  int64_t expert_cache_slots = -1;
+};
+absl::StatusOr<PreparedRun> PrepareRun(ModelCache& cache, const RunSpec& spec);
 
 // On the GPU the target is placed as the planner says (experts streamed through a cache of slots when
 // the budget is below what holds them), and only the run's models stay on the backend.

@@ -19,6 +19,10 @@
 // acceptance profile, or the per-depth acceptance the real draft measured.
 // Acceptance regimes (acceptance = [...] in the config, greedy only): a run under a profile's
 // scripted draft is named .../accept:PROFILE (bench/acceptance).
+//
+// --parallel N,M: each benchmark again with N (M) sequences at once through the serving pool
+// (parallel_run.h), named PAIRING/k:LENGTH[/budget:B]/parallel:N, with the counters of
+// RunParallelBenchmark.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +35,10 @@
 #include "bench/runner/pairing_config.h"
 #include "bench/runner/pairing_predict.h"
 #include "bench/runner/pairing_run.h"
+#include "bench/runner/parallel_run.h"
+#include "bench/runner/run_context.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "benchmark/benchmark.h"
 
 namespace specgen::bench {
@@ -107,6 +115,47 @@ void RunBenchmark(benchmark::State& state, RunSpec spec) {
   if (totals.prompts > 0) SetCounters(state, spec, totals, it->second, process.cache.vram_budget());
 }
 
+// A --parallel benchmark: the spec's prompts by spec.parallel clients through the serving pool.
+// tokens_per_second is the aggregate (every sequence's tokens over the wall time); sequence_latency
+// and time_to_first_token are each client's wait, from its request to its reply's last and first
+// token; sequences_per_pass is how many sequences the CPU's shared target passes carried.
+void RunParallelBenchmark(benchmark::State& state, RunSpec spec) {
+  Process& process = TheProcess();
+  auto fail = [&](const absl::Status& status) {
+    process.any_error = true;
+    state.SkipWithError(std::string(status.message()).c_str());
+  };
+  const std::string key = BaselineKey(spec);
+  auto it = process.baseline_tps.find(key);
+  if (it == process.baseline_tps.end()) {
+    auto baseline = RunPairing(process.cache, WithoutDraft(spec));
+    if (!baseline.ok()) return fail(baseline.status());
+    it = process.baseline_tps.emplace(key, baseline->tokens_per_second()).first;
+  }
+  ParallelTotals sum;
+  for (auto _ : state) {
+    auto run = RunParallel(process.cache, spec);
+    if (!run.ok()) {
+      fail(run.status());
+      break;
+    }
+    sum.totals.Add(run->totals);
+    sum.requests += run->requests;
+    sum.wall_seconds += run->wall_seconds;
+    sum.sequence_seconds += run->sequence_seconds;
+    sum.shared_passes += run->shared_passes;
+    sum.shared_pass_sequences += run->shared_pass_sequences;
+  }
+  if (sum.requests == 0) return;
+  SetCounters(state, spec, sum.totals, it->second);
+  state.counters["tokens_per_second"] = sum.aggregate_tokens_per_second();
+  state.counters["speedup"] = it->second > 0 ? sum.aggregate_tokens_per_second() / it->second : 0.0;
+  state.counters["time_to_first_token"] = sum.mean_time_to_first_token();
+  state.counters["sequence_latency"] = sum.mean_sequence_seconds();
+  state.counters["sequences_per_pass"] = sum.sequences_per_pass();
+  state.counters["parallel"] = spec.parallel;
+}
+
 // Every benchmark of the config, grouped by backend so that each backend (and its models) is made once.
 std::vector<RunSpec> Specs(const PairingConfig& config) {
   std::vector<RunSpec> specs;
@@ -139,31 +188,57 @@ std::vector<RunSpec> Specs(const PairingConfig& config) {
   return specs;
 }
 
-// Takes --config FILE / --config=FILE out of argv (Google Benchmark rejects flags it does not know).
-std::string TakeConfigFlag(int* argc, char** argv) {
-  std::string config;
+// Takes --NAME VALUE / --NAME=VALUE out of argv (Google Benchmark rejects flags it does not know).
+std::string TakeFlag(const char* name, int* argc, char** argv) {
+  const std::string flag = std::string("--") + name, prefix = flag + "=";
+  std::string value;
   int out = 1;
   for (int i = 1; i < *argc; ++i) {
-    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < *argc) {
-      config = argv[++i];
-    } else if (std::strncmp(argv[i], "--config=", 9) == 0) {
-      config = argv[i] + 9;
+    if (argv[i] == flag && i + 1 < *argc) {
+      value = argv[++i];
+    } else if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
+      value = argv[i] + prefix.size();
     } else {
       argv[out++] = argv[i];
     }
   }
   *argc = out;
-  return config;
+  return value;
+}
+
+// The pool holds a pair of KV caches per sequence; 64 bounds what a benchmark asks for.
+constexpr int kMaxParallel = 64;
+
+// --parallel 1,4,8: each a number of sequences at once, in [1, kMaxParallel], each once.
+bool ParseParallel(const std::string& text, std::vector<int>* out) {
+  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > kMaxParallel) {
+      std::fprintf(stderr, "specgen_bench: error: --parallel %s: '%s' is not a number of sequences in [1, %d]\n",
+                   text.c_str(), std::string(part).c_str(), kMaxParallel);
+      return false;
+    }
+    if (std::find(out->begin(), out->end(), n) != out->end()) {
+      std::fprintf(stderr, "specgen_bench: error: --parallel %s: %d is given twice\n", text.c_str(), n);
+      return false;
+    }
+    out->push_back(n);
+  }
+  return true;
 }
 
 // specgen_bench's own flag, said before Google Benchmark prints its flags for --help (and exits).
 constexpr const char* kUsage =
-    "usage: specgen_bench --config FILE [--benchmark_* flags]\n"
+    "usage: specgen_bench --config FILE [--parallel N,...] [--benchmark_* flags]\n"
     "  --config FILE  a pairing config (configs/*.toml): targets, drafts (or none), draft lengths (or\n"
     "                 adaptive, modelled), acceptance rules and regimes, sampling, device, VRAM budgets,\n"
     "                 context and prompt sets; every pairing x draft length x budget x acceptance regime\n"
     "                 becomes one benchmark. configs/bundled.toml\n"
     "                 runs the bundled pair; configs/qwen3-moe.toml a Qwen3-30B-A3B pairing (fill in paths).\n"
+    "  --parallel N,M,...  also run every benchmark with N (M, ...) sequences at once through the\n"
+    "                 serving pool, as `specgen serve --parallel N` does (on the CPU their target passes are\n"
+    "                 shared): named .../parallel:N, with aggregate tokens_per_second, sequence_latency and\n"
+    "                 time_to_first_token per sequence, sequences_per_pass.\n"
     "  Results: --benchmark_out=results.json, then `specgen report results.json --svg chart.svg`.\n";
 
 int Main(int argc, char** argv) {
@@ -173,7 +248,10 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  const std::string config_path = TakeConfigFlag(&argc, argv);
+  const std::string config_path = TakeFlag("config", &argc, argv);
+  const std::string parallel_flag = TakeFlag("parallel", &argc, argv);
+  std::vector<int> parallel;
+  if (!parallel_flag.empty() && !ParseParallel(parallel_flag, &parallel)) return 1;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (config_path.empty()) {
@@ -217,10 +295,22 @@ int Main(int argc, char** argv) {
     }
   }
   benchmark::AddCustomContext("pairing_config", config_path);
+  // What `specgen report` names in its chart's heading.
+  const RunContext context = DescribeRuns(specs);
+  benchmark::AddCustomContext("specgen_device", context.device);
+  benchmark::AddCustomContext("specgen_models", context.models);
+  benchmark::AddCustomContext("specgen_sampling", context.sampling);
   for (const RunSpec& spec : specs) {
     benchmark::RegisterBenchmark(BenchmarkName(spec).c_str(), RunBenchmark, spec)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
+    for (const int n : parallel) {
+      RunSpec many = spec;
+      many.parallel = n;
+      benchmark::RegisterBenchmark(BenchmarkName(many).c_str(), RunParallelBenchmark, many)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

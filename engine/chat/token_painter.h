@@ -27,13 +27,20 @@ class TokenPainter {
   }
   // The text of the pass's next token, coloured (and dim, for reasoning text); tokens of a pass the
   // painter was not told of are the target's.
-  std::string Paint(std::string_view piece, bool dim = false) {
+  std::string Paint(std::string_view piece, bool dim = false) { return Colour(piece, NextIsDraft(), dim); }
+  // The same in two steps, for a token whose text comes in several parts (some of them reasoning):
+  // counts the pass's next token and says whether the draft proposed it...
+  bool NextIsDraft() {
     const bool draft = pass_seen_ && drafts_left_ > 0;
     if (drafts_left_ > 0) --drafts_left_;
     if (draft) ++draft_tokens_;
     else ++target_tokens_;
-    if (!enabled_ || piece.empty()) return std::string(piece);
-    return std::string(dim ? kDim : "") + std::string(draft ? kDraftColor : kTargetColor) + std::string(piece) +
+    return draft;
+  }
+  // ...and colours one part of its text.
+  std::string Colour(std::string_view text, bool draft, bool dim) const {
+    if (!enabled_ || text.empty()) return std::string(text);
+    return std::string(dim ? kDim : "") + std::string(draft ? kDraftColor : kTargetColor) + std::string(text) +
            std::string(kResetColor);
   }
   int64_t draft_tokens() const { return draft_tokens_; }

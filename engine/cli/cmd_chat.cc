@@ -39,7 +39,18 @@ struct ChatFlags {
   std::string chat_template = "auto";
   std::string color = "auto";
   std::string reasoning = "on";  // off: Qwen3's enable_thinking=false
+  std::string think = "auto";    // --think: how reasoning spans show (ThinkDisplayFor)
 };
+
+// --think auto dims reasoning where colour can set it apart and hides it elsewhere (a pipe, --color
+// never), where it would read as part of the answer; with --reasoning off any span the model still
+// writes is hidden, as it was asked for none.
+chat::ThinkDisplay ThinkDisplayFor(const ChatFlags& flags, bool color) {
+  if (flags.reasoning == "off" || flags.think == "hide") return chat::ThinkDisplay::kHide;
+  if (flags.think == "show") return chat::ThinkDisplay::kShow;
+  if (flags.think == "dim") return chat::ThinkDisplay::kDim;
+  return color ? chat::ThinkDisplay::kDim : chat::ThinkDisplay::kHide;
+}
 
 // Counters summed over the replies since the start or the last /reset.
 struct ChatTotals {
@@ -153,9 +164,12 @@ class ChatSession {
 
     StreamingDetokenizer detok(tok_);
     chat::TokenPainter painter(color_);
-    chat::ThinkTracker think;  // reasoning spans are painted dim
+    const chat::ThinkDisplay display = ThinkDisplayFor(flags_, color_);
+    // kDim: reasoning spans are painted dim; kHide: they are not printed.
+    chat::ThinkSplitter think(display == chat::ThinkDisplay::kHide);
     painter_ = &painter;
     absl::Status sink_status = absl::OkStatus();
+    bool noted = false;
     auto sink = [&](std::span<const int32_t> tokens) {
       for (int32_t t : tokens) {
         auto piece = detok.Add(t);
@@ -163,7 +177,18 @@ class ChatSession {
           sink_status.Update(piece.status());
           continue;
         }
-        std::fputs(painter.Paint(*piece, think.Inside(*piece)).c_str(), stdout);
+        if (display == chat::ThinkDisplay::kShow) {
+          std::fputs(painter.Paint(*piece).c_str(), stdout);
+          continue;
+        }
+        const bool draft = painter.NextIsDraft();
+        for (const chat::ThinkSegment& part : think.Add(*piece)) {
+          std::fputs(painter.Colour(part.text, draft, part.reasoning).c_str(), stdout);
+        }
+        if (display == chat::ThinkDisplay::kHide && think.inside() && !noted && isatty(STDERR_FILENO)) {
+          std::fputs("(reasoning...)\n", stderr);  // on a terminal, the wait has a reason
+          noted = true;
+        }
       }
       std::fflush(stdout);
     };
@@ -171,7 +196,15 @@ class ChatSession {
     painter_ = nullptr;
     RETURN_IF_ERROR(generated.status());
     std::vector<int32_t> reply = *std::move(generated);
-    std::fputs(detok.Finish().c_str(), stdout);
+    std::string tail = detok.Finish();
+    if (display != chat::ThinkDisplay::kShow) {
+      std::vector<chat::ThinkSegment> parts = think.Add(tail);
+      for (chat::ThinkSegment& part : think.Finish()) parts.push_back(std::move(part));
+      tail.clear();
+      // The held-back end is the last token's text.
+      for (const chat::ThinkSegment& part : parts) tail += painter.Colour(part.text, false, part.reasoning);
+    }
+    std::fputs(tail.c_str(), stdout);
     std::fputs(isatty(STDOUT_FILENO) ? "\n" : "\n\n", stdout);  // piped: a blank line between replies
     std::fflush(stdout);
     const StopReason stop_reason = loop_->stats().stop_reason;
@@ -238,9 +271,11 @@ class ChatSession {
 };
 
 absl::StatusOr<bool> UseColor(const std::string& color) {
-  if (color == "always") return true;
-  if (color == "never") return false;
-  if (color != "auto") return InvalidArgument("--color must be auto, always or never, got '", color, "'");
+  if (color == "always" || color == "on") return true;
+  if (color == "never" || color == "off") return false;
+  if (color != "auto") {
+    return InvalidArgument("--color must be auto, always or never (on and off say the same), got '", color, "'");
+  }
   const char* term = std::getenv("TERM");
   return isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr &&
          !(term != nullptr && std::string(term) == "dumb");
@@ -338,14 +373,20 @@ Registrar kChat{
                       "model's template")
            ->capture_default_str();
        app.add_option("--reasoning", f->reasoning,
-                      "on|off: let a Qwen3 model reason in a <think> span before it answers (shown dim on a "
-                      "colour terminal, left out of the history), or answer at once (the template's "
-                      "enable_thinking=false)")
+                      "on|off: let a Qwen3 model reason in a <think> span before it answers (shown as "
+                      "--think says, left out of the history), or answer at once (the template's "
+                      "enable_thinking=false; any <think> span is then hidden)")
            ->check(CLI::IsMember({"on", "off"}))
            ->capture_default_str();
+       app.add_option("--think", f->think,
+                      "auto|dim|hide|show: how a reply's <think>...</think> reasoning is printed. auto: dim "
+                      "when the reply is coloured (--color), hidden when it is not (a pipe, --color "
+                      "never), where it would read as the answer")
+           ->check(CLI::IsMember({"auto", "dim", "hide", "show"}))
+           ->capture_default_str();
        app.add_option("--color", f->color,
-                      "auto|always|never: colour the reply by where each token came from (draft or "
-                      "target); auto: when stdout is a terminal and NO_COLOR is unset")
+                      "auto|always|never (or on|off): colour the reply by where each token came from "
+                      "(draft or target); auto: when stdout is a terminal and NO_COLOR is unset")
            ->capture_default_str();
        app.footer(
            "A turn per line from a pipe; on a terminal a paste is one turn, a line ending in \\ "

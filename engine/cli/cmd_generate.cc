@@ -13,6 +13,7 @@
 #include "engine/cli/command.h"
 #include "engine/cli/id_list.h"
 #include "engine/cli/generation_flags.h"
+#include "engine/cli/token_probs.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/speculative_loop.h"
 #include "engine/io/model_loader.h"
@@ -28,6 +29,7 @@ struct GenerateFlags {
   std::string prompt, prompt_file, prompt_ids;
   std::vector<std::string> stop;  // --stop / -r / --reverse-prompt
   bool print_ids = false;
+  int n_probs = 0;  // --n-probs: per emitted token, the N most probable tokens and their log-probs
 };
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
@@ -44,6 +46,11 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
 
 absl::Status RunGenerate(const GenerateFlags& flags) {
   RETURN_IF_ERROR(ValidateGenerationFlags(flags.common));
+  if (flags.n_probs < 0) return InvalidArgument("--n-probs must be >= 0, got ", flags.n_probs);
+  if (flags.n_probs > 0 && flags.common.stats == "none") {
+    return InvalidArgument("--n-probs ", flags.n_probs, " prints with the stats: give --stats json (the "
+                           "completion_probabilities key) or --stats text (lines on stderr), not --stats none");
+  }
   const int prompt_sources =
       !flags.prompt.empty() + !flags.prompt_file.empty() + !flags.prompt_ids.empty();
   if (prompt_sources == 0) {
@@ -119,6 +126,13 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   // A stop string ends generation before the next step; tokens of the step that completed it are not
   // printed past it.
   if (!stops.empty()) options.stop = [&stops] { return stops.stopped(); };
+  std::vector<TokenLogprobs> probs;
+  if (flags.n_probs > 0) {
+    options.n_probs = flags.n_probs;
+    options.on_logprobs = [&probs](std::span<const TokenLogprobs> step) {
+      probs.insert(probs.end(), step.begin(), step.end());
+    };
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeLoop> decoder, MakeLoop(*pair, options));
   ASSIGN_OR_RETURN(std::vector<int32_t> generated, decoder->Generate(prompt, sink));
   if (text_out) {
@@ -127,7 +141,16 @@ absl::Status RunGenerate(const GenerateFlags& flags) {
   }
   std::fputs("\n", stdout);
   RETURN_IF_ERROR(sink_status);
+  if (flags.n_probs > 0 && flags.common.stats == "json") {
+    std::printf("%s\n", WithProbs(StatsJson(flags.common, *pair, decoder->stats()), probs, target_tok).c_str());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
   PrintStats(flags.common, *pair, decoder->stats());
+  if (flags.n_probs > 0) {
+    std::fprintf(stderr, "log-probabilities of the target (natural log; token | the %d most probable):\n%s",
+                 flags.n_probs, ProbsText(probs, target_tok).c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -140,6 +163,12 @@ Registrar kGenerate{
        app.add_option("-f,--file", f->prompt_file, "read the prompt text from this file");
        app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids");
        app.add_flag("--print-ids", f->print_ids, "print token ids instead of text");
+       app.add_option("--n-probs", f->n_probs,
+                      "for every generated token, its log-probability and the N most probable tokens "
+                      "at its position: the target's own (softmax of its logits, before temperature "
+                      "and top-k/p), the same with or without a draft. In --stats json as "
+                      "completion_probabilities (llama.cpp's n_probs), with --stats text on stderr")
+           ->type_name("N");
        app.add_option("--stop,-r,--reverse-prompt", f->stop,
                       "stop when the output contains TEXT, printing nothing of it; repeat for several "
                       "(llama.cpp's -r / --reverse-prompt)")

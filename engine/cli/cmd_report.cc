@@ -21,6 +21,7 @@ namespace {
 
 struct ReportFlags {
   std::string results, svg, svg_budget, title = "specgen_bench";
+  std::string subtitle;  // --subtitle; empty: the models and sampling the results name
 };
 
 absl::Status RunReport(const ReportFlags& flags) {
@@ -42,7 +43,10 @@ absl::Status RunReport(const ReportFlags& flags) {
   ss << in.rdbuf();
   ASSIGN_OR_RETURN(std::vector<report::BenchRow> rows, report::ParseBenchResults(ss.str(), flags.results));
   if (!flags.svg.empty()) {
-    const std::string svg = report::RenderSvgChart(rows, flags.title);
+    // The heading names the device, the models and the sampling that specgen_bench recorded.
+    const report::ChartHeading heading = report::HeadingFor(flags.title, report::ParseBenchContext(ss.str()));
+    const std::string svg =
+        report::RenderSvgChart(rows, heading.title, flags.subtitle.empty() ? heading.subtitle : flags.subtitle);
     RETURN_IF_ERROR(WriteFileSafely(
         flags.svg, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, output));
   }
@@ -68,7 +72,12 @@ Registrar kReport{
        app.add_option("--svg-budget", f->svg_budget,
                       "also write a chart here: speedup over the target alone against the VRAM budget, one "
                       "line per pairing and acceptance regime (the best fixed k at each budget)");
-       app.add_option("--title", f->title, "the charts' title")->capture_default_str();
+       app.add_option("--title", f->title,
+                      "the chart's title; the device the results were measured on follows it (\" on "
+                      "NVIDIA H200\")")
+           ->capture_default_str();
+       app.add_option("--subtitle", f->subtitle,
+                      "the chart's second line (default: the models and the sampling the results name)");
        return [f]() { return RunReport(*f); };
      }}};
 

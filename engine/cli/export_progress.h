@@ -15,7 +15,8 @@ namespace specgen::cli {
 void PrintNote(std::string_view line);
 
 // ExportGguf of `model` to `path` under a progress bar labelled `label` (the layer and an ETA; drawn
-// only for work over a second), with `options`' note and progress set to go through that bar.
+// only for work over a second), then one for writing the file, with `options`' note, progress and
+// write_progress set to go through them.
 absl::Status ExportGgufWithProgress(const LoadedModel& model, const std::string& path, const std::string& label,
                                     GgufExportOptions options);
 

@@ -582,8 +582,8 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> ne, DT
   return absl::OkStatus();
 }
 
-absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment,
-                              const SafeWriteOptions& output) const {
+absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment, const SafeWriteOptions& output,
+                              const std::function<void(size_t done, size_t total)>& progress) const {
   if (!IsPowerOfTwo(alignment)) {
     return InvalidArgument(path, ": GGUF alignment ", alignment, " is not a power of two");
   }
@@ -631,9 +631,18 @@ absl::Status GgufWriter::Write(const std::string& path, uint32_t alignment,
   ASSIGN_OR_RETURN(SafeFileWriter w, SafeFileWriter::Create(path, output));
   RETURN_IF_ERROR(w.Write(head.data(), head.size()));
   RETURN_IF_ERROR(w.WriteZeros(data_start - head.size()));
+  size_t total = 0, done = 0;
+  for (const PendingTensor& t : tensors_) total += t.bytes;
+  constexpr size_t kChunk = size_t{64} << 20;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     RETURN_IF_ERROR(w.WriteZeros(data_start + offsets[i] - w.written()));
-    RETURN_IF_ERROR(w.Write(tensors_[i].data, tensors_[i].bytes));
+    const auto* data = static_cast<const uint8_t*>(tensors_[i].data);
+    for (size_t at = 0; at < tensors_[i].bytes; at += kChunk) {
+      const size_t n = std::min(kChunk, tensors_[i].bytes - at);
+      RETURN_IF_ERROR(w.Write(data + at, n));
+      done += n;
+      if (progress) progress(done, total);
+    }
   }
   if (!tensors_.empty()) RETURN_IF_ERROR(w.WriteZeros(data_start + offset - w.written()));  // padding
   RETURN_IF_ERROR(w.Commit());

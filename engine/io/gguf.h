@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -108,9 +109,11 @@ class GgufWriter {
   absl::Status AddTensor(std::string name, std::vector<int64_t> ne, DType dtype, const void* data,
                          size_t bytes);
   // Writes to `path` through a SafeFileWriter (safe_write.h): no partial file on error, no target
-  // that is not a regular file or is one of `output.inputs`.
-  absl::Status Write(const std::string& path, uint32_t alignment = 32,
-                     const SafeWriteOptions& output = {}) const;
+  // that is not a regular file or is one of `output.inputs`. `progress` (may be empty) gets the tensor
+  // bytes written of their total after every 64 MiB and every tensor: a large model's file takes
+  // seconds to write.
+  absl::Status Write(const std::string& path, uint32_t alignment = 32, const SafeWriteOptions& output = {},
+                     const std::function<void(size_t done, size_t total)>& progress = nullptr) const;
 
  private:
   struct PendingTensor {

@@ -44,8 +44,11 @@ absl::Status ParallelFor(int64_t n, int threads, const std::function<absl::Statu
 
 // Converts a [rows, cols] tensor to `dst_type` into `dst`, taking row r from source row
 // source_row(r) (identity unless permuting Q/K).
+// `rows_done(bytes)`: output bytes of a block of rows just converted (from the conversion's threads;
+// may be empty), so that a large tensor shows progress while it converts, not only once it is done.
 absl::Status ConvertTensor(const TensorView& src, DType dst_type, uint8_t* dst, int threads,
-                           const std::function<int64_t(int64_t)>& source_row) {
+                           const std::function<int64_t(int64_t)>& source_row,
+                           const std::function<void(size_t bytes)>& rows_done) {
   const int64_t rows = src.rows(), cols = src.cols();
   ASSIGN_OR_RETURN(size_t src_row_bytes, RowBytes(src.dtype, cols));
   ASSIGN_OR_RETURN(size_t dst_row_bytes, RowBytes(dst_type, cols));
@@ -59,6 +62,7 @@ absl::Status ConvertTensor(const TensorView& src, DType dst_type, uint8_t* dst, 
       RETURN_IF_ERROR(RowToF32(src.dtype, in + from * src_row_bytes, cols, row.data()));
       RETURN_IF_ERROR(RowFromF32(dst_type, row.data(), cols, dst + r * dst_row_bytes));
     }
+    if (rows_done) rows_done(static_cast<size_t>(end - task * kRowsPerTask) * dst_row_bytes);
     return absl::OkStatus();
   });
 }
@@ -225,9 +229,24 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       if (b.ok()) total_bytes += *b;
     }
   }
-  auto advance = [&](int64_t layer, size_t bytes) {
+  // Progress comes per block of rows, from the conversion's threads: serialized here so that `done`
+  // only grows, and passed on each time another 1/kProgressSteps of the total is done (or a tensor
+  // ends), so that a 150k-row embedding moves the bar while a 100-tensor layer does not flood it.
+  constexpr size_t kProgressSteps = 500;
+  std::mutex progress_mu;
+  size_t reported_bytes = 0;
+  auto report = [&](int64_t layer, size_t bytes, bool tensor_end) {
+    if (!opt.progress) return;
+    std::lock_guard lock(progress_mu);
     done_bytes += bytes;
-    if (opt.progress) opt.progress(layer, done_bytes, total_bytes);
+    if (!tensor_end && (done_bytes - reported_bytes) * kProgressSteps < total_bytes) return;
+    reported_bytes = done_bytes;
+    opt.progress(layer, done_bytes, total_bytes);
+  };
+  auto advance = [&](int64_t layer, size_t bytes) { report(layer, bytes, true); };
+  auto within = [&](int64_t layer) {
+    if (!opt.progress) return std::function<void(size_t)>();
+    return std::function<void(size_t)>([&report, layer](size_t bytes) { report(layer, bytes, false); });
   };
 
   for (const ExpectedTensor& e : ExpectedTensors(spec)) {
@@ -249,9 +268,9 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
       buffers.push_back(std::make_unique<uint8_t[]>(bytes));
       std::function<int64_t(int64_t)> map;
       if (permute) map = [&](int64_t r) { return InterleavedSourceRow(r, spec.head_dim); };
-      RETURN_IF_ERROR(ConvertTensor(v, out, buffers.back().get(), opt.threads, map));
+      RETURN_IF_ERROR(ConvertTensor(v, out, buffers.back().get(), opt.threads, map, within(k.layer)));
       RETURN_IF_ERROR(w.AddTensor(name, Reversed(v), out, buffers.back().get(), bytes));
-      advance(k.layer, bytes);
+      advance(k.layer, 0);  // its bytes came block by block
       continue;
     }
     // Stacked experts: ne = [cols, rows, E]. Zero-copy when the experts already lie back to back in
@@ -276,8 +295,8 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     buffers.push_back(std::make_unique<uint8_t[]>(per_expert * static_cast<size_t>(E)));
     uint8_t* dst = buffers.back().get();
     for (int x = 0; x < E; ++x) {
-      RETURN_IF_ERROR(ConvertTensor(experts[x], out, dst + per_expert * x, opt.threads, nullptr));
-      advance(k.layer, per_expert);
+      RETURN_IF_ERROR(ConvertTensor(experts[x], out, dst + per_expert * x, opt.threads, nullptr, within(k.layer)));
+      advance(k.layer, 0);
     }
     RETURN_IF_ERROR(w.AddTensor(name, ne, out, dst, per_expert * static_cast<size_t>(E)));
   }
@@ -314,7 +333,7 @@ absl::Status ExportGguf(const ModelSpec& spec, const WeightSet& weights, const s
     RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(freq_factors.size())}, DType::kF32,
                                 buffers.back().get(), bytes));
   }
-  RETURN_IF_ERROR(w.Write(path, 32, opt.output));
+  RETURN_IF_ERROR(w.Write(path, 32, opt.output, opt.write_progress));
   if (opt.note) {
     for (const std::string& line : LlamaCppDifferences(spec)) opt.note(line);
   }

@@ -33,9 +33,14 @@ struct GgufExportOptions {
   // Receives one line per noteworthy decision (f16 fallbacks, LlamaCppDifferences); may be empty.
   std::function<void(std::string_view)> note;
   int threads = 0;  // <= 0: every hardware thread
-  // Called as tensors are converted, layer by layer: the layer (-1 for the global tensors, which come
-  // first), and output bytes done of the total. May be empty.
+  // Called as tensors are converted: the layer (-1 for the global tensors, which come first), and
+  // output bytes done of the total, which only grows. Within a large tensor too (block by block of
+  // rows, each time another 1/500 of the total is done) and at every tensor's end; calls are
+  // serialized but may come from the conversion's threads. May be empty.
   std::function<void(int64_t layer, size_t done, size_t total)> progress;
+  // Called as the converted tensors are written to the file (GgufWriter::Write's progress: bytes
+  // written of their total, every 64 MiB and every tensor). May be empty.
+  std::function<void(size_t done, size_t total)> write_progress;
   // How the file is written (safe_write.h): the run's inputs, which it must not replace.
   SafeWriteOptions output;
 };

@@ -172,6 +172,39 @@ absl::Status ParseStop(const json& body, CompletionRequest* r) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> TopLogprobs(const json& body, const char* field) {
+  ASSIGN_OR_RETURN(const int64_t n, Integer(body, field));
+  if (n < 0 || n > kMaxTopLogprobs) {
+    return InvalidArgument("'", field, "' is ", n, "; it must be in [0, ", kMaxTopLogprobs, "]");
+  }
+  return static_cast<int>(n);
+}
+
+// The chat's logprobs (a boolean) and top_logprobs (which needs it); the completions' logprobs (a
+// count of top tokens).
+absl::Status ParseLogprobs(const json& body, CompletionRequest* r) {
+  auto given = [&](const char* f) { return body.contains(f) && !body[f].is_null(); };
+  if (!r->chat) {
+    if (given("top_logprobs")) {
+      return InvalidArgument("'top_logprobs' is the chat API's; /v1/completions takes 'logprobs': N");
+    }
+    if (given("logprobs")) {
+      ASSIGN_OR_RETURN(r->top_logprobs, TopLogprobs(body, "logprobs"));
+      r->logprobs = true;
+    }
+    return absl::OkStatus();
+  }
+  if (given("logprobs")) {
+    if (!body["logprobs"].is_boolean()) return WrongType("logprobs", "a boolean", body["logprobs"]);
+    r->logprobs = body["logprobs"].get<bool>();
+  }
+  if (given("top_logprobs")) {
+    ASSIGN_OR_RETURN(r->top_logprobs, TopLogprobs(body, "top_logprobs"));
+    if (!r->logprobs) return InvalidArgument("'top_logprobs' needs 'logprobs': true");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_text, bool chat,
@@ -200,6 +233,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body_t
   }
   RETURN_IF_ERROR(ParseSampling(body, &r));
   RETURN_IF_ERROR(ParseStop(body, &r));
+  RETURN_IF_ERROR(ParseLogprobs(body, &r));
   if (body.contains("n") && !body["n"].is_null()) {
     ASSIGN_OR_RETURN(const int64_t n, Integer(body, "n"));
     if (n != 1) return InvalidArgument("'n' is ", n, "; only one choice per request is supported");

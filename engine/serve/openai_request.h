@@ -18,6 +18,8 @@ namespace specgen::serve {
 
 // OpenAI allows at most 4 stop strings.
 inline constexpr size_t kMaxStopStrings = 4;
+// And at most 20 top_logprobs (the chat's; 5 for the legacy completions, which specgen widens to 20).
+inline constexpr int kMaxTopLogprobs = 20;
 
 struct CompletionRequest {
   bool chat = false;
@@ -30,6 +32,10 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  // Per token log-probabilities: the chat's "logprobs": true with "top_logprobs": N, or the
+  // completions' "logprobs": N (the chosen token's and the N most probable).
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 // Parses `body` for the completions (`chat` false) or chat endpoint; fields absent keep `defaults`

@@ -97,7 +97,10 @@ absl::StatusOr<std::vector<int32_t>> SequencePool::RunShared(Slot& slot, const J
   SpeculativeOptions options = job.options;
   options.keep_cache = false;  // a slot serves many requests: each starts from an empty cache
   options.stop = [&]() {
-    // Away from the models while it sends its text: no pass waits for it meanwhile.
+    // Away from the models while it sends its text: no pass waits for it meanwhile. A job with nothing
+    // to do between steps (the benchmark's) stays in: leaving would let the others' passes run
+    // without it each time, one sequence a pass.
+    if (!job.between_steps) return false;
     batcher_.Leave();
     const bool stop = job.between_steps && job.between_steps();
     batcher_.Join();

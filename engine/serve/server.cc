@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/core/status_macros.h"
+#include "engine/serve/logprobs.h"
 #include "engine/serve/openai_request.h"
 #include "engine/serve/peer_watch.h"
 #include "engine/serve/stop_matcher.h"
@@ -208,6 +209,7 @@ absl::StatusOr<std::shared_ptr<Server::Prepared>> Server::Prepare(const httplib:
   p->options.sampling = r.sampling;
   p->options.max_new_tokens = max_tokens;
   p->options.end_ids = std::move(end_ids);
+  p->options.n_probs = r.logprobs ? r.top_logprobs : 0;
   ASSIGN_OR_RETURN(p->admission, pool_->Admit());
   p->id = Cat(chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
   p->created = static_cast<int64_t>(std::time(nullptr));
@@ -222,17 +224,18 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
   const std::string model = config_.model_id;
   const char* object = chat ? (p->request.stream ? "chat.completion.chunk" : "chat.completion")
                             : "text_completion";
-  // One choice's JSON: the chat's message or delta, or the completion's text.
-  auto choice = [chat](const std::string& text, bool delta, const json& finish) {
+  // One choice's JSON: the chat's message or delta, or the completion's text, with the logprobs of
+  // its tokens (null unless asked for).
+  auto choice = [chat](const std::string& text, bool delta, const json& finish, const json& logprobs = nullptr) {
     json c = {{"index", 0}, {"finish_reason", finish}};
     if (!chat) {
       c["text"] = text;
-      c["logprobs"] = nullptr;
     } else if (delta) {
       c["delta"] = text.empty() ? json::object() : json{{"content", text}};
     } else {
       c["message"] = {{"role", "assistant"}, {"content", text}};
     }
+    c["logprobs"] = logprobs;
     return c;
   };
   auto envelope = [p, model, object](json choices) {
@@ -245,19 +248,28 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
   // sequence's turn, and returns false once the client is gone. Returns the error, or the finish.
   struct Outcome {
     std::string text_left;  // text not yet given to `send`
+    json logprobs_left;     // the logprobs of its tokens (null unless asked for)
     SpeculativeStats stats;
     int64_t completion_tokens = 0;
     bool stop_string = false, gone = false;
   };
-  auto generate = [this, p, watch](const std::function<bool(const std::string&)>& send) -> absl::StatusOr<Outcome> {
+  auto generate = [this, p, watch, chat](const std::function<bool(const std::string&, const json&)>& send)
+      -> absl::StatusOr<Outcome> {
     StreamingDetokenizer detok(*tok_);
     StopMatcher stops(p->request.stop);
     std::string ready;
+    size_t released = 0;  // bytes of the reply the stop strings let out so far
+    const bool want_logprobs = p->request.logprobs;
+    LogprobsTracker logprobs([this](int32_t id) { return tok_->IsValid(id) ? tok_->TokenBytes(id, true) : ""; },
+                             chat);
     absl::Status decode_status;
     Outcome out;
     SequencePool::Job job;
     job.prompt = p->prompt;
     job.options = p->options;
+    if (want_logprobs) {
+      job.options.on_logprobs = [&](std::span<const TokenLogprobs> step) { logprobs.AddLogprobs(step); };
+    }
     job.sink = [&](std::span<const int32_t> tokens) {
       for (const int32_t t : tokens) {
         absl::StatusOr<std::string> piece = detok.Add(t);
@@ -265,12 +277,15 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
           decode_status.Update(piece.status());
           continue;
         }
-        ready += stops.Add(*piece);
+        if (want_logprobs) logprobs.AddText(piece->size());
+        const std::string safe = stops.Add(*piece);
+        released += safe.size();
+        ready += safe;
       }
     };
     job.between_steps = [&]() {
       if (send && !ready.empty()) {
-        if (!send(ready)) out.gone = true;
+        if (!send(ready, want_logprobs ? logprobs.Take(released) : json(nullptr))) out.gone = true;
         ready.clear();
       }
       if (watch.Closed()) out.gone = true;
@@ -278,8 +293,12 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
     };
     ASSIGN_OR_RETURN(std::vector<int32_t> generated, pool_->Run(*p->admission, job, &out.stats));
     RETURN_IF_ERROR(decode_status);
-    ready += stops.Add(detok.Finish());
-    ready += stops.Finish();
+    const std::string tail = detok.Finish();
+    std::string safe = stops.Add(tail);
+    safe += stops.Finish();
+    released += safe.size();
+    ready += safe;
+    if (want_logprobs) out.logprobs_left = logprobs.TakeRest(released, stops.stopped());
     out.text_left = std::move(ready);
     out.completion_tokens = static_cast<int64_t>(generated.size());
     out.stop_string = stops.stopped();
@@ -289,7 +308,8 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
   if (!p->request.stream) {
     absl::StatusOr<Outcome> out = generate(nullptr);
     if (!out.ok()) return SetError(res, out.status());
-    json body = envelope(json::array({choice(out->text_left, false, FinishReason(out->stats, out->stop_string))}));
+    json body = envelope(json::array(
+        {choice(out->text_left, false, FinishReason(out->stats, out->stop_string), out->logprobs_left)}));
     body["usage"] = Usage(out->stats, out->completion_tokens, p->options.sampling.seed);
     res.set_content(Dump(body), "application/json");
     return;
@@ -306,15 +326,18 @@ void Server::Completion(const httplib::Request& req, httplib::Response& res, boo
         bool alive = !chat || event(envelope(json::array({json{{"index", 0},
                                                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
                                                                 {"finish_reason", nullptr}}})));
-        auto send = [&](const std::string& text) {
-          alive = alive && event(envelope(json::array({choice(text, true, nullptr)})));
+        auto send = [&](const std::string& text, const json& logprobs) {
+          alive = alive && event(envelope(json::array({choice(text, true, nullptr, logprobs)})));
           return alive;
         };
         absl::StatusOr<Outcome> out = generate(send);
         if (!out.ok()) {
           event(ErrorBody(HttpStatus(out.status()), std::string(out.status().message())));
         } else if (!out->gone) {
-          if (!out->text_left.empty()) send(out->text_left);
+          const json& lp = out->logprobs_left;
+          const bool lp_entries = lp.is_object() && ((lp.contains("content") && !lp["content"].empty()) ||
+                                                     (lp.contains("tokens") && !lp["tokens"].empty()));
+          if (!out->text_left.empty() || lp_entries) send(out->text_left, lp);
           event(envelope(json::array({choice("", true, FinishReason(out->stats, out->stop_string))})));
           if (p->request.include_usage) {
             json last = envelope(json::array());

@@ -31,6 +31,7 @@ DeviceSpeculativeDecoder::~DeviceSpeculativeDecoder() {
   DeviceArena& a = backend_->arena();
   for (void* p : {static_cast<void*>(batch_), static_cast<void*>(p_), result_, accept_ws_, sample_ws_}) a.Free(p);
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
+  if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceSpeculativeDecoder>> DeviceSpeculativeDecoder::Create(
@@ -69,6 +70,11 @@ absl::Status DeviceSpeculativeDecoder::Allocate() {
   sample_ws_bytes_ = std::max(kernels::ProcessSplitWorkspaceBytes(kMax + 1, static_cast<int>(v)), size_t{256});
   ASSIGN_OR_RETURN(sample_ws_, a.Allocate(sample_ws_bytes_, "sampling workspace"));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_result_, sizeof(kernels::AcceptanceResult), cudaHostAllocDefault));
+  if (options_.on_logprobs) {
+    // --n-probs: the pass's logits rows come back with the step's result (one wait still), pinned.
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_logits_), (kMax + 1) * v * sizeof(float),
+                                               cudaHostAllocDefault));
+  }
   return absl::OkStatus();
 }
 
@@ -167,6 +173,12 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> DeviceSpeculativeDecoder::Step(cons
   // Greedy acceptance reads only the argmax of each row, the same over the logits as over their
   // one-hot processing: the target's k + 1 rows are not processed.
   const float* p = CudaBackend::Data(*logits);
+  if (host_logits_ != nullptr) {
+    // The raw logits (processing writes p_, not them), queued before the result's copy so that the
+    // step's one host wait brings both.
+    SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logits_, p, static_cast<size_t>(k + 1) * vocab * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, stream));
+  }
   if (mode != kernels::AcceptKernelMode::kGreedy) {
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessLogitsSplit(p, k + 1, static_cast<int>(vocab),
                                                                   ToSamplingConfig(options_.sampling), p_, sample_ws_,
@@ -190,6 +202,14 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> DeviceSpeculativeDecoder::Step(cons
   out.accept_seconds = SecondsSince(t0);
   out.result.n_accepted = n_acc;
   out.result.tokens.assign(host->tokens, host->tokens + n_tokens);
+  if (host_logits_ != nullptr) {
+    // Row i chose tokens[i] after the accepted drafts before it: the target's own row there.
+    const size_t v = static_cast<size_t>(vocab);
+    for (int i = 0; i < n_tokens && i <= k; ++i) {
+      out.logprobs.push_back(TopLogprobs(std::span<const float>(host_logits_ + static_cast<size_t>(i) * v, v),
+                                         out.result.tokens[static_cast<size_t>(i)], options_.n_probs));
+    }
+  }
   // A step whose pass was captured (its warm-up pass, the capture and the instantiation) says nothing
   // about what a pass of that size costs.
   out.untimed = target_pass_->captures() != captures_before;

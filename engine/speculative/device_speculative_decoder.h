@@ -91,6 +91,7 @@ class DeviceSpeculativeDecoder : public SpeculativeLoop {
   void* sample_ws_ = nullptr;  // the target rows' processing
   size_t sample_ws_bytes_ = 0;
   void* host_result_ = nullptr;  // pinned kernels::AcceptanceResult
+  float* host_logits_ = nullptr;  // pinned [kAcceptMaxDraft + 1, V]: the pass's logits, with on_logprobs only
 };
 
 }  // namespace specgen

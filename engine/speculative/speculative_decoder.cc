@@ -71,6 +71,14 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> SpeculativeDecoder::Step(const std:
   }
   out.result = Accept(options_.accept, proposal_.tokens, proposal_.q, p_, vocab, options_.sampling, context_len);
   out.accept_seconds = SecondsSince(t0);
+  if (options_.on_logprobs) {
+    // Row i chose result.tokens[i]: rows before it hold the accepted drafts, so it is the target's
+    // own distribution at that position.
+    for (size_t i = 0; i < out.result.tokens.size(); ++i) {
+      out.logprobs.push_back(TopLogprobs(std::span<const float>(logits_).subspan(i * v, v), out.result.tokens[i],
+                                         options_.n_probs));
+    }
+  }
   return out;
 }
 

@@ -140,6 +140,10 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
       return absl::InternalError(Cat("a step returned ", n_acc, " accepted of ", k, " and ",
                                      result.tokens.size(), " tokens"));
     }
+    if (options_.on_logprobs && step.logprobs.size() != result.tokens.size()) {
+      return absl::InternalError(Cat("a step returned ", step.logprobs.size(), " log-probability rows for ",
+                                     result.tokens.size(), " tokens"));
+    }
     for (const int32_t t : result.tokens) {
       // A sampler meets no token only where the logits it drew from were NaN or infinite.
       if (t < 0 || t >= vocab) {
@@ -184,6 +188,9 @@ absl::StatusOr<std::vector<int32_t>> SpeculativeLoop::Generate(std::span<const i
     }
     previous_k = k;
     if (options_.on_pass) options_.on_pass(k, result);
+    if (options_.on_logprobs) {
+      options_.on_logprobs(std::span<const TokenLogprobs>(step.logprobs).first(generated.size() - first_new));
+    }
     if (sink) sink(std::span<const int32_t>(generated).subspan(first_new));
   }
   stats_.tokens = static_cast<int64_t>(generated.size());

@@ -19,6 +19,7 @@
 #include "engine/model/causal_lm.h"
 #include "engine/sampling/acceptance.h"
 #include "engine/sampling/sampling_params.h"
+#include "engine/sampling/top_logprobs.h"
 #include "engine/speculative/draft_length_controller.h"
 #include "engine/speculative/stats.h"
 
@@ -45,6 +46,12 @@ struct SpeculativeOptions {
   // Asked before every step; true ends generation there (StopReason::kStopped), with the tokens so
   // far committed and, with keep_cache, cached: the chat's Ctrl-C.
   std::function<bool()> stop;
+  // --n-probs and the server's logprobs: when set, called before the sink with each committed token's
+  // log-probability and the n_probs most probable tokens at its position (TopLogprobs over the
+  // target's logits of the verification pass, the row that chose the token: the same figures as the
+  // target alone computes there, since every earlier row of the pass holds accepted tokens).
+  int n_probs = 0;
+  std::function<void(std::span<const TokenLogprobs>)> on_logprobs;
 };
 
 // Receives each pass's newly committed tokens, in order, as soon as they are accepted.
@@ -84,6 +91,8 @@ class SpeculativeLoop {
   // captured in it), so that the adaptive controller does not learn from them.
   struct StepOutcome {
     AcceptResult result;
+    // With on_logprobs: one entry per result.tokens entry, from the pass's row that chose it.
+    std::vector<TokenLogprobs> logprobs;
     double draft_seconds = 0, verify_seconds = 0, accept_seconds = 0;
     bool untimed = false;
   };

@@ -194,6 +194,44 @@ TEST(SvgChartTest, TheAcceptanceAxisFitsTheData) {
   EXPECT_EQ(panel.find(">1.0</text>"), std::string::npos) << panel;
 }
 
+// The heading says what was measured: the device after the name, then the models and the sampling
+// from the results' context; results without that context keep the bare name.
+TEST(SvgChartTest, TheHeadingNamesTheDeviceModelsAndSampling) {
+  const std::string json =
+      "{\"context\": {\"specgen_device\": \"NVIDIA H200\", \"specgen_models\": \"a.gguf + b.gguf\", "
+      "\"specgen_sampling\": \"greedy\"}, \"benchmarks\": []}";
+  const BenchContext context = ParseBenchContext(json);
+  EXPECT_EQ(context.device, "NVIDIA H200");
+  const ChartHeading heading = HeadingFor("specgen_bench", context);
+  EXPECT_EQ(heading.title, "specgen_bench on NVIDIA H200");
+  EXPECT_EQ(heading.subtitle, "a.gguf + b.gguf; greedy");
+  const std::string svg = RenderSvgChart(FixedRows(), heading.title, heading.subtitle);
+  const size_t title = svg.find("<g id=\"title\">");
+  ASSERT_NE(title, std::string::npos);
+  const std::string group = svg.substr(title, svg.find("</g>", title) - title);
+  EXPECT_NE(group.find(">specgen_bench on NVIDIA H200</text>"), std::string::npos) << group;
+  EXPECT_NE(group.find(">a.gguf + b.gguf; greedy</text>"), std::string::npos) << group;
+  std::string error;
+  EXPECT_FALSE(Elements(svg, &error).empty()) << error;
+
+  const ChartHeading bare = HeadingFor("t", ParseBenchContext("{\"benchmarks\": [], \"context\": {\"specgen_device\": 3}}"));
+  EXPECT_EQ(bare.title, "t");
+  EXPECT_EQ(bare.subtitle, "");
+  EXPECT_EQ(ParseBenchContext("not json").device, "");
+}
+
+// A --parallel row is its own series ("greedy x4"), beside the one-sequence runs of the pairing.
+TEST(BenchResultsTest, ParallelRowsAreTheirOwnSeries) {
+  auto rows = ParseBenchResults(
+      "{\"benchmarks\": [{\"name\": \"g/k:2/real_time\"}, {\"name\": \"g/k:2/parallel:4/real_time\"}]}", "p.json");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].Series(), "g");
+  EXPECT_EQ((*rows)[1].parallel, 4);
+  EXPECT_EQ((*rows)[1].Series(), "g x4");
+  EXPECT_FALSE(ParseBenchResults("{\"benchmarks\": [{\"name\": \"g/k:2/parallel:0\"}]}", "p.json").ok());
+}
+
 TEST(SvgChartTest, TheCheckerCatchesMalformedXml) {
   std::string error;
   EXPECT_TRUE(Elements("<svg><g></svg></g>", &error).empty());

@@ -6,6 +6,9 @@ plausible ranges; a bad config exits 1 naming the file and line, and writes no r
 Values a run cannot use (temperature = nan, max_new_tokens past the context, one budget twice, budgets
 on a CPU run, a prompt that fills the context) exit 1 naming the cause, with no result recorded.
 
+--parallel 1,2 runs the benchmarks again through the serving pool: aggregate tokens/s, per sequence
+latency, shared passes, and the acceptance of each fixed draft length equal to the one-loop run's.
+
 Then `specgen report` on those results: a table with every pairing, and an SVG that parses as XML
 with one polyline per pairing in the tokens/s panel and per drafting pairing in the acceptance panel.
 
@@ -77,6 +80,11 @@ def check_report(specgen, results, tmp, check):
         return [p.get("data-series") for p in panels[panel].iter(ns + "polyline")] if panel in panels else None
     check(series("tokens_per_second") == ["greedy", "sampled", "plain"], f"report: {series('tokens_per_second')}")
     check(series("acceptance_rate") == ["greedy", "sampled"], f"report: {series('acceptance_rate')}")
+    # The heading names the device, the models and the sampling (issue 47), from the results' context.
+    heading = " | ".join("".join(t.itertext()) for t in panels["title"].iter(ns + "text")) if "title" in panels else ""
+    for part in ["specgen_bench on CPU", "tiny-target + tiny-draft", "tiny-target alone", "greedy",
+                 "temp=0.8", "accept coupled"]:
+        check(part in heading, f"report: the chart's heading {heading!r} lacks {part!r}")
     missing_svg = os.path.join(tmp, "none.svg")
     run = subprocess.run([specgen, "report", os.path.join(tmp, "missing.json"), "--svg", missing_svg],
                          capture_output=True, text=True, timeout=60)
@@ -147,6 +155,40 @@ acceptance = ["flat:0.9", "typical"]
     check(lines == ["regime [flat:0.9]", "regime [typical]"], f"regimes report: budget chart lines {lines}")
 
 
+def check_parallel(bench, config, tmp, single, check):
+    """--parallel 1,2: every benchmark again through the serving pool, 1 and 2 sequences at once. The
+    two prompts each give the tokens they give alone (batch invariance), so the fixed-k runs accept
+    exactly what the one-loop runs accept; with 2 at once the CPU's target passes carry both."""
+    out = os.path.join(tmp, "parallel.json")
+    run = subprocess.run([bench, "--config", config, "--parallel", "1,2", "--benchmark_filter=greedy/k:2|sampled|plain",
+                          "--benchmark_min_time=0.05", f"--benchmark_out={out}"],
+                         capture_output=True, text=True, timeout=600)
+    check(run.returncode == 0, f"--parallel: exit {run.returncode}: {run.stderr[-2000:]}")
+    results = json.load(open(out)) if os.path.exists(out) else {"benchmarks": []}
+    by_name = {b["name"]: b for b in results["benchmarks"]}
+    for base in ["greedy/k:2", "sampled/k:3", "plain/k:0"]:
+        one = single.get(base + "/real_time")
+        for n in (1, 2):
+            name = f"{base}/parallel:{n}/real_time"
+            b = by_name.get(name)
+            check(b is not None, f"--parallel: no {name} in {sorted(by_name)}")
+            if b is None or one is None:
+                continue
+            check(b.get("parallel") == n, f"{name}: parallel {b.get('parallel')}")
+            check(b.get("tokens_per_second", 0) > 0 and 0 < b.get("time_to_first_token", 0) <= b.get("sequence_latency", 0) < 60,
+                  f"{name}: tokens/s {b.get('tokens_per_second')}, ttft {b.get('time_to_first_token')}, "
+                  f"latency {b.get('sequence_latency')}")
+            # Two sequences at once share passes (between 1 and 2 sequences a pass); one never does.
+            spp = b.get("sequences_per_pass", 0)
+            check(spp == 1 if n == 1 else 1 < spp <= 2, f"{name}: sequences_per_pass {spp}")
+            for counter in ("acceptance_rate", "mean_accepted_length", "mean_draft_length"):
+                check(b.get(counter) == one.get(counter),
+                      f"{name}: {counter} {b.get(counter)} differs from the one-loop run's {one.get(counter)}")
+    run = subprocess.run([bench, "--config", config, "--parallel", "2,0"], capture_output=True, text=True, timeout=60)
+    check(run.returncode == 1 and "--parallel 2,0: '0' is not a number of sequences in [1, 64]" in run.stderr,
+          f"--parallel 2,0: exit {run.returncode}: {run.stderr[-300:]!r}")
+
+
 def main():
     bench, source = sys.argv[1], os.path.abspath(sys.argv[2])
     failures = []
@@ -177,6 +219,11 @@ def main():
                     "sampled/k:3/real_time": 3, "plain/k:0/real_time": 0}
         check(sorted(by_name) == sorted(expected), f"benchmarks {sorted(by_name)}")
         check(results.get("context", {}).get("pairing_config") == config, "context lacks pairing_config")
+        context = results.get("context", {})
+        check(context.get("specgen_device") == "CPU" and
+              context.get("specgen_models") == "tiny-target + tiny-draft, tiny-target alone" and
+              context.get("specgen_sampling", "").startswith("greedy; temp=0.8"),
+              f"context: device, models, sampling {context}")
         for name, k in expected.items():
             b = by_name.get(name)
             if b is None:
@@ -206,6 +253,7 @@ def main():
 
         if len(sys.argv) > 3 and os.path.exists(out):
             check_report(sys.argv[3], out, tmp, check)
+        check_parallel(bench, config, tmp, by_name, check)
 
         check_regimes(bench, source, tmp, sys.argv[3] if len(sys.argv) > 3 else None, check)
 

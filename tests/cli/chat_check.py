@@ -83,6 +83,30 @@ def piped(specgen, pair):
     check(rc == 1 and "--chat-template must be one of" in err, f"--chat-template vicuna: exit {rc}: {err!r}")
     rc, out, err = chat(specgen, pair + ["--color", "sometimes"], "")
     check(rc == 1 and "--color must be auto, always or never" in err, f"--color sometimes: exit {rc}: {err!r}")
+    # --color off is never's word (issue 47), and the reasoning display takes its four values only.
+    rc, out, err = chat(specgen, greedy + ["--color", "off"], "def add(a, b):\n")
+    check(rc == 0 and out.strip() != "" and "\x1b[" not in out, f"--color off: exit {rc}: {out!r} {err[-300:]!r}")
+    rc, out, err = chat(specgen, pair + ["--think", "sometimes"], "")
+    check(rc != 0 and "--think" in err and "sometimes" in err, f"--think sometimes: exit {rc}: {err!r}")
+    # Reasoning where the reply has no colour (issue 47): this message makes the bundled target write
+    # a <think> that it never closes. --think show prints it; piped (no colour, --think auto) it and
+    # all after it is hidden, the text before it kept; coloured (--color always) it is dimmed instead.
+    mimic = 's = "<think>x</think> done" s = "<think>x</think> done" s = "<think>x</think> done"\n'
+    think_args = pair + ["-n", "40", "--temp", "0", "--stats", "none"]
+    _, shown, _ = chat(specgen, think_args + ["--think", "show"], mimic)
+    if "<think>" in shown:
+        rc, hidden, err = chat(specgen, think_args, mimic)
+        check(rc == 0 and hidden == shown[:shown.find("<think>")] + "\n\n",
+              f"--think auto, piped: {hidden!r}, expected the text before <think> of {shown!r}")
+        _, dimmed, _ = chat(specgen, think_args + ["--color", "always"], mimic)
+        check("<think>" in dimmed and "\x1b[2m" in dimmed, f"--color always: reasoning not shown dim: {dimmed!r}")
+        _, hidden_colored, _ = chat(specgen, think_args + ["--color", "always", "--think", "hide"], mimic)
+        check("<think>" not in hidden_colored, f"--think hide: {hidden_colored!r}")
+    else:  # a build whose greedy text differs in a near tie: the unit tests (ThinkHiderTest) still hold
+        print(f"note: the bundled target wrote no <think> here ({shown[:80]!r}); reasoning display not checked")
+    # The bundled pair's template has no thinking switch: --reasoning off is refused, naming it.
+    rc, out, err = chat(specgen, pair + ["--reasoning", "off"], "hi\n")
+    check(rc == 1 and "has no thinking switch" in err, f"--reasoning off on the tiny pair: exit {rc}: {err!r}")
     rc, out, err = chat(specgen, pair + ["-n", "8", "--temp", "0", "--chat-template", "llama3"], "hello\n")
     check(rc == 0 and out.strip() != "", f"--chat-template llama3: exit {rc}: {err[-300:]!r}")
 

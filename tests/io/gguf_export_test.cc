@@ -171,6 +171,48 @@ TEST(GgufExport, TokenizerModelIsNoneWithoutATokenizer) {
   EXPECT_EQ(*(*tok)->Find("tokenizer.ggml.model")->AsString(), "gpt2");
 }
 
+// Progress comes within a tensor, block by block of rows, not only at tensor ends (a 150k-row
+// embedding must move the bar): more calls than tensors, `done` never shrinking, ending at the total.
+TEST(GgufExport, ProgressMovesWithinATensor) {
+  TempDir dir;
+  auto src = Synth(*SynthSpec("tiny-dense"));
+  GgufExportOptions opt;
+  opt.dtype = DType::kQ8_0;  // converted row by row (f32 in), not copied whole
+  opt.threads = 2;
+  std::vector<std::pair<size_t, size_t>> calls;  // (done, total); serialized by ExportGguf
+  opt.progress = [&](int64_t, size_t done, size_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("p.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(dir.Path("p.gguf"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_FALSE(calls.empty());
+  // One call per tensor end: any more came from inside a tensor.
+  EXPECT_GT(calls.size(), (*f)->tensors().size());
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GE(calls[i].first, calls[i - 1].first) << i;
+  EXPECT_EQ(calls.back().first, calls.back().second);
+  // Throttled: at most one call per 1/500 of the total, plus one per tensor end.
+  EXPECT_LE(calls.size(), 500 + (*f)->tensors().size());
+}
+
+// Writing the file reports too: a call per tensor (each under the writer's 64 MiB step), growing to
+// the total of the tensors' bytes, which is what the file holds past its header.
+TEST(GgufExport, WritingTheFileReportsItsProgress) {
+  TempDir dir;
+  auto src = Synth(*SynthSpec("tiny-dense"));
+  GgufExportOptions opt;
+  opt.dtype = DType::kQ8_0;
+  std::vector<std::pair<size_t, size_t>> calls;
+  opt.write_progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(ExportGguf(src->spec, src->weights, dir.Path("w.gguf"), opt).ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(dir.Path("w.gguf"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(calls.size(), (*f)->tensors().size());
+  size_t bytes = 0;
+  for (const GgufTensorInfo& t : (*f)->tensors()) bytes += t.bytes;
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GT(calls[i].first, calls[i - 1].first) << i;
+  EXPECT_EQ(calls.back().first, bytes);
+  EXPECT_EQ(calls.back().second, bytes);
+}
+
 TEST(GgufExport, RejectsUnwritableType) {
   TempDir dir;
   auto src = Synth(*SynthSpec("tiny-dense"));

@@ -109,3 +109,35 @@ TEST(OpenAiRequest, BadChatMessagesAreNamed) {
 
 }  // namespace
 }  // namespace specgen::serve
+
+namespace specgen::serve {
+namespace {
+
+// logprobs as each API spells it: the chat's boolean with top_logprobs, the completions' count.
+TEST(OpenAiRequest, LogprobsInEachApisForm) {
+  absl::StatusOr<CompletionRequest> chat = ParseCompletionRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":3})", true, Defaults());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->logprobs);
+  EXPECT_EQ(chat->top_logprobs, 3);
+  absl::StatusOr<CompletionRequest> off = ParseCompletionRequest(R"({"prompt":"x"})", false, Defaults());
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->logprobs);
+  absl::StatusOr<CompletionRequest> legacy = ParseCompletionRequest(R"({"prompt":"x","logprobs":0})", false, Defaults());
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_TRUE(legacy->logprobs);  // 0: the chosen token's only
+  EXPECT_EQ(legacy->top_logprobs, 0);
+
+  EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true),
+              HasSubstr("'top_logprobs' needs 'logprobs': true"));
+  EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":5})", true),
+              HasSubstr("'logprobs' must be a boolean, not a number"));
+  EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", true),
+              HasSubstr("'top_logprobs' is 21; it must be in [0, 20]"));
+  EXPECT_THAT(Error(R"({"prompt":"x","logprobs":-1})"), HasSubstr("'logprobs' is -1; it must be in [0, 20]"));
+  EXPECT_THAT(Error(R"({"prompt":"x","logprobs":true})"), HasSubstr("'logprobs' must be an integer"));
+  EXPECT_THAT(Error(R"({"prompt":"x","top_logprobs":2})"), HasSubstr("/v1/completions takes 'logprobs': N"));
+}
+
+}  // namespace
+}  // namespace specgen::serve

@@ -186,6 +186,54 @@ def check_stop(s):
         check(finish == ["stop"], "stop: finish %r" % finish)
 
 
+def check_logprobs(s, specgen, common):
+    """logprobs in both APIs, whole and streamed: one entry per generated token, its text the reply's,
+    its figures those `specgen generate --n-probs` prints for the same prompt (both the target's own
+    log-softmax at the position, from bit-identical passes: compared to 1e-6, float32's resolution
+    near 1); a stop string cuts the entries with the text."""
+    gen = subprocess.run([specgen, "generate"] + common + ["-p", "def fib(n):", "-n", "24", "--stats", "json",
+                                                           "--n-probs", "3"],
+                         capture_output=True, text=True, timeout=120)
+    if not check(gen.returncode == 0, "generate --n-probs: %s" % gen.stderr):
+        return
+    probs = json.loads(gen.stdout.strip().splitlines()[-1])["completion_probabilities"]
+    check(len(probs) == 24 and all(len(p["top_logprobs"]) == 3 for p in probs), "generate --n-probs: %r" % probs[:2])
+    status, _, body = s.post("/v1/completions", {"prompt": "def fib(n):", "max_tokens": 24, "temperature": 0,
+                                                 "logprobs": 3})
+    lp = body["choices"][0].get("logprobs") or {}
+    check(status == 200 and len(lp.get("tokens", [])) == 24, "completions logprobs: %d %r" % (status, lp))
+    check("".join(lp.get("tokens", [])) == text_of(body), "completions logprobs: tokens %r vs text %r"
+          % (lp.get("tokens"), text_of(body)))
+    for i, (mine, theirs) in enumerate(zip(lp.get("token_logprobs", []), probs)):
+        check(abs(mine - theirs["logprob"]) <= 1e-6 and mine <= 0,
+              "token %d: serve's logprob %r, generate's %r" % (i, mine, theirs["logprob"]))
+        top = lp["top_logprobs"][i]
+        # Greedy: the chosen token is the most probable one.
+        check(abs(max(top.values()) - mine) <= 1e-6, "token %d: top %r, chosen %r" % (i, top, mine))
+    events, _ = s.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Add two numbers."}],
+                                                  "max_tokens": 12, "temperature": 0, "logprobs": True,
+                                                  "top_logprobs": 2})
+    entries = [e for ev in events for c in ev["choices"] if c.get("logprobs") for e in c["logprobs"]["content"]]
+    check(len(entries) == 12 and all(len(e["top_logprobs"]) == 2 for e in entries),
+          "chat stream logprobs: %d entries %r" % (len(entries), entries[:2]))
+    check("".join(e["token"] for e in entries) == streamed_text(events, True),
+          "chat stream logprobs: tokens %r vs text %r" % ([e["token"] for e in entries], streamed_text(events, True)))
+    check(all(bytes(e["bytes"]).decode(errors="replace") == e["token"] for e in entries), "chat logprobs: bytes")
+    status, _, plain = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+    check(status == 200 and plain["choices"][0]["logprobs"] is None, "no logprobs asked: %r" % plain["choices"][0])
+    # A stop string: only the tokens whose text is in the reply.
+    full = text_of(body)
+    stop = full[8:11]
+    cut = full[:full.find(stop)]
+    status, _, r = s.post("/v1/completions", {"prompt": "def fib(n):", "max_tokens": 24, "temperature": 0,
+                                              "logprobs": 1, "stop": stop})
+    toks = r["choices"][0]["logprobs"]["tokens"]
+    check("".join(toks).startswith(cut) and len("".join(toks[:-1])) < len(cut) <= len("".join(toks)),
+          "stop %r: tokens %r for the text %r" % (stop, toks, cut))
+    status, _, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
+    check(status == 400 and "'top_logprobs' needs 'logprobs': true" in r["error"]["message"], "top_logprobs alone: %r" % r)
+
+
 def requests_mix():
     """Greedy requests and coupled-sampling ones (temperature 0.8, a seed each)."""
     out = []
@@ -415,6 +463,7 @@ def main():
         check_basics(s, generate_text)
         check_chat(s)
         check_stop(s)
+        check_logprobs(s, specgen, common)
         # Each request of the mix alone, one after another: the reference for what follows.
         reqs = requests_mix()
         alone = []

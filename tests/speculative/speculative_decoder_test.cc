@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "draft/model_proposer.h"
+#include "engine/core/str_cat.h"
 #include "engine/sampling/distribution.h"
 #include "gtest/gtest.h"
 #include "tests/common/chi_square.h"
@@ -201,6 +202,82 @@ TEST(SpeculativeDecoder, RejectionSamplingFirstTwoTokensAreDistributedAsTheTarge
   const auto r = ChiSquareTest(counts, expected);
   EXPECT_GT(r.p_value, kFalseFailureRate) << "chi2 " << r.statistic << " dof " << r.dof;
   EXPECT_GT(accepted, kTrials / 4);  // the draft is used, not always rejected
+}
+
+// --n-probs: every emitted token's log-probabilities, in order, one entry per token, and the very
+// figures the target alone gives: each is read from the pass row that chose the token, whose earlier
+// rows hold accepted tokens. FakeLm's rows do not depend on the batch, so the equality is exact.
+struct LogprobRun {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+};
+LogprobRun GenerateWithLogprobs(const std::vector<int32_t>& prompt, SpeculativeOptions options, bool with_draft) {
+  LogprobRun run;
+  options.n_probs = 3;
+  options.on_logprobs = [&](std::span<const TokenLogprobs> step) {
+    run.logprobs.insert(run.logprobs.end(), step.begin(), step.end());
+  };
+  FakeLm target(kVocab, kContext);
+  FakeLm draft(kVocab, kContext, 4.0, 0.3);
+  ModelProposer proposer(&draft, kVocab, options.sampling, options.accept);
+  SpeculativeDecoder decoder(&target, with_draft ? &proposer : nullptr, options);
+  auto out = decoder.Generate(prompt);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (out.ok()) run.tokens = *out;
+  return run;
+}
+
+void ExpectSameLogprobs(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogprobs>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].chosen.token, b[i].chosen.token) << what << " token " << i;
+    EXPECT_EQ(a[i].chosen.logprob, b[i].chosen.logprob) << what << " token " << i;
+    ASSERT_EQ(a[i].top.size(), b[i].top.size()) << what << " token " << i;
+    for (size_t j = 0; j < a[i].top.size(); ++j) {
+      EXPECT_EQ(a[i].top[j].token, b[i].top[j].token) << what << " token " << i << " top " << j;
+      EXPECT_EQ(a[i].top[j].logprob, b[i].top[j].logprob) << what << " token " << i << " top " << j;
+    }
+  }
+}
+
+TEST(SpeculativeDecoder, LogprobsAreTheTargetsOwnWithOrWithoutADraft) {
+  SamplingParams sampled = SamplingParams::Plain(1.0f, 7);
+  for (const auto& [params, mode] : {std::pair{SamplingParams::Greedy(), AcceptMode::kRejection},
+                                     std::pair{sampled, AcceptMode::kCoupled}}) {
+    for (const auto& prompt : Prompts(4, 11)) {
+      const LogprobRun plain = GenerateWithLogprobs(prompt, Options(params, 0, false, mode), false);
+      ASSERT_EQ(plain.logprobs.size(), plain.tokens.size());
+      for (size_t i = 0; i < plain.tokens.size(); ++i) {
+        const TokenLogprobs& t = plain.logprobs[i];
+        EXPECT_EQ(t.chosen.token, plain.tokens[i]);
+        ASSERT_EQ(t.top.size(), 3u);
+        EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+        EXPECT_GE(t.top[1].logprob, t.top[2].logprob);
+        EXPECT_LE(t.chosen.logprob, t.top[0].logprob);
+        if (params.greedy()) {
+          EXPECT_EQ(t.top[0].token, plain.tokens[i]);  // greedy takes the most probable
+        }
+      }
+      for (int k : {1, 3, 6}) {
+        const LogprobRun spec = GenerateWithLogprobs(prompt, Options(params, k, false, mode), true);
+        EXPECT_EQ(spec.tokens, plain.tokens) << "k=" << k;
+        ExpectSameLogprobs(spec.logprobs, plain.logprobs, Cat("k=", k));
+      }
+    }
+  }
+}
+
+TEST(SpeculativeDecoder, LogprobsStopWithTheTokensAtAnEndToken) {
+  const auto greedy = SamplingParams::Greedy();
+  const LogprobRun plain = GenerateWithLogprobs({1, 2}, Options(greedy, 0), false);
+  auto options = Options(greedy, 4);
+  options.end_ids = {plain.tokens[5]};
+  // The end token comes mid-pass: the pass's later rows are not the sequence's and are not reported.
+  const LogprobRun run = GenerateWithLogprobs({1, 2}, options, true);
+  ASSERT_LT(run.tokens.size(), plain.tokens.size());
+  ExpectSameLogprobs(run.logprobs, std::vector<TokenLogprobs>(plain.logprobs.begin(),
+                                                              plain.logprobs.begin() + run.tokens.size()),
+                     "cut at the end token");
 }
 
 TEST(SpeculativeDecoder, StopsAtAnEndToken) {
