@@ -147,7 +147,7 @@ void RunParallelBenchmark(benchmark::State& state, RunSpec spec) {
     sum.shared_pass_sequences += run->shared_pass_sequences;
   }
   if (sum.requests == 0) return;
-  SetCounters(state, spec, sum.totals, it->second);
+  SetCounters(state, spec, sum.totals, it->second, process.cache.vram_budget());
   state.counters["tokens_per_second"] = sum.aggregate_tokens_per_second();
   state.counters["speedup"] = it->second > 0 ? sum.aggregate_tokens_per_second() / it->second : 0.0;
   state.counters["time_to_first_token"] = sum.mean_time_to_first_token();
