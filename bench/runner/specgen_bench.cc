@@ -89,20 +89,25 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   }
 }
 
+// The target-alone run's tokens/s that the speedup divides by, run once per key outside the timed loop.
+absl::StatusOr<double> BaselineTokensPerSecond(Process& process, const RunSpec& spec) {
+  const std::string key = BaselineKey(spec);
+  auto it = process.baseline_tps.find(key);
+  if (it == process.baseline_tps.end()) {
+    ASSIGN_OR_RETURN(const RunTotals baseline, RunPairing(process.cache, WithoutDraft(spec)));
+    it = process.baseline_tps.emplace(key, baseline.tokens_per_second()).first;
+  }
+  return it->second;
+}
+
 void RunBenchmark(benchmark::State& state, RunSpec spec) {
   Process& process = TheProcess();
   auto fail = [&](const absl::Status& status) {
     process.any_error = true;
     state.SkipWithError(std::string(status.message()).c_str());
   };
-  // The target-alone run the speedup divides by, outside the timed loop.
-  const std::string key = BaselineKey(spec);
-  auto it = process.baseline_tps.find(key);
-  if (it == process.baseline_tps.end()) {
-    auto baseline = RunPairing(process.cache, WithoutDraft(spec));
-    if (!baseline.ok()) return fail(baseline.status());
-    it = process.baseline_tps.emplace(key, baseline->tokens_per_second()).first;
-  }
+  const absl::StatusOr<double> baseline_tps = BaselineTokensPerSecond(process, spec);
+  if (!baseline_tps.ok()) return fail(baseline_tps.status());
   RunTotals totals;
   for (auto _ : state) {
     auto run = RunPairing(process.cache, spec);
@@ -112,7 +117,7 @@ void RunBenchmark(benchmark::State& state, RunSpec spec) {
     }
     totals.Add(*run);
   }
-  if (totals.prompts > 0) SetCounters(state, spec, totals, it->second, process.cache.vram_budget());
+  if (totals.prompts > 0) SetCounters(state, spec, totals, *baseline_tps, process.cache.vram_budget());
 }
 
 // A --parallel benchmark: the spec's prompts by spec.parallel clients through the serving pool.
@@ -125,13 +130,8 @@ void RunParallelBenchmark(benchmark::State& state, RunSpec spec) {
     process.any_error = true;
     state.SkipWithError(std::string(status.message()).c_str());
   };
-  const std::string key = BaselineKey(spec);
-  auto it = process.baseline_tps.find(key);
-  if (it == process.baseline_tps.end()) {
-    auto baseline = RunPairing(process.cache, WithoutDraft(spec));
-    if (!baseline.ok()) return fail(baseline.status());
-    it = process.baseline_tps.emplace(key, baseline->tokens_per_second()).first;
-  }
+  const absl::StatusOr<double> baseline_tps = BaselineTokensPerSecond(process, spec);
+  if (!baseline_tps.ok()) return fail(baseline_tps.status());
   ParallelTotals sum;
   for (auto _ : state) {
     auto run = RunParallel(process.cache, spec);
@@ -147,9 +147,9 @@ void RunParallelBenchmark(benchmark::State& state, RunSpec spec) {
     sum.shared_pass_sequences += run->shared_pass_sequences;
   }
   if (sum.requests == 0) return;
-  SetCounters(state, spec, sum.totals, it->second, process.cache.vram_budget());
+  SetCounters(state, spec, sum.totals, *baseline_tps, process.cache.vram_budget());
   state.counters["tokens_per_second"] = sum.aggregate_tokens_per_second();
-  state.counters["speedup"] = it->second > 0 ? sum.aggregate_tokens_per_second() / it->second : 0.0;
+  state.counters["speedup"] = *baseline_tps > 0 ? sum.aggregate_tokens_per_second() / *baseline_tps : 0.0;
   state.counters["time_to_first_token"] = sum.mean_time_to_first_token();
   state.counters["sequence_latency"] = sum.mean_sequence_seconds();
   state.counters["sequences_per_pass"] = sum.sequences_per_pass();
