@@ -62,13 +62,16 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
                                                            const float* __restrict__ w, int n, int k,
                                                            int experts, Plan plan) {
   __shared__ int scan[kPlanThreads];
+  __shared__ int ids_s[kMaxT * kRouterMaxTopK];  // the scans below read every id once a thread
   LetDependentsLaunch();
   WaitForPrecedingGrid();  // the router's ids and weights
   const int s = n * k, t = threadIdx.x;
+  for (int i = t; i < s; i += kPlanThreads) ids_s[i] = ids[i];
+  __syncthreads();
   int count = 0, before = 0;  // entries routed to expert t; entries routed to experts below t
   if (t < experts) {
     for (int i = 0; i < s; ++i) {
-      const int e = ids[i];
+      const int e = ids_s[i];
       count += e == t;
       before += e < t;
     }
@@ -89,10 +92,10 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
   }
   if (t == kPlanThreads - 1) *plan.n_active = scan[t];
   if (t < s) {
-    const int i = t / k, e = ids[t];
+    const int i = t / k, e = ids_s[t];
     int slot = 0, rank = 0;  // slot: entries below e, plus earlier tokens of e; rank among token i's
     for (int j = 0; j < s; ++j) {
-      const int ej = ids[j];
+      const int ej = ids_s[j];
       slot += ej < e || (ej == e && j / k < i);
       rank += j / k == i && ej < e;
     }
@@ -353,100 +356,117 @@ cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys
 }
 
 // GateUpKernel and DownKernel on packed experts (gate/up of kT, down of kD): the packed product's one
-// definition (kernels/packed_mma.cuh), which is MatMul's on the gathered rows. Block (x, u) takes the
-// u-th active expert: it quantizes that expert's tokens' inputs into shared memory once, then takes
-// the expert's 16-row tiles x, x + gridDim.x, ..; each expert's weights are read once for all its
-// tokens. kNT: token tiles of 8 (the most tokens an expert has in the launch, rounded up).
+// definition (kernels/packed_mma.cuh), which is MatMul's on the gathered rows. The work is the active
+// experts' 16-row tiles, (expert u, tile) items in order, and each block takes a contiguous run of
+// them: the grid fills the device whether 8 experts are active or 60 (known only on the device), and a
+// block quantizes an expert's tokens' inputs into shared memory once for all its tiles of that expert.
+// Each expert's weights are read once for all its tokens. kNT: token tiles of 8 (the most tokens an
+// expert has in the launch, rounded up).
 constexpr int kProductThreads = detail::kSliceWarps * 32;
 
-template <ElemType kT, int kNT>
-__global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                                      Plan plan) {
+// Expert e's rows [16 tile, 16 tile + 16) of `mat` (rows of row_bytes, `rows` in all) asked of L2
+// (detail::BlockPrefetchL2): an item's before the block quantizes its expert's inputs, and the next
+// item's before it computes this one, so the weights' HBM latency overlaps that work.
+__device__ __forceinline__ void PrefetchExpertTile(const void* mat, int tile, int rows, int64_t row_bytes) {
+  const int r0 = tile * detail::kTileRows;
+  if (r0 >= rows) return;
+  detail::BlockPrefetchL2(static_cast<const uint8_t*>(mat) + r0 * row_bytes,
+                          static_cast<int64_t>(min(detail::kTileRows, rows - r0)) * row_bytes);
+}
+
+// The loop both packed expert kernels run over the block's run of items. in_of(u, t): the input row of
+// active expert u's t-th token; mat(j, e): expert e's matrix j of kMats (out_rows rows over `in`);
+// store(first, row, tok, v): the kMats results of output row `row` for the expert's token `tok`
+// (its slot first + tok), called by the lead warp.
+template <ElemType kT, int kMats, int kNT, typename InOf, typename Mat, typename Store>
+__device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_rows, bool prefetch, InOf in_of,
+                                            Mat mat, Store store) {
   extern __shared__ __align__(16) uint8_t experts_smem[];
-  WaitForPrecedingGrid();  // the plan
-  const int u = blockIdx.y;
-  if (u >= *plan.n_active) return;
-  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
-  const int hidden = tab.hidden, ffn = tab.ffn, ntiles = (m + 7) / 8;
-  const int* slot_token = plan.slot_token + first;
+  const int tiles = (out_rows + detail::kTileRows - 1) / detail::kTileRows;
+  const int64_t items = static_cast<int64_t>(*plan.n_active) * tiles;
+  const int begin = static_cast<int>(items * blockIdx.x / gridDim.x);
+  const int end = static_cast<int>(items * (blockIdx.x + 1) / gridDim.x);
+  const int64_t row_bytes = PackedRowBytes(kT, in);
+  const auto ask = [&](int i) {
+    const int e = plan.expert[i / tiles];
+#pragma unroll
+    for (int j = 0; j < kMats; ++j) PrefetchExpertTile(mat(j, e), i % tiles, out_rows, row_bytes);
+  };
+  if (prefetch && begin < end) ask(begin);
   float* partial = reinterpret_cast<float*>(experts_smem);
-  const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<2, kNT>, 8 * ntiles, hidden);
-  detail::QuantizeToSmem(a, m, 8 * ntiles, [x, slot_token, hidden](int t) {
-    return x + static_cast<int64_t>(slot_token[t]) * hidden;
-  });
-  __syncthreads();
+  const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<kMats, kNT>, 8 * kNT, in);
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t row_bytes = PackedRowBytes(kT, hidden);
-  const int tiles = (ffn + detail::kTileRows - 1) / detail::kTileRows;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  int u_now = -1, e = 0, m = 0, first = 0, ntiles = 0;
+  for (int i = begin; i < end; ++i) {
+    const int u = i / tiles, tile = i % tiles;
+    if (u != u_now) {  // the previous item's closing barrier: no warp still reads the old inputs
+      u_now = u;
+      e = plan.expert[u];
+      m = plan.count[u];
+      first = plan.first[u];
+      ntiles = (m + 7) / 8;
+      detail::QuantizeToSmem(a, m, 8 * ntiles, [&in_of, u](int t) { return in_of(u, t); });
+      __syncthreads();
+    }
+    if (prefetch && i + 1 < end) ask(i + 1);
     const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
-    const uint8_t* rows[2][2];
+    const uint8_t* rows[kMats][2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t off = static_cast<int64_t>(row[r] < ffn ? row[r] : 0) * row_bytes;
-      rows[0][r] = static_cast<const uint8_t*>(tab.gate[e]) + off;
-      rows[1][r] = static_cast<const uint8_t*>(tab.up[e]) + off;
+      const int64_t off = static_cast<int64_t>(row[r] < out_rows ? row[r] : 0) * row_bytes;
+#pragma unroll
+      for (int j = 0; j < kMats; ++j) rows[j][r] = static_cast<const uint8_t*>(mat(j, e)) + off;
     }
-    float gu[2][kNT][4];
-    detail::TileProducts<kT, 2, kNT>(rows, a, ntiles, partial, gu);
+    float out[kMats][kNT][4];
+    detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out);
     if (detail::SlicesLead()) {
 #pragma unroll
       for (int t = 0; t < kNT; ++t)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = i >> 1, tok = 8 * t + 2 * c + (i & 1);
-          if (row[r] >= ffn || tok >= m) continue;
-          const float gv = gu[0][t][i];
-          plan.act[static_cast<int64_t>(first + tok) * ffn + row[r]] = portable::SiluMul(gv, gu[1][t][i]);  // StoreSwiGlu's
+        for (int k = 0; k < 4; ++k) {
+          const int r = k >> 1, tok = 8 * t + 2 * c + (k & 1);
+          if (row[r] >= out_rows || tok >= m) continue;
+          float v[kMats];
+#pragma unroll
+          for (int j = 0; j < kMats; ++j) v[j] = out[j][t][k];
+          store(first, row[r], tok, v);
         }
     }
-    __syncthreads();
+    __syncthreads();  // partial (and, for a new expert, the inputs) are written again
   }
+}
+
+template <ElemType kT, int kNT>
+__global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
+                                                                      Plan plan, bool prefetch) {
+  WaitForPrecedingGrid();  // the plan
+  const int hidden = tab.hidden, ffn = tab.ffn;
+  ExpertItems<kT, 2, kNT>(
+      plan, hidden, ffn, prefetch,
+      [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
+      [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
+      [&](int first, int row, int tok, const float (&v)[2]) {
+        plan.act[static_cast<int64_t>(first + tok) * ffn + row] = portable::SiluMul(v[0], v[1]);  // StoreSwiGlu's
+      });
   LetDependentsLaunch();
 }
 
 template <ElemType kD, int kNT>
-__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan) {
-  extern __shared__ __align__(16) uint8_t experts_smem[];
+__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan, bool prefetch) {
   WaitForPrecedingGrid();  // the activations
-  const int u = blockIdx.y;
-  if (u >= *plan.n_active) return;
-  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
-  const int hidden = tab.hidden, ffn = tab.ffn, ntiles = (m + 7) / 8;
-  const float* act = plan.act + static_cast<int64_t>(first) * ffn;
-  float* partial = reinterpret_cast<float*>(experts_smem);
-  const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<1, kNT>, 8 * ntiles, ffn);
-  detail::QuantizeToSmem(a, m, 8 * ntiles, [act, ffn](int t) { return act + static_cast<int64_t>(t) * ffn; });
-  __syncthreads();
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t row_bytes = PackedRowBytes(kD, ffn);
-  const int tiles = (hidden + detail::kTileRows - 1) / detail::kTileRows;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
-    const uint8_t* rows[1][2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      rows[0][r] = static_cast<const uint8_t*>(tab.down[e]) + static_cast<int64_t>(row[r] < hidden ? row[r] : 0) * row_bytes;
-    }
-    float y[1][kNT][4];
-    detail::TileProducts<kD, 1, kNT>(rows, a, ntiles, partial, y);
-    if (detail::SlicesLead()) {
-#pragma unroll
-      for (int t = 0; t < kNT; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = i >> 1, tok = 8 * t + 2 * c + (i & 1);
-          if (row[r] >= hidden || tok >= m) continue;
-          plan.y[static_cast<int64_t>(first + tok) * hidden + row[r]] = y[0][t][i];
-        }
-    }
-    __syncthreads();
-  }
+  const int hidden = tab.hidden, ffn = tab.ffn;
+  ExpertItems<kD, 1, kNT>(
+      plan, ffn, hidden, prefetch,
+      [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
+      [&](int, int e) { return tab.down[e]; },
+      [&](int first, int row, int tok, const float (&v)[1]) {
+        plan.y[static_cast<int64_t>(first + tok) * hidden + row] = v[0];
+      });
   LetDependentsLaunch();
 }
 
-// A launch over `ys` expert slots of `tiles` row tiles each: enough blocks an expert that the slots
-// that can be active (at most min(n k, experts)) fill the device twice over, at most one a tile.
+// A launch over at most `ys` active experts of `tiles` row tiles each: one wave of the blocks the device
+// holds at once, or fewer where there are fewer items.
 template <typename Kernel, typename... Args>
 cudaError_t LaunchExpertProduct(Kernel kernel, int tiles, unsigned ys, int in, int mats, int nt, cudaStream_t stream,
                                 bool pdl, Args... args) {
@@ -454,9 +474,9 @@ cudaError_t LaunchExpertProduct(Kernel kernel, int tiles, unsigned ys, int in, i
   int resident = 0;
   const cudaError_t e = detail::ResidentProductBlocks(kernel, smem, &resident);
   if (e != cudaSuccess) return e;
-  const int per_expert = std::max(1, std::min(tiles, 2 * resident / static_cast<int>(ys)));
-  return LaunchDecodeKernel(kernel, dim3(static_cast<unsigned>(per_expert), ys), dim3(kProductThreads), smem, stream,
-                            pdl, args...);
+  const int64_t items = static_cast<int64_t>(tiles) * ys;
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(items, resident)));
+  return LaunchDecodeKernel(kernel, dim3(grid), dim3(kProductThreads), smem, stream, pdl, args...);
 }
 
 template <int kNT>
@@ -465,12 +485,12 @@ cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys,
   const int tile = detail::kTileRows;
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
     return LaunchExpertProduct(PackedGateUpKernel<decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
-                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan);
+                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan, detail::PackedPrefetchOn());
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
     return LaunchExpertProduct(PackedDownKernel<decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
-                               1, kNT, stream, pdl, tab, plan);
+                               1, kNT, stream, pdl, tab, plan, detail::PackedPrefetchOn());
   });
 }
 

@@ -42,7 +42,8 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 // out[t] = sum over token t's k experts e (ascending id) of route_w[t, j] * down_e(silu(gate_e x_t) *
 // up_e x_t), for t < n (1..kRoutedExpertsMaxTokens). route_ids / route_w [n, k] as LaunchRouterTopK
 // writes them (distinct ids per token). x [n, hidden], out [n, hidden] fp32, device. Four launches,
-// no host wait; the grid covers min(n k, experts) experts and blocks of absent ones exit at once. On
+// no host wait; packed experts' products run as one wave of blocks over the active experts' row tiles
+// (the number of active experts is known only on the device), plain ones over min(n k, experts). On
 // sm_90+ the four are launched with programmatic dependent launch (each waits for its predecessor in
 // the kernel, so the launch gaps overlap the previous kernel's tail). accumulate: out[t] += that sum
 // instead (the residual add, as LaunchAdd's), one kernel fewer a layer. Each expert product is reduced

@@ -96,7 +96,6 @@ TEST(RoutingOverrideGpu, StreamedEqualsResidentUnderTheSameOverrideAlsoFromGraph
     SCOPED_TRACE(std::to_string(slots) + " slots");
     TransformerOptions so = ro;
     so.expert_cache_slots = slots;
-  so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
     so.streaming = std::make_shared<CudaWeightStreaming>(be.get());
     auto streamed = Transformer::Create(model, be.get(), so);
     ASSERT_TRUE(streamed.ok()) << streamed.status();
@@ -178,6 +177,7 @@ TEST(RoutingOverrideGpu, UniformRoutingHitsTheSlotShareAndLocalityFarMore) {
   TransformerOptions so;
   so.max_context = 420;
   so.expert_cache_slots = slots;
+  so.streaming = std::make_shared<CudaWeightStreaming>(be.get());  // the experts stream through the cache
   auto lm = Transformer::Create(model, be.get(), so);
   ASSERT_TRUE(lm.ok()) << lm.status();
   ASSERT_FALSE((*lm)->StreamsOnHost(1));
