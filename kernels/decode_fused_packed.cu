@@ -92,15 +92,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int m = 0; m < kRows; ++m) rows[m][r] = ro.w[m];
       y[r] = ro.y;
     }
-    float acc[kRows][1][4];
-    detail::TileProducts<kT, kRows, 1>(rows, a, 1, partial, acc);
-    if (detail::SlicesLead() && c == 0) {  // token 0: elements 0 (row g) and 2 (row g + 8) of lane c = 0
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (row[r] >= segs.total_rows) continue;
-        const float d0 = acc[0][0][2 * r];
+    float acc[kRows];
+    detail::TileElement el;
+    // Token 0: elements 0 (row g) and 2 (row g + 8) of lane c = 0.
+    if (detail::TileProducts<kT, kRows, 1>(rows, a, 1, partial, acc, &el) && (el.e & 1) == 0 && c == 0) {
+      const int r = el.e >> 1;
+      if (row[r] < segs.total_rows) {
+        const float d0 = acc[0];
         if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-          *y[r] = portable::SiluMul(d0, acc[kRows - 1][0][2 * r]);  // LaunchSwiGlu's
+          *y[r] = portable::SiluMul(d0, acc[kRows - 1]);  // LaunchSwiGlu's
         } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
           *y[r] = *y[r] + d0;  // LaunchAdd's
         } else {

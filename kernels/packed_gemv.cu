@@ -159,25 +159,21 @@ __global__ void __launch_bounds__(kProductThreads) PackedProductKernel(PackedSeg
       rows[0][r] = tg[r].w;
       if constexpr (kMats == 2) rows[1][r] = s.w[1] + (tg[r].w - s.w[0]);
     }
-    float out[kMats][kNT][4];
-    detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out);
-    if (detail::SlicesLead()) {
-#pragma unroll
-      for (int t = 0; t < kNT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, tok = 8 * t + 2 * c + (e & 1);
-          if (row[r] >= s.total_rows || tok >= n) continue;
-          float* yt = tg[r].y + static_cast<int64_t>(tok) * tg[r].ld;
-          const float d0 = out[0][t][e];
-          if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-            *yt = portable::SiluMul(d0, out[kMats - 1][t][e]);  // LaunchSwiGlu's
-          } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-            *yt = *yt + d0;  // LaunchAdd's
-          } else {
-            *yt = d0;
-          }
+    float out[kMats];
+    detail::TileElement el;
+    if (detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out, &el)) {
+      const int r = el.e >> 1, tok = 8 * el.t + 2 * c + (el.e & 1);
+      if (row[r] < s.total_rows && tok < n) {
+        float* yt = tg[r].y + static_cast<int64_t>(tok) * tg[r].ld;
+        const float d0 = out[0];
+        if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+          *yt = portable::SiluMul(d0, out[kMats - 1]);  // LaunchSwiGlu's
+        } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+          *yt = *yt + d0;  // LaunchAdd's
+        } else {
+          *yt = d0;
         }
+      }
     }
     __syncthreads();  // partial is written again by the next tile
   }

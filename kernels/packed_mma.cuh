@@ -233,7 +233,7 @@ template <ElemType kT, int kMats, int kNT>
 __device__ __forceinline__ void SliceProducts(const uint8_t* const (&rows)[kMats][2], int b0, int b1,
                                               const SmemActs& a, int ntiles, float (&acc)[kMats][kNT][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  constexpr int kAhead = 4;  // blocks whose weights are loaded before the first of them is used
+  constexpr int kAhead = 4 / kMats;  // blocks whose weights are loaded before the first of them is used
   for (int bb = b0; bb < b1; bb += kAhead) {
     uint32_t lo[kAhead][kMats][2], hi[kAhead][kMats][2];
     BlockScales sc[kAhead][kMats][2];
@@ -294,20 +294,25 @@ __device__ __forceinline__ void BlockPrefetchL2(const uint8_t* p, int64_t bytes)
 // it off, to measure what it buys (bench/RESULTS.md). Read once a process.
 __host__ bool PackedPrefetchOn();
 
-// Whether the calling thread's warp ends a TileProducts call with the results.
-__device__ __forceinline__ bool SlicesLead() { return (threadIdx.x >> 5) % kSliceWarps == 0; }
-
 // Shared memory for the slices' partial sums of one tile: [kSliceWarps][kMats][kNT][4][32] floats.
 template <int kMats, int kNT>
 inline constexpr size_t kPartialBytes = sizeof(float) * kSliceWarps * kMats * kNT * 4 * 32;
 
+// The results a warp ends TileProducts with: token tile t, mma element e (lane (g, c): row g for
+// e < 2, else g + 8; token 8 t + 2 c + (e & 1)).
+struct TileElement {
+  int t;
+  int e;
+};
+
 // The block's tile: each warp runs its slice (warp % kSliceWarps) into `partial`, the block
-// synchronizes, and the first warp (SlicesLead) ends with out[m][t][e] = the pairwise tree of the
-// sixteen partials for its elements (as SliceProducts lays them out). The caller synchronizes the
-// block before `partial` is written again.
+// synchronizes, then warp 4 t + e of the slice group sums element e of token tile t (t < ntiles) for
+// every matrix: out[m] = the pairwise tree of the sixteen partials (so four warps a token tile share
+// the trees instead of one warp summing them all). Returns whether the calling warp holds such an
+// element, and which in *el. The caller synchronizes the block before `partial` is written again.
 template <ElemType kT, int kMats, int kNT>
-__device__ __forceinline__ void TileProducts(const uint8_t* const (&rows)[kMats][2], const SmemActs& a, int ntiles,
-                                             float* partial, float (&out)[kMats][kNT][4]) {
+__device__ __forceinline__ bool TileProducts(const uint8_t* const (&rows)[kMats][2], const SmemActs& a, int ntiles,
+                                             float* partial, float (&out)[kMats], TileElement* el) {
   const int warp = (threadIdx.x >> 5) % kSliceWarps, lane = threadIdx.x & 31;
   float acc[kMats][kNT][4];
 #pragma unroll
@@ -325,23 +330,22 @@ __device__ __forceinline__ void TileProducts(const uint8_t* const (&rows)[kMats]
 #pragma unroll
       for (int e = 0; e < 4; ++e) partial[at(warp, m, t, e)] = acc[m][t][e];
   __syncthreads();
-  if (warp != 0) return;  // (from this helper only: the caller's loop goes on in every warp)
+  const int t = warp >> 2, e = warp & 3;
+  if (warp >= 4 * kNT || t >= ntiles) return false;  // (from this helper only: the caller's loop goes on)
 #pragma unroll
-  for (int m = 0; m < kMats; ++m)
+  for (int m = 0; m < kMats; ++m) {
+    float p[kSliceWarps];
 #pragma unroll
-    for (int t = 0; t < kNT; ++t)
+    for (int w = 0; w < kSliceWarps; ++w) p[w] = partial[at(w, m, t, e)];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p[kSliceWarps];
+    for (int width = kSliceWarps / 2; width >= 1; width /= 2) {
 #pragma unroll
-        for (int w = 0; w < kSliceWarps; ++w) p[w] = partial[at(w, m, t, e)];
-#pragma unroll
-        for (int width = kSliceWarps / 2; width >= 1; width /= 2) {
-#pragma unroll
-          for (int i = 0; i < width; ++i) p[i] = __fadd_rn(p[2 * i], p[2 * i + 1]);
-        }
-        out[m][t][e] = p[0];
-      }
+      for (int i = 0; i < width; ++i) p[i] = __fadd_rn(p[2 * i], p[2 * i + 1]);
+    }
+    out[m] = p[0];
+  }
+  *el = TileElement{t, e};
+  return true;
 }
 
 }  // namespace specgen::kernels::detail

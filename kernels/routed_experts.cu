@@ -377,7 +377,7 @@ __device__ __forceinline__ void PrefetchExpertTile(const void* mat, int tile, in
 // The loop both packed expert kernels run over the block's run of items. in_of(u, t): the input row of
 // active expert u's t-th token; mat(j, e): expert e's matrix j of kMats (out_rows rows over `in`);
 // store(first, row, tok, v): the kMats results of output row `row` for the expert's token `tok`
-// (its slot first + tok), called by the lead warp.
+// (its slot first + tok), called by the warps that end TileProducts with them.
 template <ElemType kT, int kMats, int kNT, typename InOf, typename Mat, typename Store>
 __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_rows, bool prefetch, InOf in_of,
                                             Mat mat, Store store) {
@@ -417,20 +417,11 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
 #pragma unroll
       for (int j = 0; j < kMats; ++j) rows[j][r] = static_cast<const uint8_t*>(mat(j, e)) + off;
     }
-    float out[kMats][kNT][4];
-    detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out);
-    if (detail::SlicesLead()) {
-#pragma unroll
-      for (int t = 0; t < kNT; ++t)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int r = k >> 1, tok = 8 * t + 2 * c + (k & 1);
-          if (row[r] >= out_rows || tok >= m) continue;
-          float v[kMats];
-#pragma unroll
-          for (int j = 0; j < kMats; ++j) v[j] = out[j][t][k];
-          store(first, row[r], tok, v);
-        }
+    float out[kMats];
+    detail::TileElement el;
+    if (detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out, &el)) {
+      const int r = el.e >> 1, tok = 8 * el.t + 2 * c + (el.e & 1);
+      if (row[r] < out_rows && tok < m) store(first, row[r], tok, out);
     }
     __syncthreads();  // partial (and, for a new expert, the inputs) are written again
   }
