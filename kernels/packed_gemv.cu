@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/device_util.cuh"
@@ -112,34 +111,12 @@ constexpr int MatsOf() {
   return kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;
 }
 
-// The weight bytes of tile `tile`'s rows (kSwiGlu: the gate's and the up's) asked of L2: row by row,
-// since a tile's rows may span two segments.
-template <GemvEpilogue kEpi>
-__device__ __forceinline__ void PrefetchTile(const PackedSegs& s, int tile) {
-  const int lines = static_cast<int>((s.row_bytes + 127) / 128) + 1;  // + 1: a row need not start a line
-  for (int i = threadIdx.x; i < detail::kTileRows * lines; i += blockDim.x) {
-    const int row = tile * detail::kTileRows + i / lines;
-    if (row >= s.total_rows) break;
-    const uint8_t* w = TargetOf<kEpi>(s, row).w;
-    const uintptr_t line = (reinterpret_cast<uintptr_t>(w) & ~uintptr_t{127}) + 128 * static_cast<uintptr_t>(i % lines);
-    if (line >= reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(s.row_bytes)) continue;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line + static_cast<uintptr_t>(s.w[1] - s.w[0])));
-    }
-  }
-}
-
 template <ElemType kT, int kNT, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kProductThreads) PackedProductKernel(PackedSegs s, const float* __restrict__ x,
-                                                                       int in, int n, bool prefetch) {
+                                                                       int in, int n) {
   extern __shared__ __align__(16) uint8_t packed_smem[];
   constexpr int kMats = MatsOf<kEpi>();
   LetDependentsLaunch();
-  // The first tile's weights (no kernel of the step writes them) are asked for before the wait, so
-  // their fetch overlaps the previous kernel's tail and the quantization of x.
-  const int tiles = (s.total_rows + detail::kTileRows - 1) / detail::kTileRows;
-  if (prefetch) PrefetchTile<kEpi>(s, blockIdx.x);
   WaitForPrecedingGrid();  // x
   const int ntiles = (n + 7) / 8;
   float* partial = reinterpret_cast<float*>(packed_smem);
@@ -147,9 +124,8 @@ __global__ void __launch_bounds__(kProductThreads) PackedProductKernel(PackedSeg
   detail::QuantizeToSmem(a, n, 8 * ntiles, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
   __syncthreads();
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tiles = (s.total_rows + detail::kTileRows - 1) / detail::kTileRows;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int next = tile + static_cast<int>(gridDim.x);
-    if (prefetch && next < tiles) PrefetchTile<kEpi>(s, next);  // while this tile computes
     const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
     RowTarget tg[2];
     const uint8_t* rows[kMats][2];
@@ -188,8 +164,7 @@ cudaError_t LaunchProduct(const PackedSegs& s, const float* x, int in, int n, cu
   if (e != cudaSuccess) return e;
   const int tiles = (s.total_rows + detail::kTileRows - 1) / detail::kTileRows;
   const dim3 grid(static_cast<unsigned>(std::min(tiles, resident))), block(kProductThreads);
-  return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n,
-                            detail::PackedPrefetchOn());
+  return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
 template <ElemType kT, GemvEpilogue kEpi>
@@ -198,16 +173,6 @@ cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, cudaSt
 }
 
 }  // namespace
-
-namespace detail {
-bool PackedPrefetchOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("SPECGEN_PACKED_PREFETCH");
-    return v == nullptr || *v != '0';
-  }();
-  return on;
-}
-}  // namespace detail
 
 cudaError_t LaunchDequantizePacked(const void* w, ElemType type, int64_t row0, int64_t rows, int in,
                                    float* dst_f32, uint16_t* dst_bf16, cudaStream_t stream) {

@@ -275,25 +275,6 @@ __device__ __forceinline__ void SliceProducts(const uint8_t* const (&rows)[kMats
   }
 }
 
-// ---- weights asked of L2 ahead of their use ------------------------------------------------------
-
-// Asks L2 for the 128-byte lines of [p, p + bytes), any alignment, the block's threads taking them in
-// turn (prefetch.global.L2). A tile's weights so requested before the block waits for its activations
-// (the previous kernel, the quantization) or while it computes the tile before are an L2 hit when its
-// warps load them, so a small product is no longer one HBM latency after another. A hint only: nothing
-// waits for it and no result depends on it.
-__device__ __forceinline__ void BlockPrefetchL2(const uint8_t* p, int64_t bytes) {
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
-  for (uintptr_t a = (reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}) + 128 * static_cast<uintptr_t>(threadIdx.x);
-       a < end; a += 128 * static_cast<uintptr_t>(blockDim.x)) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-  }
-}
-
-// Whether the packed products ask L2 for their tiles ahead (the default); SPECGEN_PACKED_PREFETCH=0 turns
-// it off, to measure what it buys (bench/RESULTS.md). Read once a process.
-__host__ bool PackedPrefetchOn();
-
 // Shared memory for the slices' partial sums of one tile: [kSliceWarps][kMats][kNT][4][32] floats.
 template <int kMats, int kNT>
 inline constexpr size_t kPartialBytes = sizeof(float) * kSliceWarps * kMats * kNT * 4 * 32;

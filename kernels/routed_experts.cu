@@ -364,22 +364,12 @@ cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys
 // expert has in the launch, rounded up).
 constexpr int kProductThreads = detail::kSliceWarps * 32;
 
-// Expert e's rows [16 tile, 16 tile + 16) of `mat` (rows of row_bytes, `rows` in all) asked of L2
-// (detail::BlockPrefetchL2): an item's before the block quantizes its expert's inputs, and the next
-// item's before it computes this one, so the weights' HBM latency overlaps that work.
-__device__ __forceinline__ void PrefetchExpertTile(const void* mat, int tile, int rows, int64_t row_bytes) {
-  const int r0 = tile * detail::kTileRows;
-  if (r0 >= rows) return;
-  detail::BlockPrefetchL2(static_cast<const uint8_t*>(mat) + r0 * row_bytes,
-                          static_cast<int64_t>(min(detail::kTileRows, rows - r0)) * row_bytes);
-}
-
 // The loop both packed expert kernels run over the block's run of items. in_of(u, t): the input row of
 // active expert u's t-th token; mat(j, e): expert e's matrix j of kMats (out_rows rows over `in`);
 // store(first, row, tok, v): the kMats results of output row `row` for the expert's token `tok`
 // (its slot first + tok), called by the warps that end TileProducts with them.
 template <ElemType kT, int kMats, int kNT, typename InOf, typename Mat, typename Store>
-__device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_rows, bool prefetch, InOf in_of,
+__device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_rows, InOf in_of,
                                             Mat mat, Store store) {
   extern __shared__ __align__(16) uint8_t experts_smem[];
   const int tiles = (out_rows + detail::kTileRows - 1) / detail::kTileRows;
@@ -387,12 +377,6 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
   const int begin = static_cast<int>(items * blockIdx.x / gridDim.x);
   const int end = static_cast<int>(items * (blockIdx.x + 1) / gridDim.x);
   const int64_t row_bytes = PackedRowBytes(kT, in);
-  const auto ask = [&](int i) {
-    const int e = plan.expert[i / tiles];
-#pragma unroll
-    for (int j = 0; j < kMats; ++j) PrefetchExpertTile(mat(j, e), i % tiles, out_rows, row_bytes);
-  };
-  if (prefetch && begin < end) ask(begin);
   float* partial = reinterpret_cast<float*>(experts_smem);
   const detail::SmemActs a = detail::SmemActs::Carve(experts_smem + detail::kPartialBytes<kMats, kNT>, 8 * kNT, in);
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -408,7 +392,6 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
       detail::QuantizeToSmem(a, m, 8 * ntiles, [&in_of, u](int t) { return in_of(u, t); });
       __syncthreads();
     }
-    if (prefetch && i + 1 < end) ask(i + 1);
     const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
     const uint8_t* rows[kMats][2];
 #pragma unroll
@@ -429,11 +412,11 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
 
 template <ElemType kT, int kNT>
 __global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                                      Plan plan, bool prefetch) {
+                                                                      Plan plan) {
   WaitForPrecedingGrid();  // the plan
   const int hidden = tab.hidden, ffn = tab.ffn;
   ExpertItems<kT, 2, kNT>(
-      plan, hidden, ffn, prefetch,
+      plan, hidden, ffn,
       [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
       [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
       [&](int first, int row, int tok, const float (&v)[2]) {
@@ -443,11 +426,11 @@ __global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTabl
 }
 
 template <ElemType kD, int kNT>
-__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan, bool prefetch) {
+__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int hidden = tab.hidden, ffn = tab.ffn;
   ExpertItems<kD, 1, kNT>(
-      plan, ffn, hidden, prefetch,
+      plan, ffn, hidden,
       [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
       [&](int, int e) { return tab.down[e]; },
       [&](int first, int row, int tok, const float (&v)[1]) {
@@ -476,12 +459,12 @@ cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys,
   const int tile = detail::kTileRows;
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
     return LaunchExpertProduct(PackedGateUpKernel<decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
-                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan, detail::PackedPrefetchOn());
+                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
     return LaunchExpertProduct(PackedDownKernel<decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
-                               1, kNT, stream, pdl, tab, plan, detail::PackedPrefetchOn());
+                               1, kNT, stream, pdl, tab, plan);
   });
 }
 
