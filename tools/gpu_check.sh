@@ -3,7 +3,7 @@
 # the CPU reference, and the GPU benchmarks (kernels and end to end). Logs go under $OUT; a short
 # table is printed last. Build here with `cmake --preset h200 && cmake --build build-h200`, pack with
 # tools/pack_gpu_check.sh, then run there (repository root as cwd, carry [".device"]):
-#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all|stream]
+#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all|stream|profile]
 set -u
 what=${1:-all}
 export SPECGEN_SOURCE_DIR=$PWD
@@ -25,6 +25,17 @@ if [ "$what" = stream ]; then
     --benchmark_out_format=json 2>&1 | tee "$OUT/bench_streamed.log"
   echo "bench_streamed ${PIPESTATUS[0]}" >> "$rc"
   cp "$OUT/bench_streamed.json" "$OUT/bench_streamed.log" "$OUT_FINAL/" 2>/dev/null
+  exit 0
+fi
+if [ "$what" = profile ]; then
+  # One resident verification pass of n = 1 and one of n = 16 (synth:qwen3-30b-a3b q4_k_m) under ncu,
+  # each kernel's time, summed by kernel (tools/ncu_pass_summary.py): where a pass goes.
+  SPECGEN_PROFILE_PASS=1 timeout "${PROFILE_TIMEOUT:-300}" ncu --clock-control none --profile-from-start off \
+    --metrics gpu__time_duration.sum --print-units base --csv streamed_bench \
+    --benchmark_filter='BM_ResidentVerifyPass/n:(1|16)/' > "$OUT/ncu_pass.csv" 2> "$OUT/ncu_pass.err"
+  echo "ncu_pass $?" >> "$rc"
+  python3 tools/ncu_pass_summary.py "$OUT/ncu_pass.csv" --names "n=1,n=16" | tee "$OUT/ncu_pass.txt"
+  cp "$OUT/ncu_pass.txt" "$OUT_FINAL/" 2>/dev/null
   exit 0
 fi
 gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test streamed_experts_test
