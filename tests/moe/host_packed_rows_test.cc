@@ -75,7 +75,7 @@ TEST(HostPackedRows, EveryIsaEqualsTheDefinitionBitForBit) {
   const int64_t rows = 19;
   for (DType t : kTypes) {
     // 256: 8 blocks (slices of 0 or 1); 768: 24 (the Qwen3-30B-A3B down rows); 2304: 72 (vector tails);
-    // 512, 1024, 2048: slices of 1, 2, 4 blocks each (the permuted, gather-free slice sums).
+    // 512, 1024, 2048: sixteen equal slices of 1, 2, 4 blocks.
     for (int64_t k : {256, 768, 2304, 512, 1024, 2048}) {
       for (bool non_finite : {false, true}) {
         auto wbytes = testing::RandomBlocks(rng, t, rows, k);
