@@ -37,6 +37,9 @@ bool ParseName(const std::string& run_name, BenchRow* row) {
     } else if (p.rfind("accept:", 0) == 0) {
       row->acceptance = p.substr(7);
       if (row->acceptance.empty()) return false;
+    } else if (p.rfind("routing:", 0) == 0) {
+      row->routing = p.substr(8);
+      if (row->routing.empty()) return false;
     } else if (p.rfind("parallel:", 0) == 0) {
       // specgen_bench's --parallel runs at most 64 sequences, the pool's own bound.
       if (!absl::SimpleAtoi(p.substr(9), &row->parallel) || row->parallel < 1 || row->parallel > 64) return false;
@@ -203,7 +206,8 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
     rows.push_back(std::move(r));
   }
   if (rows.empty()) return InvalidArgument(name, ": no benchmarks in the file");
-  // The target alone under each acceptance regime of its pairing and budget (the header says why).
+  // The target alone under each acceptance regime of its pairing, budget and routing (the header says
+  // why).
   std::vector<BenchRow> out;
   for (const BenchRow& r : rows) {
     const bool plain = r.k == 0 && !r.adaptive && r.acceptance.empty();
@@ -214,7 +218,9 @@ absl::StatusOr<std::vector<BenchRow>> ParseBenchResults(const std::string& json_
     std::vector<std::string> regimes;
     bool real = false;
     for (const BenchRow& o : rows) {
-      if (o.pairing != r.pairing || o.budget != r.budget || (o.k == 0 && !o.adaptive)) continue;
+      if (o.pairing != r.pairing || o.budget != r.budget || o.routing != r.routing || (o.k == 0 && !o.adaptive)) {
+        continue;
+      }
       if (o.acceptance.empty()) {
         real = true;
       } else if (std::find(regimes.begin(), regimes.end(), o.acceptance) == regimes.end()) {

@@ -16,6 +16,7 @@ struct BenchRow {
   std::string length;  // "0", "4", "adaptive8", "modelled8"
   std::string budget;  // empty: the default
   std::string acceptance;  // the acceptance regime's profile (".../accept:PROFILE"); empty: the real draft
+  std::string routing;     // the routing regime (".../routing:REGIME"); empty: the target's own router
   int parallel = 0;    // sequences generating at once (specgen_bench --parallel); 0: one, the loop alone
   int k = 0;           // the fixed k, or the adaptive bound
   bool adaptive = false;
@@ -28,18 +29,19 @@ struct BenchRow {
   // `specgen plan`'s prediction of the run's speedup (0: none recorded).
   double predicted_speedup_uniform = 0, predicted_speedup_locality = 0;
 
-  // "greedy", "greedy @ 8GiB", "greedy @ 8GiB [typical]" or "greedy x4" (4 sequences at once): one line
-  // of the chart, one column of the table.
+  // "greedy", "greedy @ 8GiB", "greedy @ 8GiB (locality) [typical]" or "greedy x4" (4 sequences at
+  // once): one line of the chart, one column of the table.
   std::string Series() const {
     const std::string s = SeriesAcrossBudgets(budget.empty() ? pairing : pairing + " @ " + budget);
     return parallel > 0 ? s + " x" + std::to_string(parallel) : s;
   }
-  // "greedy" or "greedy [typical]": one line of the chart against budget.
+  // "greedy", "greedy (locality)" or "greedy [typical]": one line of the chart against budget.
   std::string Profile() const { return SeriesAcrossBudgets(pairing); }
 
  private:
   std::string SeriesAcrossBudgets(const std::string& base) const {
-    return acceptance.empty() ? base : base + " [" + acceptance + "]";
+    const std::string routed = routing.empty() ? base : base + " (" + routing + ")";
+    return acceptance.empty() ? routed : routed + " [" + acceptance + "]";
   }
 };
 

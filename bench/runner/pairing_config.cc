@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/routing/routing_trace.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status_macros.h"
 #include "moe/acceptance_profile.h"
@@ -37,7 +38,7 @@ const std::set<std::string>& PairingKeys() {
       "name",  "target", "draft",   "draft_lengths", "adaptive_max", "accept",     "temperature",
       "top_k", "top_p",  "min_p",   "seed",          "device",       "vram_budget", "context",
       "max_new_tokens",  "prompts", "ignore_eos",    "threads",      "enabled",      "moe_host",
-      "acceptance"};
+      "acceptance", "routing"};
   return *keys;
 }
 
@@ -190,6 +191,30 @@ absl::Status ApplyAcceptances(const Reader& r, const toml::node& node, Draft* d)
   return absl::OkStatus();
 }
 
+absl::Status ApplyRoutings(const Reader& r, const toml::node& node, Draft* d) {
+  constexpr std::string_view kKey = "routing";
+  std::vector<std::string> regimes;
+  auto one = [&](const toml::node& v) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string s, r.String(v, kKey));
+    const absl::StatusOr<RoutingRegime> regime = ParseRoutingRegime(s);
+    if (!regime.ok()) return r.Error(v, kKey, regime.status().message());
+    const std::string name = *regime == RoutingRegime::kOwn ? "" : std::string(RoutingRegimeName(*regime));
+    if (std::find(regimes.begin(), regimes.end(), name) != regimes.end()) {
+      return r.Error(v, kKey, "lists \"", s, "\" twice");
+    }
+    regimes.push_back(name);
+    return absl::OkStatus();
+  };
+  if (node.is_array()) {
+    if (node.as_array()->empty()) return r.Error(node, kKey, "is empty");
+    for (const toml::node& v : *node.as_array()) RETURN_IF_ERROR(one(v));
+  } else {
+    RETURN_IF_ERROR(one(node));
+  }
+  d->pairing.routings = std::move(regimes);
+  return absl::OkStatus();
+}
+
 absl::Status ApplyBudgets(const Reader& r, const toml::node& node, Draft* d) {
   constexpr std::string_view kKey = "vram_budget";
   d->budget_ref = r.Ref(node, std::string(kKey));
@@ -286,6 +311,8 @@ absl::Status ApplySettings(const Reader& r, const toml::table& table, bool is_de
       RETURN_IF_ERROR(ApplyBudgets(r, node, d));
     } else if (key == "acceptance") {
       RETURN_IF_ERROR(ApplyAcceptances(r, node, d));
+    } else if (key == "routing") {
+      RETURN_IF_ERROR(ApplyRoutings(r, node, d));
     } else if (key == "context") {
       ASSIGN_OR_RETURN(p.context, r.Integer(node, key, 2, int64_t{1} << 24));
       d->context_line = line;

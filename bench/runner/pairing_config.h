@@ -20,6 +20,8 @@
 //   acceptance = ["real", "typical", "flat:0.6", "flat:0.9"]  # acceptance regimes (greedy only):
 //                                        # "real" the draft's own tokens, else a profile the scripted
 //                                        # draft follows (bench/acceptance); default ["real"]
+//   routing = ["own", "locality", "uniform"]  # routing regimes of an MoE target (bench/routing):
+//                                        # its own router, or a trace's experts; default ["own"]
 //   accept = "rejection"                 # or "coupled"
 //   temperature = 0.0                    # top_k, top_p, min_p, seed as the CLI's flags
 //   device = "auto"                      # auto, cpu or cuda
@@ -84,6 +86,9 @@ struct Pairing {
   // Acceptance regimes, each an acceptance profile's name (moe/acceptance_profile.h) the scripted
   // draft follows, or "" for the draft's own tokens; {""} by default.
   std::vector<std::string> acceptances = {""};
+  // Routing regimes (bench/routing/routing_trace.h): "" the target's own router, else "uniform" or
+  // "locality", whose trace replaces its experts' choice; {""} by default.
+  std::vector<std::string> routings = {""};
   int64_t context = 512;
   int64_t max_new_tokens = 64;
   bool ignore_eos = true;  // benchmarks compare equal lengths

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/acceptance/acceptance_script.h"
+#include "bench/routing/routing_trace.h"
 #include "bench/runner/pairing_predict.h"
 #include "engine/core/status_macros.h"
 #include "engine/speculative/make_loop.h"
@@ -22,6 +23,7 @@ void RunTotals::Add(const RunTotals& o) {
 std::string BenchmarkName(const RunSpec& spec) {
   std::string name = Cat(spec.pairing->name, "/k:", spec.length.Name());
   if (!spec.backend.budget.empty()) name += Cat("/budget:", spec.backend.budget);
+  if (!spec.routing.empty()) name += Cat("/routing:", spec.routing);
   if (!spec.acceptance.empty()) name += Cat("/accept:", spec.acceptance);
   if (spec.parallel > 0) name += Cat("/parallel:", spec.parallel);
   return name;
@@ -41,7 +43,7 @@ std::string BaselineKey(const RunSpec& spec) {
   return Cat(p.target, "|", spec.backend.device, "|", spec.backend.budget, "|",
                       spec.backend.threads, "|", p.context, "|", p.max_new_tokens, "|", p.ignore_eos,
                       "|", AcceptModeName(p.accept), "|", s.temperature, "|", s.top_k, "|", s.top_p,
-                      "|", s.min_p, "|", s.seed, "|", p.prompt_set);
+                      "|", s.min_p, "|", s.seed, "|", p.prompt_set, "|", spec.routing);
 }
 
 namespace {
@@ -64,6 +66,15 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Prompt& prompt, const Cache
 }
 
 }  // namespace
+
+absl::Status UseRouting(const RunSpec& spec, Transformer& target, size_t prompt) {
+  if (spec.routing.empty()) return target.SetRoutingOverride(nullptr);
+  ASSIGN_OR_RETURN(const RoutingRegime regime, ParseRoutingRegime(spec.routing));
+  const Pairing& p = *spec.pairing;
+  ASSIGN_OR_RETURN(std::shared_ptr<const RoutingTable> trace,
+                   TraceForModel(regime, target.spec(), p.context, p.sampling.seed * 1000003 + prompt));
+  return target.SetRoutingOverride(std::move(trace));
+}
 
 moe::RunRequest RunRequestFor(const RunSpec& spec) {
   const Pairing& p = *spec.pairing;
@@ -142,8 +153,14 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   std::unique_ptr<AcceptanceScript> script;
   std::vector<std::vector<int32_t>> continuations;
   const bool scripted = !spec.acceptance.empty() && spec.length.k > 0;
+  auto use_routing = [&](size_t i) -> absl::Status {
+    const absl::Status st = UseRouting(spec, *target->lm, i);
+    if (!st.ok()) return InvalidArgument("pairing '", p.name, "', routing ", spec.routing, ": ", st.message());
+    return absl::OkStatus();
+  };
   if (scripted) {
     for (size_t i = 0; i < ids.size(); ++i) {
+      RETURN_IF_ERROR(use_routing(i));
       absl::StatusOr<std::vector<int32_t>> c =
           GreedyContinuation(cache.cuda(), target->lm.get(), ids[i], p.max_new_tokens);
       if (!c.ok()) return InvalidArgument("pairing '", p.name, "', prompt ", i, ": ", c.status().message());
@@ -166,6 +183,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
     ASSIGN_OR_RETURN(loop, MakeSpeculativeLoop(cache.cuda(), target->lm.get(), draft ? draft->lm.get() : nullptr,
                                                options));
   }
+  RETURN_IF_ERROR(use_routing(0));  // the own router switches a cached model's override off
   if (cache.cuda() != nullptr) {
     if (script != nullptr) {
       const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[0].size()), continuations[0], 0);
@@ -179,6 +197,7 @@ absl::StatusOr<RunTotals> RunPairing(ModelCache& cache, const RunSpec& spec) {
   totals.prefill_chunk = target->lm->prefill_chunk();
   for (size_t i = 0; i < ids.size(); ++i) {
     using Clock = std::chrono::steady_clock;
+    RETURN_IF_ERROR(use_routing(i));  // outside the timed part, as the script's continuation
     if (script != nullptr) {
       // Outside the timed part.
       const absl::Status set = script->SetContinuation(static_cast<int64_t>(ids[i].size()), continuations[i], i);

@@ -43,14 +43,22 @@ struct RunSpec {
   // The acceptance regime: a profile's name (moe/acceptance_profile.h) the scripted draft follows
   // (bench/acceptance), or empty for the draft's own tokens.
   std::string acceptance;
+  // The routing regime (bench/routing/routing_trace.h): empty for the target's own router, else
+  // "uniform" or "locality" (each prompt a trace of its own seed).
+  std::string routing;
   // specgen_bench --parallel: this many sequences at once through the serving pool (parallel_run.h);
   // 0: one loop, one prompt after another.
   int parallel = 0;
 };
 
-// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET][/accept:PROFILE][/parallel:N] (specgen report
-// reads it back).
+// The benchmark's name: PAIRING/k:LENGTH[/budget:BUDGET][/routing:REGIME][/accept:PROFILE][/parallel:N]
+// (specgen report reads it back).
 std::string BenchmarkName(const RunSpec& spec);
+
+// Prompt `prompt`'s routing under the run's regime: the target's own router (a cached model's override
+// switched off), or a trace of the regime over the context keyed by the sampling seed and the prompt,
+// so that prompts do not replay one another's experts into the cache.
+absl::Status UseRouting(const RunSpec& spec, Transformer& target, size_t prompt);
 
 // The same run without a draft, one sequence: what the speedup counter divides by.
 RunSpec WithoutDraft(const RunSpec& spec);

@@ -26,6 +26,10 @@ absl::StatusOr<ParallelTotals> RunParallel(ModelCache& cache, const RunSpec& spe
   if (n < 1) return InvalidArgument("--parallel ", n, ": must be >= 1");
   ASSIGN_OR_RETURN(PreparedRun run, PrepareRun(cache, spec));
   if (run.ids.empty()) return InvalidArgument("pairing '", p.name, "': no prompts");
+  // One trace for every sequence (it is keyed by absolute position, which every sequence walks).
+  if (absl::Status st = UseRouting(spec, *run.target->lm, 0); !st.ok()) {
+    return InvalidArgument("pairing '", p.name, "', routing ", spec.routing, ": ", st.message());
+  }
   const size_t requests = std::max(run.ids.size(), static_cast<size_t>(n));
   serve::PoolOptions pool_options;
   pool_options.parallel = n;

@@ -18,7 +18,9 @@
 // predicted_speedup_{uniform,locality} at the run's k (adaptive: the best k) under the run's
 // acceptance profile, or the per-depth acceptance the real draft measured.
 // Acceptance regimes (acceptance = [...] in the config, greedy only): a run under a profile's
-// scripted draft is named .../accept:PROFILE (bench/acceptance).
+// scripted draft is named .../accept:PROFILE (bench/acceptance). Routing regimes (routing = [...]): a
+// run whose MoE target routes by a uniform or locality trace is named .../routing:REGIME
+// (bench/routing), its speedup over the target alone under the same trace.
 //
 // --parallel N,M: each benchmark again with N (M) sequences at once through the serving pool
 // (parallel_run.h), named PAIRING/k:LENGTH[/budget:B]/parallel:N, with the counters of
@@ -164,15 +166,18 @@ std::vector<RunSpec> Specs(const PairingConfig& config) {
       for (const DraftLength& length : p.draft_lengths) {
         // The target alone is one run whatever the regimes: a script changes only drafted tokens.
         const std::vector<std::string> plain = {""};
-        for (const std::string& acceptance : length.k == 0 ? plain : p.acceptances) {
-          RunSpec spec;
-          spec.pairing = &p;
-          spec.prompts = &config.prompt_sets[p.prompt_set];
-          spec.length = length;
-          spec.backend = BackendKey{ResolveDevice(p.device), budget, p.threads};
-          if (spec.backend.device == "cpu") spec.backend.budget.clear();
-          spec.acceptance = acceptance;
-          specs.push_back(spec);
+        for (const std::string& routing : p.routings) {
+          for (const std::string& acceptance : length.k == 0 ? plain : p.acceptances) {
+            RunSpec spec;
+            spec.pairing = &p;
+            spec.prompts = &config.prompt_sets[p.prompt_set];
+            spec.length = length;
+            spec.backend = BackendKey{ResolveDevice(p.device), budget, p.threads};
+            if (spec.backend.device == "cpu") spec.backend.budget.clear();
+            spec.routing = routing;
+            spec.acceptance = acceptance;
+            specs.push_back(spec);
+          }
         }
       }
     }
@@ -231,9 +236,9 @@ bool ParseParallel(const std::string& text, std::vector<int>* out) {
 constexpr const char* kUsage =
     "usage: specgen_bench --config FILE [--parallel N,...] [--benchmark_* flags]\n"
     "  --config FILE  a pairing config (configs/*.toml): targets, drafts (or none), draft lengths (or\n"
-    "                 adaptive, modelled), acceptance rules and regimes, sampling, device, VRAM budgets,\n"
-    "                 context and prompt sets; every pairing x draft length x budget x acceptance regime\n"
-    "                 becomes one benchmark. configs/bundled.toml\n"
+    "                 adaptive, modelled), acceptance rules and regimes, routing regimes, sampling, device,\n"
+    "                 VRAM budgets, context and prompt sets; every pairing x draft length x budget x routing\n"
+    "                 regime x acceptance regime becomes one benchmark. configs/bundled.toml\n"
     "                 runs the bundled pair; configs/qwen3-moe.toml a Qwen3-30B-A3B pairing (fill in paths).\n"
     "  --parallel N,M,...  also run every benchmark with N (M, ...) sequences at once through the\n"
     "                 serving pool, as `specgen serve --parallel N` does (on the CPU their target passes are\n"

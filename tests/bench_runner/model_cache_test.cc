@@ -4,6 +4,9 @@
 
 #include "bench/runner/pairing_run.h"
 
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace specgen::bench {
@@ -58,6 +61,45 @@ TEST(ModelCacheTest, PlacementsAreKeptApartAndKeepOnlyFreesTheRest) {
   EXPECT_EQ(*again, *placed);  // kept, not made again
   EXPECT_EQ(cache.weight_loads("synth:tiny-moe"), 1);
   EXPECT_EQ(cache.vram_budget(), 0u);  // the CPU has no arena to plan
+}
+
+// A routing regime replaces the cached target's experts for the run (the logits change), and the own
+// router's run switches a cached model's override off again (the logits are the first run's, bit for
+// bit): models outlive runs in the cache, so one run's regime must not leak into the next.
+TEST(PairingRunTest, RoutingRegimesSwitchTheCachedTargetsExpertsAndBack) {
+  ModelCache cache;
+  const BackendKey cpu{"cpu", "", 1};
+  auto got = cache.Get(cpu, "synth:tiny-moe", 64);
+  ASSERT_TRUE(got.ok()) << got.status();
+  Transformer& lm = *(*got)->lm;
+  Pairing p;
+  p.name = "moe";
+  p.target = "synth:tiny-moe";
+  p.context = 64;
+  RunSpec spec;
+  spec.pairing = &p;
+  const std::vector<int32_t> tokens = {3, 14, 15, 92, 65, 35};
+  auto logits_under = [&](const std::string& routing, size_t prompt) {
+    spec.routing = routing;
+    EXPECT_TRUE(UseRouting(spec, lm, prompt).ok()) << routing;
+    EXPECT_TRUE(lm.Truncate(0).ok());
+    std::vector<float> logits;
+    EXPECT_TRUE(lm.Forward(tokens, &logits).ok()) << routing;
+    return logits;
+  };
+  const std::vector<float> own = logits_under("", 0);
+  const std::vector<float> uniform = logits_under("uniform", 0);
+  ASSERT_EQ(own.size(), uniform.size());
+  EXPECT_NE(own, uniform) << "the uniform trace did not replace the router's choice";
+  EXPECT_EQ(logits_under("uniform", 0), uniform) << "a prompt's trace is a function of seed and prompt";
+  EXPECT_NE(logits_under("uniform", 1), uniform) << "another prompt, another trace";
+  EXPECT_NE(logits_under("locality", 0), own);
+  EXPECT_EQ(logits_under("", 0), own) << "the own router's run left the override on";
+  // A dense target has no experts to route: a named error.
+  auto dense = cache.Get(cpu, "synth:tiny-dense", 64);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  spec.routing = "uniform";
+  EXPECT_FALSE(UseRouting(spec, *(*dense)->lm, 0).ok());
 }
 
 // The runner asks the planner with the pairing's longest draft length, its draft and context and the

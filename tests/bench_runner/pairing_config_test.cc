@@ -337,7 +337,8 @@ TEST_F(PairingConfigTest, AcceptanceRegimesAndModelledLengths) {
   EXPECT_EQ(config->pairings[1].acceptances, std::vector<std::string>{""});
 }
 
-// configs/acceptance-grid.toml, issue 43's grid: 4 budgets x 6 draft lengths x 4 regimes.
+// configs/acceptance-grid.toml, issue 43's grid: 4 budgets x 6 draft lengths x 4 acceptance regimes x 3
+// routing regimes.
 TEST_F(PairingConfigTest, AcceptanceGridConfigParses) {
   auto config = LoadPairingConfig(kSource + "/configs/acceptance-grid.toml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -346,6 +347,7 @@ TEST_F(PairingConfigTest, AcceptanceGridConfigParses) {
   EXPECT_EQ(g.vram_budgets.size(), 4u);
   EXPECT_EQ(g.draft_lengths.size(), 6u);
   EXPECT_EQ(g.acceptances, (std::vector<std::string>{"", "typical", "flat:0.6", "flat:0.9"}));
+  EXPECT_EQ(g.routings, (std::vector<std::string>{"", "locality", "uniform"}));
   EXPECT_TRUE(g.sampling.greedy());
 }
 
@@ -363,6 +365,32 @@ TEST_F(PairingConfigTest, AcceptanceRegimeMistakes) {
               HasSubstr("acceptance regimes need a draft"));
   EXPECT_THAT(ErrorOf(Head() + pairing + "draft_lengths = [\"bytes\"]\n"),
               HasSubstr("\"adaptive\" or \"modelled\""));
+}
+
+// The routing regimes' axis: "own" is the target's router (the empty name), the others name their
+// trace; every run and its target-alone baseline carry the regime.
+TEST_F(PairingConfigTest, RoutingRegimesMultiplyTheRuns) {
+  auto config = Parse(Head() + "[[pairing]]\nname = \"g\"\nrouting = [\"own\", \"locality\", \"uniform\"]\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Pairing& g = config->pairings[0];
+  EXPECT_EQ(g.routings, (std::vector<std::string>{"", "locality", "uniform"}));
+  RunSpec spec;
+  spec.pairing = &g;
+  spec.length = g.draft_lengths[0];
+  spec.routing = "locality";
+  spec.acceptance = "typical";
+  EXPECT_EQ(BenchmarkName(spec), "g/k:2/routing:locality/accept:typical");
+  EXPECT_EQ(BenchmarkName(WithoutDraft(spec)), "g/k:0/routing:locality");
+  RunSpec own = spec;
+  own.routing.clear();
+  EXPECT_NE(BaselineKey(spec), BaselineKey(own)) << "each regime is measured against its own target alone";
+  EXPECT_EQ(Parse(Head() + "[[pairing]]\nname = \"g\"\n")->pairings[0].routings, std::vector<std::string>{""});
+  // Mistakes name the line and the key.
+  const std::string pairing = "[[pairing]]\nname = \"g\"\n";
+  EXPECT_THAT(ErrorOf(Head() + pairing + "routing = \"lru\"\n"), HasSubstr("c.toml:12: routing"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "routing = [\"own\", \"own\"]\n"), HasSubstr("lists \"own\" twice"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "routing = []\n"), HasSubstr("is empty"));
+  EXPECT_THAT(ErrorOf(Head() + pairing + "routing = 3\n"), HasSubstr("routing"));
 }
 
 TEST(PairingConfigFuzzSeeds, ParseToUsableConfigs) {

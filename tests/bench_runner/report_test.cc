@@ -340,5 +340,25 @@ TEST(ReportTableTest, AcceptanceRegimesAcrossBudgets) {
   EXPECT_FALSE(ParseBenchResults(R"({"benchmarks": [{"name": "moe/k:2/accept:"}]})", "x.json").ok());
 }
 
+// Routing regimes are series of their own, each with its own target-alone row under each acceptance
+// regime (a locality run is never divided by, nor drawn from, the own router's baseline).
+TEST(ReportTableTest, RoutingRegimesAreTheirOwnSeries) {
+  const std::string json = R"({"benchmarks": [
+    {"name": "moe/k:0/budget:8GiB", "tokens_per_second": 100, "speedup": 1},
+    {"name": "moe/k:2/budget:8GiB/accept:typical", "tokens_per_second": 150, "speedup": 1.5},
+    {"name": "moe/k:0/budget:8GiB/routing:locality", "tokens_per_second": 120, "speedup": 1},
+    {"name": "moe/k:2/budget:8GiB/routing:locality/accept:typical", "tokens_per_second": 200, "speedup": 1.67}
+  ]})";
+  absl::StatusOr<std::vector<BenchRow>> rows = ParseBenchResults(json, "routing.json");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);
+  EXPECT_EQ((*rows)[0].Series(), "moe @ 8GiB [typical]");  // the own router's k = 0 under its regime
+  EXPECT_EQ((*rows)[2].routing, "locality");
+  EXPECT_EQ((*rows)[2].Series(), "moe @ 8GiB (locality) [typical]");
+  EXPECT_EQ((*rows)[3].Profile(), "moe (locality) [typical]");
+  EXPECT_THAT(FormatReport(*rows), ::testing::HasSubstr("moe (locality) [typical]"));
+  EXPECT_FALSE(ParseBenchResults(R"({"benchmarks": [{"name": "moe/k:2/routing:"}]})", "x.json").ok());
+}
+
 }  // namespace
 }  // namespace specgen::report

@@ -155,6 +155,40 @@ acceptance = ["flat:0.9", "typical"]
     check(lines == ["regime [flat:0.9]", "regime [typical]"], f"regimes report: budget chart lines {lines}")
 
 
+def check_routing(bench, tmp, check):
+    """Routing regimes: an MoE target runs once per regime, named .../routing:REGIME (own unnamed)."""
+    config = os.path.join(tmp, "routing.toml")
+    with open(config, "w") as f:
+        f.write("""
+[defaults]
+target = "synth:tiny-moe"
+draft = "none"
+temperature = 0.0
+device = "cpu"
+context = 128
+max_new_tokens = 16
+prompts = "ids"
+
+[prompts.ids]
+ids = [[1, 2, 3, 4, 5], [9, 8, 7]]
+
+[[pairing]]
+name = "rt"
+routing = ["own", "uniform", "locality"]
+""")
+    out = os.path.join(tmp, "routing.json")
+    run = subprocess.run([bench, "--config", config, "--benchmark_min_time=0.01", f"--benchmark_out={out}"],
+                         capture_output=True, text=True, timeout=300)
+    check(run.returncode == 0, f"routing: exit {run.returncode}: {run.stderr[-2000:]}")
+    results = json.load(open(out)) if os.path.exists(out) else {"benchmarks": []}
+    by_name = {b["name"]: b for b in results["benchmarks"]}
+    expected = ["rt/k:0/real_time", "rt/k:0/routing:uniform/real_time", "rt/k:0/routing:locality/real_time"]
+    check(sorted(by_name) == sorted(expected), f"routing: benchmarks {sorted(by_name)}")
+    for name, b in by_name.items():
+        check(b.get("tokens_per_second", 0) > 0 and b.get("baseline_tokens_per_second", 0) > 0,
+              f"{name}: tokens/s {b.get('tokens_per_second')!r}, baseline {b.get('baseline_tokens_per_second')!r}")
+
+
 def check_parallel(bench, config, tmp, single, check):
     """--parallel 1,2: every benchmark again through the serving pool, 1 and 2 sequences at once. The
     two prompts each give the tokens they give alone (batch invariance), so the fixed-k runs accept
@@ -256,6 +290,7 @@ def main():
         check_parallel(bench, config, tmp, by_name, check)
 
         check_regimes(bench, source, tmp, sys.argv[3] if len(sys.argv) > 3 else None, check)
+        check_routing(bench, tmp, check)
 
         # A bad config: an error naming file, line and key; nothing run, no results file.
         bad = os.path.join(tmp, "bad.toml")
