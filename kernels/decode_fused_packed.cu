@@ -1,7 +1,8 @@
 // LaunchFusedGemv (kernels/decode_fused.cuh) for weights kept packed in a GGUF block type: the input
 // staged (and RMS-normed) as the 16-bit kernel stages it, then quantized and multiplied as the packed
 // product's one definition (kernels/packed_mma.cuh), the product of LaunchPackedGemvSegments, with the
-// same epilogues: so a packed draft's graph gives the bits of the backend's RmsNorm + packed GEMV.
+// same epilogues: so a packed draft's graph gives the bits of the backend's RmsNorm + packed GEMV. One
+// token: a half-warp a row (kernels/packed_rows.cuh), as LaunchPackedGemvSegments at n = 1.
 #include <algorithm>
 
 #include "kernels/decode_fused.cuh"
@@ -9,12 +10,14 @@
 #include "kernels/gemv_rows.cuh"
 #include "kernels/packed_blocks.cuh"
 #include "kernels/packed_mma.cuh"
+#include "kernels/packed_rows.cuh"
 #include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
 namespace {
 
-constexpr int kWarps = detail::kSliceWarps;  // warps a block: the packed product's slices of one tile
+constexpr int kWarps = 16;                   // warps a block
+constexpr int kGroupRows = 2 * kWarps;  // rows a block takes at once: a half-warp each
 
 // Output row `row` of a segment set: its packed weight rows (kSwiGlu: gate and up) and where its
 // result goes, walking the segments with constant indices (as detail::RowOf).
@@ -48,13 +51,10 @@ struct PackedRowOf {
   }
 };
 
-// The fused kernel's shared memory: the staged (normed) input, then the slices' partial sums of the
-// block's two tiles, then the input quantized for the packed product (one tile of 8 tokens, token 0 real).
-constexpr int kGroups = kWarps / detail::kSliceWarps;
-template <int kRows>
+// The fused kernel's shared memory: the staged (normed) input, then the input quantized for the packed
+// product (one token).
 size_t FusedSmemBytes(int in) {
-  return static_cast<size_t>(detail::StagedFloats(in)) * sizeof(float) + kGroups * detail::kPartialBytes<kRows, 1> +
-         detail::ActsBytes(8, in);
+  return static_cast<size_t>(detail::StagedFloats(in)) * sizeof(float) + detail::ActsBytes(1, in);
 }
 
 template <ElemType kT, GemvEpilogue kEpi>
@@ -64,51 +64,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kRows = PackedRowOf<kEpi>::kRows;
   extern __shared__ float4 packed_xs4[];
   float* xs = reinterpret_cast<float*>(packed_xs4);
-  uint8_t* after = reinterpret_cast<uint8_t*>(xs + detail::StagedFloats(in));
-  float* partial = reinterpret_cast<float*>(after) + (threadIdx.x >> 5) / detail::kSliceWarps *
-                                                         (detail::kPartialBytes<kRows, 1> / sizeof(float));
-  const detail::SmemActs a = detail::SmemActs::Carve(after + kGroups * detail::kPartialBytes<kRows, 1>, 8, in);
+  const detail::SmemActs a = detail::SmemActs::Carve(xs + detail::StagedFloats(in), 1, in);
   __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, group = (threadIdx.x >> 5) / detail::kSliceWarps;
   LetDependentsLaunch();
   WaitForPrecedingGrid();  // x (and kAddTo's residual) come from the previous kernel
   detail::StageInput(x, norm_w, norm_type, eps, in, xs, scratch);
   // The normed input quantized as LaunchPackedGemvSegments quantizes its x (four consecutive inputs
   // from a multiple of 4 are four consecutive staged floats).
-  detail::QuantizeToSmemWith(a, 1, 8, [xs](int, int k) { return *reinterpret_cast<const float4*>(xs + detail::StagedIndex(k)); });
+  detail::QuantizeToSmemWith(a, 1, 1, [xs](int, int k) { return *reinterpret_cast<const float4*>(xs + detail::StagedIndex(k)); });
   __syncthreads();
-  const int g = lane >> 2, c = lane & 3;
-  const int tiles = (segs.total_rows + detail::kTileRows - 1) / detail::kTileRows;
-  // Each group takes a tile of every pair; both groups run the same number of rounds (the barriers).
-  for (int base = blockIdx.x * kGroups; base < tiles; base += gridDim.x * kGroups) {
-    const int tile = base + group;
-    const int row[2] = {tile * detail::kTileRows + g, tile * detail::kTileRows + g + 8};
-    const uint8_t* rows[kRows][2];
-    float* y[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const PackedRowOf<kEpi> ro(segs, row[r] < segs.total_rows ? row[r] : 0, row_bytes);
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) rows[m][r] = ro.w[m];
-      y[r] = ro.y;
+  const int half = threadIdx.x >> 4, lane16 = threadIdx.x & 15;
+  const int groups = (segs.total_rows + kGroupRows - 1) / kGroupRows;
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int row = grp * kGroupRows + half;
+    const PackedRowOf<kEpi> ro(segs, row < segs.total_rows ? row : 0, row_bytes);
+    float acc[kRows][1];
+    detail::RowProducts<kT, kRows, 1>(ro.w, a, 1, acc);
+    if (lane16 != 0 || row >= segs.total_rows) continue;
+    const float d0 = acc[0][0];
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      *ro.y = portable::SiluMul(d0, acc[kRows - 1][0]);  // LaunchSwiGlu's
+    } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+      *ro.y = *ro.y + d0;  // LaunchAdd's
+    } else {
+      *ro.y = d0;
     }
-    float acc[kRows];
-    detail::TileElement el;
-    // Token 0: elements 0 (row g) and 2 (row g + 8) of lane c = 0.
-    if (detail::TileProducts<kT, kRows, 1>(rows, a, 1, partial, acc, &el) && (el.e & 1) == 0 && c == 0) {
-      const int r = el.e >> 1;
-      if (row[r] < segs.total_rows) {
-        const float d0 = acc[0];
-        if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
-          *y[r] = portable::SiluMul(d0, acc[kRows - 1]);  // LaunchSwiGlu's
-        } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
-          *y[r] = *y[r] + d0;  // LaunchAdd's
-        } else {
-          *y[r] = d0;
-        }
-      }
-    }
-    __syncthreads();
   }
 }
 
@@ -116,7 +96,7 @@ template <ElemType kT, GemvEpilogue kEpi>
 cudaError_t Launch(const float* x, const void* norm_w, ElemType norm_type, float eps, const detail::Segments& segs,
                    int in, unsigned blocks, cudaStream_t stream, bool programmatic) {
   const auto kernel = PackedFusedGemvKernel<kT, kEpi>;
-  const size_t smem = FusedSmemBytes<PackedRowOf<kEpi>::kRows>(in);
+  const size_t smem = FusedSmemBytes(in);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
@@ -136,9 +116,9 @@ cudaError_t LaunchPackedFusedGemv(const float* x, const void* norm_w, ElemType n
   detail::Segments segs;
   const cudaError_t checked = detail::MakeSegments(x, segments, n_segments, in, epilogue, max_blocks, &segs);
   if (checked != cudaSuccess) return checked;
-  (void)rows_per_warp;  // the packed product takes 16-row tiles, two a block at a time
-  const int tiles = (segs.total_rows + detail::kTileRows - 1) / detail::kTileRows;
-  const unsigned blocks = static_cast<unsigned>(std::max(1, std::min(max_blocks, (tiles + kGroups - 1) / kGroups)));
+  (void)rows_per_warp;  // the packed product takes a half-warp a row
+  const int groups = (segs.total_rows + kGroupRows - 1) / kGroupRows;
+  const unsigned blocks = static_cast<unsigned>(std::max(1, std::min(max_blocks, groups)));
   return detail::WithPackedType(w_type, [&](auto t) {
     constexpr ElemType kT = decltype(t)::value;
     switch (epilogue) {

@@ -65,6 +65,14 @@ inline constexpr const char* ElemTypeName(ElemType t) {
 // row. A backend-wide choice (CudaBackendOptions::gemv_order): the bits of an output depend on it, so
 // the target's single-token and verify passes take the same one, and greedy speculative output stays
 // token-identical to target-only greedy under either.
+// How a packed product lays out its work: a half-warp a row with dp4a (kernels/packed_rows.cuh) or
+// 16-row tiles on tensor cores (kernels/packed_mma.cuh). Both compute the packed product's one
+// definition to the same bits, so the layout is a matter of speed only; kAuto picks by token count.
+enum class PackedLayout : uint8_t { kAuto = 0, kRows = 1, kTiles = 2 };
+inline constexpr const char* PackedLayoutName(PackedLayout l) {
+  return l == PackedLayout::kRows ? "rows" : l == PackedLayout::kTiles ? "tiles" : "auto";
+}
+
 enum class GemvOrder : uint8_t {
   kFma = 0,          // CUDA-core fmaf chains, a butterfly across the lanes
   kTensorCores = 1,  // bf16 mma over 16-row tiles, x split into bf16 hi + lo (kernels/mma_tile.cuh); only

@@ -27,7 +27,7 @@ __device__ __forceinline__ float LoadW(const void* w, int64_t i) {
 template <ElemType kW>
 __global__ void MatMulRowsKernel(const void* __restrict__ w, const float* __restrict__ x,
                                  float* __restrict__ y, int n, int out, int in) {
-  constexpr int kAhead = 8;
+  constexpr int kAhead = 16;  // a 2048-wide row in four rounds of loads
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o >= out) return;

@@ -29,10 +29,18 @@ inline constexpr int kPackedProductMaxTokens = 64;
 
 // LaunchGemvSegments for packed weights (all segments of `type`, 16-byte aligned; in a whole number of
 // blocks), for n = 1..kPackedProductMaxTokens: every product is the packed product's one definition
-// (engine/core/packed_product.h; on tensor cores, kernels/packed_mma.cuh), whatever n, the epilogue or
-// the GemvOrder, so results are batch invariant and equal the CPU backend's MatMul bit for bit, and
-// the epilogues equal LaunchGemv + LaunchAdd / LaunchSwiGlu on each matrix alone.
+// (engine/core/packed_product.h) whatever n, the epilogue, the GemvOrder or the layout, so results
+// are batch invariant and equal the CPU backend's MatMul bit for bit, and the epilogues equal
+// LaunchGemv + LaunchAdd / LaunchSwiGlu on each matrix alone. `layout` (speed only): kAuto takes rows
+// up to kPackedRowsMaxTokens tokens a launch, tiles beyond.
+inline constexpr int kPackedRowsMaxTokens = 16;
+// The layout the launchers take where theirs is kAuto: a process-wide choice, which benchmarks set to
+// compare the layouts inside whole passes. Speed only, since every layout gives the same bits; kAuto
+// (the default) picks by token count. A CUDA graph keeps the layout it was captured with.
+void SetPackedLayout(PackedLayout layout);
+PackedLayout DefaultPackedLayout();
 cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments, ElemType type, const float* x,
-                                     int n, int in, GemvEpilogue epilogue, cudaStream_t stream);
+                                     int n, int in, GemvEpilogue epilogue, cudaStream_t stream,
+                                     PackedLayout layout = PackedLayout::kAuto);
 
 }  // namespace specgen::kernels

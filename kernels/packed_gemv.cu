@@ -1,10 +1,12 @@
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/device_util.cuh"
 #include "kernels/packed.cuh"
 #include "kernels/packed_blocks.cuh"
 #include "kernels/packed_mma.cuh"
+#include "kernels/packed_rows.cuh"
 #include "kernels/programmatic_launch.cuh"
 
 namespace specgen::kernels {
@@ -167,12 +169,87 @@ cudaError_t LaunchProduct(const PackedSegs& s, const float* x, int in, int n, cu
   return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
+// The packed product of up to kRowMaxTokens tokens a half-warp a row (kernels/packed_rows.cuh):
+// persistent blocks of kRowWarps warps quantize x into shared memory once, then take groups of
+// kRowGroup rows round-robin; lane t of a row's half-warp writes token t's result with the epilogues
+// of PackedProductKernel.
+constexpr int kRowThreads = detail::kRowWarps * 32;
+constexpr int kRowGroup = 2 * detail::kRowWarps;
+
+template <ElemType kT, int kM, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kRowThreads) PackedRowsKernel(PackedSegs s, const float* __restrict__ x, int in,
+                                                                int n) {
+  extern __shared__ __align__(16) uint8_t rows_smem[];
+  constexpr int kMats = MatsOf<kEpi>();
+  LetDependentsLaunch();
+  WaitForPrecedingGrid();  // x
+  const detail::SmemActs a = detail::SmemActs::Carve(rows_smem, n, in);
+  const int half = threadIdx.x >> 4, lane16 = threadIdx.x & 15;
+  const int groups = (s.total_rows + kRowGroup - 1) / kRowGroup;
+  if (blockIdx.x * kRowGroup + half < s.total_rows) {
+    const RowTarget first = TargetOf<kEpi>(s, blockIdx.x * kRowGroup + half);
+    detail::PrefetchSlice(first.w, in / detail::kProductBlock, s.row_bytes);
+    if constexpr (kMats == 2) detail::PrefetchSlice(s.w[1] + (first.w - s.w[0]), in / detail::kProductBlock, s.row_bytes);
+  }
+  detail::QuantizeToSmem(a, n, n, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
+  __syncthreads();
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int row = grp * kRowGroup + half;
+    const RowTarget tg = TargetOf<kEpi>(s, row < s.total_rows ? row : 0);
+    const uint8_t* rows[kMats];
+    rows[0] = tg.w;
+    if constexpr (kMats == 2) rows[1] = s.w[1] + (tg.w - s.w[0]);
+    float out[kMats][kM];
+    detail::RowProducts<kT, kMats, kM>(rows, a, n, out);
+#pragma unroll
+    for (int t = 0; t < kM; ++t) {
+      if (t != lane16 || t >= n || row >= s.total_rows) continue;
+      float* yt = tg.y + static_cast<int64_t>(t) * tg.ld;
+      if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+        *yt = portable::SiluMul(out[0][t], out[kMats - 1][t]);  // LaunchSwiGlu's
+      } else if constexpr (kEpi == GemvEpilogue::kAddTo) {
+        *yt = *yt + out[0][t];  // LaunchAdd's
+      } else {
+        *yt = out[0][t];
+      }
+    }
+  }
+}
+
+template <ElemType kT, int kM, GemvEpilogue kEpi>
+cudaError_t LaunchRows(const PackedSegs& s, const float* x, int in, int n, cudaStream_t stream) {
+  const auto kernel = PackedRowsKernel<kT, kM, kEpi>;
+  const size_t smem = detail::ActsBytes(n, in);
+  int resident = 0;
+  const cudaError_t e = detail::ResidentBlocks(kernel, kRowThreads, smem, &resident);
+  if (e != cudaSuccess) return e;
+  const int groups = (s.total_rows + kRowGroup - 1) / kRowGroup;
+  const dim3 grid(static_cast<unsigned>(std::min(groups, resident))), block(kRowThreads);
+  return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
+}
+
+// f(integral_constant<M>) for the row kernels' token bound M >= n: 1, 2, 4, 8 or 16.
+template <typename F>
+cudaError_t WithRowTokens(int n, F f) {
+  if (n <= 1) return f(std::integral_constant<int, 1>{});
+  if (n <= 2) return f(std::integral_constant<int, 2>{});
+  if (n <= 4) return f(std::integral_constant<int, 4>{});
+  if (n <= 8) return f(std::integral_constant<int, 8>{});
+  return f(std::integral_constant<int, 16>{});
+}
+
 template <ElemType kT, GemvEpilogue kEpi>
-cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, cudaStream_t stream) {
+cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, bool rows, cudaStream_t stream) {
+  if (rows) return WithRowTokens(n, [&](auto m) { return LaunchRows<kT, decltype(m)::value, kEpi>(s, x, in, n, stream); });
   return n <= 8 ? LaunchProduct<kT, 1, kEpi>(s, x, in, n, stream) : LaunchProduct<kT, 2, kEpi>(s, x, in, n, stream);
 }
 
+std::atomic<PackedLayout> default_layout{PackedLayout::kAuto};
+
 }  // namespace
+
+void SetPackedLayout(PackedLayout layout) { default_layout.store(layout, std::memory_order_relaxed); }
+PackedLayout DefaultPackedLayout() { return default_layout.load(std::memory_order_relaxed); }
 
 cudaError_t LaunchDequantizePacked(const void* w, ElemType type, int64_t row0, int64_t rows, int in,
                                    float* dst_f32, uint16_t* dst_bf16, cudaStream_t stream) {
@@ -209,7 +286,7 @@ cudaError_t LaunchPackedEmbedding(const void* table, ElemType type, int64_t voca
 }
 
 cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments, ElemType type, const float* x,
-                                     int n, int in, GemvEpilogue epilogue, cudaStream_t stream) {
+                                     int n, int in, GemvEpilogue epilogue, cudaStream_t stream, PackedLayout layout) {
   SPECGEN_KERNEL_REQUIRE(IsPacked(type) && n >= 1 && n <= kPackedProductMaxTokens && in > 0 &&
                          in % BlockElems(type) == 0);
   SPECGEN_KERNEL_REQUIRE(segments != nullptr && n_segments >= 1 && n_segments <= 3 && x != nullptr);
@@ -227,18 +304,22 @@ cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments
     s.rows[i] = g.rows;
     if (epilogue != GemvEpilogue::kSwiGlu || i == 0) s.total_rows += g.rows;
   }
-  // Up to kLaunchTokens tokens a launch; more in chunks (each token's bits are its own).
+  // Up to kLaunchTokens tokens a launch; more in chunks (each token's bits are its own). Both layouts
+  // compute the definition: rows where tiles would be latency-bound, tiles where tensor cores pay.
+  static_assert(kPackedRowsMaxTokens <= kLaunchTokens && kLaunchTokens <= detail::kRowMaxTokens);
   for (int t0 = 0; t0 < n; t0 += kLaunchTokens) {
     const int m = std::min(kLaunchTokens, n - t0);
+    const PackedLayout l = layout == PackedLayout::kAuto ? DefaultPackedLayout() : layout;
+    const bool rows = l == PackedLayout::kRows || (l == PackedLayout::kAuto && m <= kPackedRowsMaxTokens);
     PackedSegs c = s;
     for (int i = 0; i < n_segments; ++i) c.y[i] = s.y[i] + static_cast<int64_t>(t0) * s.rows[i];
     const float* xc = x + static_cast<int64_t>(t0) * in;
     const cudaError_t e = detail::WithPackedType(type, [&](auto t) {
       constexpr ElemType kT = decltype(t)::value;
       switch (epilogue) {
-        case GemvEpilogue::kStore: return LaunchEpi<kT, GemvEpilogue::kStore>(c, xc, in, m, stream);
-        case GemvEpilogue::kAddTo: return LaunchEpi<kT, GemvEpilogue::kAddTo>(c, xc, in, m, stream);
-        case GemvEpilogue::kSwiGlu: return LaunchEpi<kT, GemvEpilogue::kSwiGlu>(c, xc, in, m, stream);
+        case GemvEpilogue::kStore: return LaunchEpi<kT, GemvEpilogue::kStore>(c, xc, in, m, rows, stream);
+        case GemvEpilogue::kAddTo: return LaunchEpi<kT, GemvEpilogue::kAddTo>(c, xc, in, m, rows, stream);
+        case GemvEpilogue::kSwiGlu: return LaunchEpi<kT, GemvEpilogue::kSwiGlu>(c, xc, in, m, rows, stream);
       }
       return cudaErrorInvalidValue;
     });

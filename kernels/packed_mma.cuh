@@ -333,10 +333,10 @@ __device__ __forceinline__ bool TileProducts(const uint8_t* const (&rows)[kMats]
 
 namespace specgen::kernels::detail {
 
-// Blocks of `kernel` (kSliceWarps warps, `smem` bytes of dynamic shared memory) resident on the
-// current device at once, at least 1; raises the kernel's shared-memory limit where smem needs it.
+// Blocks of `kernel` (`threads` a block, `smem` bytes of dynamic shared memory) resident on the current
+// device at once, at least 1; raises the kernel's shared-memory limit where smem needs it.
 template <typename Kernel>
-__host__ cudaError_t ResidentProductBlocks(Kernel kernel, size_t smem, int* blocks) {
+__host__ cudaError_t ResidentBlocks(Kernel kernel, int threads, size_t smem, int* blocks) {
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
@@ -344,10 +344,16 @@ __host__ cudaError_t ResidentProductBlocks(Kernel kernel, size_t smem, int* bloc
   int dev = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSliceWarps * 32, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   if (e != cudaSuccess) return e;
   *blocks = sms * (per_sm > 0 ? per_sm : 1);
   return cudaSuccess;
+}
+
+// ResidentBlocks for the tile kernels' kSliceWarps warps a block.
+template <typename Kernel>
+__host__ cudaError_t ResidentProductBlocks(Kernel kernel, size_t smem, int* blocks) {
+  return ResidentBlocks(kernel, kSliceWarps * 32, smem, blocks);
 }
 
 }  // namespace specgen::kernels::detail

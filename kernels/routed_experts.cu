@@ -2,10 +2,12 @@
 #include <type_traits>
 
 #include "kernels/device_util.cuh"
+#include "kernels/packed.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/mma_tile.cuh"
 #include "kernels/packed_blocks.cuh"
 #include "kernels/packed_mma.cuh"
+#include "kernels/packed_rows.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
@@ -56,12 +58,13 @@ __host__ __device__ inline Plan CarvePlan(void* ws, int s, int ffn) {
 }
 
 // One block of kPlanThreads (>= experts, >= n k): counts by direct scans (S <= 512 entries), the
-// active experts' order by a block scan over the experts' presence flags.
+// active experts' order by a scan over the experts' presence flags.
 constexpr int kPlanThreads = kRouterMaxExperts;
 __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __restrict__ ids,
                                                            const float* __restrict__ w, int n, int k,
                                                            int experts, Plan plan) {
-  __shared__ int scan[kPlanThreads];
+  static_assert(kPlanThreads == 32 * 32, "the scan below takes 32 warps");
+  __shared__ int scan[64];
   __shared__ int ids_s[kMaxT * kRouterMaxTopK];  // the scans below read every id once a thread
   LetDependentsLaunch();
   WaitForPrecedingGrid();  // the router's ids and weights
@@ -76,21 +79,30 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
       before += e < t;
     }
   }
-  scan[t] = count > 0;
+  // The active experts' order: an exclusive scan of the presence flags, within a warp by ballot, then
+  // over the warps' totals by warp 0 (two barriers, where a block-wide scan takes twenty).
+  const int lane = t & 31, warp = t >> 5;
+  const unsigned present = __ballot_sync(0xffffffffu, count > 0);
+  if (lane == 0) scan[warp] = __popc(present);
   __syncthreads();
-  for (int o = 1; o < kPlanThreads; o <<= 1) {  // inclusive scan of the presence flags
-    const int v = t >= o ? scan[t - o] : 0;
-    __syncthreads();
-    scan[t] += v;
-    __syncthreads();
+  if (warp == 0) {
+    const int total = scan[lane];  // kPlanThreads / 32 == 32 warps
+    int incl = total;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    scan[32 + lane] = incl - total;
+    if (lane == 31) *plan.n_active = incl;
   }
+  __syncthreads();
   if (count > 0) {
-    const int u = scan[t] - 1;
+    const int u = scan[32 + warp] + __popc(present & ((1u << lane) - 1u));
     plan.expert[u] = t;
     plan.count[u] = count;
     plan.first[u] = before;
   }
-  if (t == kPlanThreads - 1) *plan.n_active = scan[t];
   if (t < s) {
     const int i = t / k, e = ids_s[t];
     int slot = 0, rank = 0;  // slot: entries below e, plus earlier tokens of e; rank among token i's
@@ -439,6 +451,112 @@ __global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables
   LetDependentsLaunch();
 }
 
+// The same products a half-warp a row (kernels/packed_rows.cuh) where every expert has at most kM
+// tokens: items are (active expert u, group of kRowGroup rows), split evenly over one wave of blocks
+// as ExpertItems splits tiles; lane t of a row's half-warp stores token t's results.
+constexpr int kRowThreads = detail::kRowWarps * 32;
+constexpr int kRowGroup = 2 * detail::kRowWarps;
+
+template <ElemType kT, int kMats, int kM, typename InOf, typename Mat, typename Store>
+__device__ __forceinline__ void ExpertRowItems(const Plan& plan, int in, int out_rows, InOf in_of, Mat mat,
+                                               Store store) {
+  extern __shared__ __align__(16) uint8_t expert_rows_smem[];
+  const int groups = (out_rows + kRowGroup - 1) / kRowGroup;
+  const int64_t items = static_cast<int64_t>(*plan.n_active) * groups;
+  const int begin = static_cast<int>(items * blockIdx.x / gridDim.x);
+  const int end = static_cast<int>(items * (blockIdx.x + 1) / gridDim.x);
+  const int64_t row_bytes = PackedRowBytes(kT, in);
+  const detail::SmemActs a = detail::SmemActs::Carve(expert_rows_smem, kM, in);
+  const int half = threadIdx.x >> 4, lane16 = threadIdx.x & 15;
+  int u_now = -1, e = 0, m = 0, first = 0;
+  for (int i = begin; i < end; ++i) {
+    const int u = i / groups, grp = i % groups;
+    if (u != u_now) {
+      if (u_now >= 0) __syncthreads();  // no warp still reads the previous expert's inputs
+      u_now = u;
+      e = plan.expert[u];
+      m = plan.count[u];
+      first = plan.first[u];
+      const int64_t off = static_cast<int64_t>(min(grp * kRowGroup + half, out_rows - 1)) * row_bytes;
+#pragma unroll
+      for (int j = 0; j < kMats; ++j) detail::PrefetchSlice(static_cast<const uint8_t*>(mat(j, e)) + off, in / detail::kProductBlock, row_bytes);
+      detail::QuantizeToSmem(a, m, m, [&in_of, u](int t) { return in_of(u, t); });
+      __syncthreads();
+    }
+    const int row = grp * kRowGroup + half;
+    const int64_t off = static_cast<int64_t>(row < out_rows ? row : 0) * row_bytes;
+    const uint8_t* rows[kMats];
+#pragma unroll
+    for (int j = 0; j < kMats; ++j) rows[j] = static_cast<const uint8_t*>(mat(j, e)) + off;
+    float out[kMats][kM];
+    detail::RowProducts<kT, kMats, kM>(rows, a, m, out);
+#pragma unroll
+    for (int t = 0; t < kM; ++t) {
+      if (t != lane16 || t >= m || row >= out_rows) continue;
+      float v[kMats];
+#pragma unroll
+      for (int j = 0; j < kMats; ++j) v[j] = out[j][t];
+      store(first, row, t, v);
+    }
+  }
+}
+
+template <ElemType kT, int kM>
+__global__ void __launch_bounds__(kRowThreads) RowsGateUpKernel(ExpertTables tab, const float* __restrict__ x,
+                                                                Plan plan) {
+  WaitForPrecedingGrid();  // the plan
+  const int hidden = tab.hidden, ffn = tab.ffn;
+  ExpertRowItems<kT, 2, kM>(
+      plan, hidden, ffn,
+      [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
+      [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
+      [&](int first, int row, int tok, const float (&v)[2]) {
+        plan.act[static_cast<int64_t>(first + tok) * ffn + row] = portable::SiluMul(v[0], v[1]);  // StoreSwiGlu's
+      });
+  LetDependentsLaunch();
+}
+
+template <ElemType kD, int kM>
+__global__ void __launch_bounds__(kRowThreads) RowsDownKernel(ExpertTables tab, Plan plan) {
+  WaitForPrecedingGrid();  // the activations
+  const int hidden = tab.hidden, ffn = tab.ffn;
+  ExpertRowItems<kD, 1, kM>(
+      plan, ffn, hidden,
+      [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
+      [&](int, int e) { return tab.down[e]; },
+      [&](int first, int row, int tok, const float (&v)[1]) {
+        plan.y[static_cast<int64_t>(first + tok) * hidden + row] = v[0];
+      });
+  LetDependentsLaunch();
+}
+
+// One wave of row blocks over at most `ys` active experts of `out_rows` rows each.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchExpertRows(Kernel kernel, int out_rows, unsigned ys, int in, int m, cudaStream_t stream, bool pdl,
+                             Args... args) {
+  const size_t smem = detail::ActsBytes(m, in);
+  int resident = 0;
+  const cudaError_t e = detail::ResidentBlocks(kernel, kRowThreads, smem, &resident);
+  if (e != cudaSuccess) return e;
+  const int64_t items = static_cast<int64_t>((out_rows + kRowGroup - 1) / kRowGroup) * ys;
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(items, resident)));
+  return LaunchDecodeKernel(kernel, dim3(grid), dim3(kRowThreads), smem, stream, pdl, args...);
+}
+
+template <int kM>
+cudaError_t LaunchRowsM(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
+                        bool pdl) {
+  cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
+    return LaunchExpertRows(RowsGateUpKernel<decltype(t)::value, kM>, tab.ffn, ys, tab.hidden, kM, stream, pdl, tab,
+                            x, plan);
+  });
+  if (e != cudaSuccess) return e;
+  return detail::WithPackedType(tab.down_type, [&](auto t) {
+    return LaunchExpertRows(RowsDownKernel<decltype(t)::value, kM>, tab.hidden, ys, tab.ffn, kM, stream, pdl, tab,
+                            plan);
+  });
+}
+
 // A launch over at most `ys` active experts of `tiles` row tiles each: one wave of the blocks the device
 // holds at once, or fewer where there are fewer items.
 template <typename Kernel, typename... Args>
@@ -469,11 +587,28 @@ cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys,
 }
 
 cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                         bool accumulate, cudaStream_t stream) {
+                         bool accumulate, cudaStream_t stream, PackedLayout layout) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
-  // An expert has at most n tokens: one tile of 8 columns up to 8, two up to 16.
-  cudaError_t e = n <= 8 ? LaunchPackedNT<1>(tab, x, ys, plan, stream, pdl) : LaunchPackedNT<2>(tab, x, ys, plan, stream, pdl);
+  // An expert has at most n tokens: a half-warp a row (packed_rows.cuh), or one tile of 8 columns up
+  // to 8, two up to 16; both layouts give the definition's bits.
+  cudaError_t e;
+  if (layout == PackedLayout::kAuto) layout = DefaultPackedLayout();
+  if (layout == PackedLayout::kRows || (layout == PackedLayout::kAuto && n <= kPackedRowsMaxTokens)) {
+    if (n <= 1) {
+      e = LaunchRowsM<1>(tab, x, ys, plan, stream, pdl);
+    } else if (n <= 2) {
+      e = LaunchRowsM<2>(tab, x, ys, plan, stream, pdl);
+    } else if (n <= 4) {
+      e = LaunchRowsM<4>(tab, x, ys, plan, stream, pdl);
+    } else if (n <= 8) {
+      e = LaunchRowsM<8>(tab, x, ys, plan, stream, pdl);
+    } else {
+      e = LaunchRowsM<16>(tab, x, ys, plan, stream, pdl);
+    }
+  } else {
+    e = n <= 8 ? LaunchPackedNT<1>(tab, x, ys, plan, stream, pdl) : LaunchPackedNT<2>(tab, x, ys, plan, stream, pdl);
+  }
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
                            tab.hidden, out, accumulate);
@@ -535,7 +670,8 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn) {
 
 cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
-                                float* out, bool accumulate, cudaStream_t stream, GemvOrder order) {
+                                float* out, bool accumulate, cudaStream_t stream, GemvOrder order,
+                                PackedLayout layout) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kRoutedExpertsMaxTokens && k >= 1 && k <= kRouterMaxTopK);
   SPECGEN_KERNEL_REQUIRE(tab.experts >= k && tab.experts <= kRouterMaxExperts && tab.hidden > 0 && tab.ffn > 0);
   SPECGEN_KERNEL_REQUIRE(tab.gate && tab.up && tab.down && x && route_ids && route_w && workspace && out);
@@ -552,7 +688,7 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   if (planned != cudaSuccess) return planned;
   // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
   // `order`), else the row kernel.
-  if (IsPacked(tab.type)) return LaunchPacked(tab, x, n, k, plan, out, accumulate, stream);
+  if (IsPacked(tab.type)) return LaunchPacked(tab, x, n, k, plan, out, accumulate, stream, layout);
   if (tab.type == ElemType::kF32) {
     return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
   }

@@ -49,10 +49,11 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn);
 // instead (the residual add, as LaunchAdd's), one kernel fewer a layer. Each expert product is reduced
 // as LaunchGemv in `order` reduces it (the row kernel's order where GemvTakes is false), so the result
 // equals the host-routed composition of MatMuls in the same order bit for bit. Packed experts take the
-// packed product's one order (kernels/packed_blocks.cuh), as MatMul on them does, whatever `order`.
+// packed product's one definition, as MatMul on them does, whatever `order` or `layout` (speed only:
+// kAuto takes rows up to kPackedRowsMaxTokens tokens, as LaunchPackedGemvSegments).
 cudaError_t LaunchRoutedExperts(const ExpertTables& tables, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
                                 float* out, bool accumulate, cudaStream_t stream,
-                                GemvOrder order = kDefaultGemvOrder);
+                                GemvOrder order = kDefaultGemvOrder, PackedLayout layout = PackedLayout::kAuto);
 
 }  // namespace specgen::kernels

@@ -20,67 +20,61 @@ __device__ __forceinline__ void WarpArgmax(float& v, int& idx) {
   }
 }
 
-// One block per token.
-__global__ void RouterKernel(const float* __restrict__ logits, int experts, int k, RouterMode mode,
-                             float* __restrict__ weights, int32_t* __restrict__ ids) {
-  __shared__ float l_s[kRouterMaxExperts];
-  __shared__ float scratch[32];
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  __shared__ int chosen[kRouterMaxTopK];
+// A warp a token, kWarps tokens a block: the logits in shared memory (lane l owns experts l + 32 i),
+// the softmax's max and sum by butterflies, then k rounds of a warp argmax over the experts not yet
+// taken (a lane's taken experts as bits). At one token the block's barriers and serial picks of a
+// block-wide search cost more than the work; a warp needs none.
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerLane = kRouterMaxExperts / 32;
+static_assert(kPerLane <= 32, "a lane's taken experts are the bits of one word");
+
+__global__ void __launch_bounds__(kThreads) RouterKernel(const float* __restrict__ logits, int n, int experts, int k,
+                                                         RouterMode mode, float* __restrict__ weights,
+                                                         int32_t* __restrict__ ids) {
+  __shared__ float l_s[kWarps][kRouterMaxExperts];
+  __shared__ int chosen_s[kWarps][kRouterMaxTopK];
   // The routed experts' plan kernel (routed_experts.cu, launched programmatically) may be scheduled
   // now; it waits for this grid before reading the ids. A no-op before a plainly launched kernel.
   LetDependentsLaunch();
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * experts;
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    l_s[e] = row[e];
-    mx = fmaxf(mx, l_s[e]);
-  }
-  mx = detail::BlockMax(mx, scratch);
-  float sum = 0.f;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) sum += expf(l_s[e] - mx);
-  sum = detail::BlockSum(sum, scratch);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int token = blockIdx.x * kWarps + warp;
+  if (token >= n) return;
+  float* l = l_s[warp];
+  int* chosen = chosen_s[warp];
+  const float* row = logits + static_cast<int64_t>(token) * experts;
+  float mx = -INFINITY;
+  for (int e = lane; e < experts; e += 32) {
+    l[e] = row[e];
+    mx = fmaxf(mx, l[e]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.f;
+  for (int e = lane; e < experts; e += 32) sum += expf(l[e] - mx);
+  sum = detail::WarpSum(sum);
+  uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
   for (int r = 0; r < k; ++r) {
     float v = -INFINITY;
     int idx = 0x7fffffff;
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-      bool taken = false;
-      for (int c = 0; c < r; ++c) taken |= chosen[c] == e;
-      if (!taken && (l_s[e] > v || (l_s[e] == v && e < idx))) {
-        v = l_s[e];
+    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
+      if (!((taken >> i) & 1u) && (l[e] > v || (l[e] == v && e < idx))) {
+        v = l[e];
         idx = e;
       }
     }
     WarpArgmax(v, idx);
-    if (lane == 0) {
-      wv[warp] = v;
-      wi[warp] = idx;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float bv = wv[0];
-      int bi = wi[0];
-      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
-        if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) {
-          bv = wv[w];
-          bi = wi[w];
-        }
-      }
-      chosen[r] = bi;
-    }
-    __syncthreads();
+    if (idx < experts && (idx & 31) == lane) taken |= 1u << (idx >> 5);
+    if (lane == 0) chosen[r] = idx;
   }
-  if (threadIdx.x == 0) {
-    float* w_out = weights + static_cast<int64_t>(blockIdx.x) * k;
-    int32_t* i_out = ids + static_cast<int64_t>(blockIdx.x) * k;
+  __syncwarp();
+  if (lane == 0) {
+    float* w_out = weights + static_cast<int64_t>(token) * k;
+    int32_t* i_out = ids + static_cast<int64_t>(token) * k;
     float w[kRouterMaxTopK];
     float chosen_sum = 0.f;
     for (int r = 0; r < k; ++r) {
-      // kTopKSoftmax: the chosen logits' own softmax; its max is l_s[chosen[0]].
-      w[r] = mode == RouterMode::kTopKSoftmax ? expf(l_s[chosen[r]] - l_s[chosen[0]])
-                                              : expf(l_s[chosen[r]] - mx) / sum;
+      // kTopKSoftmax: the chosen logits' own softmax; its max is l[chosen[0]].
+      w[r] = mode == RouterMode::kTopKSoftmax ? expf(l[chosen[r]] - l[chosen[0]]) : expf(l[chosen[r]] - mx) / sum;
       chosen_sum += w[r];
     }
     for (int r = 0; r < k; ++r) {
@@ -98,7 +92,7 @@ cudaError_t LaunchRouterTopK(const float* logits, int n, int experts, int k, Rou
                          k <= experts && k <= kRouterMaxTopK);
   if (n == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(logits && weights && ids);
-  RouterKernel<<<n, kThreads, 0, stream>>>(logits, experts, k, mode, weights, ids);
+  RouterKernel<<<(n + kWarps - 1) / kWarps, kThreads, 0, stream>>>(logits, n, experts, k, mode, weights, ids);
   return cudaGetLastError();
 }
 

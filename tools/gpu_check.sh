@@ -3,7 +3,7 @@
 # the CPU reference, and the GPU benchmarks (kernels and end to end). Logs go under $OUT; a short
 # table is printed last. Build here with `cmake --preset h200 && cmake --build build-h200`, pack with
 # tools/pack_gpu_check.sh, then run there (repository root as cwd, carry [".device"]):
-#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all|stream|profile]
+#   tar xJf .device/bin.tar.xz -C .device && source .device/env.sh && OUT=$OUT bash tools/gpu_check.sh [tests|bench|all|stream|profile|products]
 set -u
 what=${1:-all}
 export SPECGEN_SOURCE_DIR=$PWD
@@ -27,12 +27,33 @@ if [ "$what" = stream ]; then
   cp "$OUT/bench_streamed.json" "$OUT/bench_streamed.log" "$OUT_FINAL/" 2>/dev/null
   exit 0
 fi
+if [ "$what" = products ]; then
+  # The packed products' two layouts side by side (the same bits, kernels/packed.cuh): kernels_bench's
+  # BM_PackedGemv / BM_PackedRoutedExperts per layout, BM_ResidentVerifyPass under the default choice
+  # and under tiles, and ncu's stall reasons of the row kernels.
+  context="--benchmark_context=commit=$(cat .device/commit 2>/dev/null || echo unknown),gpu=$(
+    nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ',' ' ')"
+  timeout 150 kernels_bench --benchmark_min_time=0.05 --benchmark_counters_tabular=true "$context" \
+    --benchmark_filter='BM_PackedGemv/[0-9]+/[0-9]+/[0-9]+/[0-9]+/(1|2)/|BM_PackedRoutedExperts|BM_PackedGemv/0/(1|4|16)/(768|2048|4096)/' \
+    --benchmark_out="$OUT/bench_products.json" --benchmark_out_format=json 2>&1 | tee "$OUT/bench_products.log" \
+    | grep -E '^BM_|ERROR' | sed -E 's/ +/ /g' | cut -c1-170
+  timeout "${STREAM_TIMEOUT:-240}" streamed_bench --benchmark_counters_tabular=true "$context" \
+    --benchmark_filter=BM_ResidentVerifyPass --benchmark_out="$OUT/bench_resident_pass.json" \
+    --benchmark_out_format=json 2>&1 | tee "$OUT/bench_resident_pass.log" | grep -E '^BM_|ERROR' | sed -E 's/ +/ /g'
+  timeout 200 ncu --clock-control none --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
+    --kernel-name regex:'Rows(GateUp|Down)Kernel|PackedRowsKernel' --launch-skip 20 --launch-count 4 \
+    kernels_bench --benchmark_filter='BM_PackedRoutedExperts/(8|64)/1|BM_PackedGemv/0/1/5120/2048/1' \
+    > "$OUT/ncu_rows.txt" 2>&1
+  grep -E 'Kernel|Duration|Stall|Warp Cycles|Occupancy|Memory Throughput|Registers|L1/TEX Hit' "$OUT/ncu_rows.txt" | head -60
+  cp "$OUT"/bench_products.json "$OUT"/bench_resident_pass.json "$OUT"/ncu_rows.txt "$OUT_FINAL/" 2>/dev/null
+  exit 0
+fi
 if [ "$what" = profile ]; then
   # One resident verification pass of n = 1 and one of n = 16 (synth:qwen3-30b-a3b q4_k_m) under ncu,
   # each kernel's time, summed by kernel (tools/ncu_pass_summary.py): where a pass goes.
   SPECGEN_PROFILE_PASS=1 timeout "${PROFILE_TIMEOUT:-300}" ncu --clock-control none --profile-from-start off \
     --metrics gpu__time_duration.sum --print-units base --csv streamed_bench \
-    --benchmark_filter='BM_ResidentVerifyPass/n:(1|16)/' > "$OUT/ncu_pass.csv" 2> "$OUT/ncu_pass.err"
+    --benchmark_filter='BM_ResidentVerifyPass/n:(1|16)/layout:0/' > "$OUT/ncu_pass.csv" 2> "$OUT/ncu_pass.err"
   echo "ncu_pass $?" >> "$rc"
   python3 tools/ncu_pass_summary.py "$OUT/ncu_pass.csv" --names "n=1,n=16" | tee "$OUT/ncu_pass.txt"
   cp "$OUT/ncu_pass.txt" "$OUT_FINAL/" 2>/dev/null

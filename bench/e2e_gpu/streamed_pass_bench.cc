@@ -38,6 +38,7 @@
 #include "moe/apply_plan.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "engine/speculative/graphed_target_pass.h"
+#include "kernels/packed.cuh"
 
 namespace specgen::e2e {
 namespace {
@@ -263,6 +264,14 @@ BENCHMARK(BM_StreamedVerifyPass)
 void BM_ResidentVerifyPass(benchmark::State& state) {
   if (!CudaBackend::DeviceAvailable()) return state.SkipWithError("no CUDA device");
   const int n = static_cast<int>(state.range(0));
+  // The packed products' layout (kernels::PackedLayout: 0 auto, 1 rows, 2 tiles), before any graph is
+  // captured; the same bits under each, so only the time may differ.
+  const auto layout = static_cast<kernels::PackedLayout>(state.range(1));
+  struct LayoutScope {  // the process default again however the benchmark ends
+    explicit LayoutScope(kernels::PackedLayout l) { kernels::SetPackedLayout(l); }
+    ~LayoutScope() { kernels::SetPackedLayout(kernels::PackedLayout::kAuto); }
+  } layout_scope(layout);
+  state.SetLabel(kernels::PackedLayoutName(layout));
   auto made = MakeStreamed(0, false);
   if (!made.ok()) return state.SkipWithError(std::string(made.status().message()).c_str());
   Streamed& s = **made;
@@ -297,9 +306,11 @@ void BM_ResidentVerifyPass(benchmark::State& state) {
   state.counters["tokens_per_s_at_n1"] = n == 1 ? 1.0 / sec : 0.0;
 }
 BENCHMARK(BM_ResidentVerifyPass)
-    ->ArgNames({"n"})
+    ->ArgNames({"n", "layout"})
     ->Apply([](benchmark::internal::Benchmark* b) {
-      for (int n : {1, 2, 3, 5, 9, 16}) b->Args({n});
+      for (int layout : {0, 2}) {
+        for (int n : {1, 2, 3, 5, 9, 16}) b->Args({n, layout});
+      }
     })
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/acceptance.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/packed.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
 #include "kernels/sampling.cuh"
@@ -98,14 +100,16 @@ BENCHMARK(BM_Gemv)
 
 // Weights kept packed (kernels/packed.cuh), the shapes of a Qwen3-30B-A3B expert (768 x 2048,
 // 2048 x 768), its attention (4096 x 2048) and its head (151936 x 2048). Bytes: the packed weights plus
-// x and y. args: type (kPackedBenchTypes index), tokens, out, in.
+// x and y. args: type (kPackedBenchTypes index), tokens, out, in, layout (PackedLayout: 0 auto, 1 a
+// half-warp a row, 2 tensor-core tiles; the same bits, kernels/packed.cuh).
 constexpr ElemType kPackedBenchTypes[] = {ElemType::kQ4_K, ElemType::kQ5_K, ElemType::kQ6_K, ElemType::kQ8_0,
                                           ElemType::kQ4_0};
 void BM_PackedGemv(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const ElemType type = kPackedBenchTypes[state.range(0)];
   const int n = state.range(1), out = state.range(2), in = state.range(3);
-  state.SetLabel(ElemTypeName(type));
+  const auto layout = static_cast<PackedLayout>(state.range(4));
+  state.SetLabel(std::string(ElemTypeName(type)) + " " + PackedLayoutName(layout));
   const size_t wbytes = size_t(out) * PackedRowBytes(type, in);
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(512) << 20) / wbytes));
   void* w = DeviceAlloc(wbytes * copies, 0x3c);  // every f16 scale 0x3c3c: finite
@@ -113,26 +117,30 @@ void BM_PackedGemv(benchmark::State& state) {
   void* y = DeviceAlloc(size_t(n) * out * 4, 0);
   if (!w || !x || !y) return state.SkipWithError("cudaMalloc failed");
   TimeLoop(state, 10, [&](int i) {
-    LaunchGemv(static_cast<uint8_t*>(w) + wbytes * (i % copies), type, static_cast<float*>(x),
-               static_cast<float*>(y), n, out, in, nullptr);
+    const GemvSegment seg{static_cast<uint8_t*>(w) + wbytes * (i % copies), static_cast<float*>(y), out};
+    LaunchPackedGemvSegments(&seg, 1, type, static_cast<float*>(x), n, in, GemvEpilogue::kStore, nullptr, layout);
   }, double(wbytes) + n * (in + out) * 4.0);
   for (void* p : {w, x, y}) cudaFree(p);
 }
 BENCHMARK(BM_PackedGemv)
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {768}, {2048}})
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {2048}, {768}})
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {4096}, {2048}})
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {151936}, {2048}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {768}, {2048}, {0}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {2048}, {768}, {0}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {4096}, {2048}, {0}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16}, {151936}, {2048}, {0}})
+    ->ArgsProduct({{0, 2, 3}, {1, 2, 4, 8, 16}, {5120, 151936}, {2048}, {1, 2}})  // the layouts side by side
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 // The routed experts of a Qwen3-30B-A3B layer (128 experts, hidden 2048, ffn 768, top-8) at Q4_K for
 // a union of exactly `union` experts: union / 8 tokens, each routed to 8 experts no other token takes
-// (rotating over 8 routings, so the reads are not all L2 hits). Bytes: union x 3 x 884,736. args: union.
+// (rotating over 8 routings, so the reads are not all L2 hits). Bytes: union x 3 x 884,736. args: union,
+// layout (PackedLayout, as BM_PackedGemv's).
 void BM_PackedRoutedExperts(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no CUDA device");
   const int n_union = static_cast<int>(state.range(0)), experts = 128, k = 8, hidden = 2048, ffn = 768;
   const int n = n_union / k;
+  const auto layout = static_cast<PackedLayout>(state.range(1));
+  state.SetLabel(PackedLayoutName(layout));
   constexpr int kRoutings = 8;
   const size_t matrix = size_t(ffn) * PackedRowBytes(ElemType::kQ4_K, hidden);  // = down's bytes
   void* w = DeviceAlloc(matrix * 3 * experts, 0x3c);
@@ -166,11 +174,14 @@ void BM_PackedRoutedExperts(benchmark::State& state) {
     LaunchRouterTopK(static_cast<const float*>(logits) + size_t(i % kRoutings) * n * experts, n, experts, k,
                      RouterMode::kSoftmaxTopKRenorm, d_w, d_ids, nullptr);
     LaunchRoutedExperts(tab, static_cast<const float*>(x), n, d_ids, d_w, k, ws, ws_bytes,
-                        static_cast<float*>(out), false, nullptr);
+                        static_cast<float*>(out), false, nullptr, kDefaultGemvOrder, layout);
   }, double(n_union) * 3 * matrix);
   for (void* p : {w, d_table, x, out, logits, route, ws}) cudaFree(p);
 }
-BENCHMARK(BM_PackedRoutedExperts)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PackedRoutedExperts)
+    ->ArgsProduct({{8, 16, 32, 64, 128}, {0, 1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // args: queries, context, kv type (0 f32, 2 bf16). Qwen3-8B-like: 32 q heads, 8 kv heads, d 128.
 // One resident MoE layer of a Qwen3-30B-A3B-class target (128 experts of hidden 2048, ffn 768, bf16;

@@ -1,10 +1,11 @@
 // The packed block types on the device (kernels/packed.cuh) against engine/core's CPU dequantizers, on
 // fresh random blocks every run (tests/common/random_blocks.h): dequantization bit
 // for bit (fp32, and bf16 as the host rounds it), the embedding gather, the packed product equal to the
-// CPU's definition bit for bit for 1..64 tokens, batch invariance bit for bit, and the fused epilogues
-// equal to the separate kernels bit for bit.
+// CPU's definition bit for bit for 1..64 tokens in either layout, batch invariance bit for bit, the
+// fused epilogues equal to the separate kernels bit for bit, and routed experts alike in either layout.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/packed.cuh"
+#include "kernels/routed_experts.cuh"
+#include "kernels/router.cuh"
 #include "tests/common/compare.h"
 #include "tests/common/random_blocks.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -120,7 +123,8 @@ TEST(PackedGpu, EmbeddingEqualsCpuRows) {
 // CPU's bit for bit, for every token of any n up to 64 (so batch invariance follows: each token's
 // bits are the CPU's for that token alone). The CPU definition's accuracy is tested in
 // tests/core/packed_product_test.cc.
-void CheckAgainstCpuDefinition(std::mt19937_64& rng, ElemType t, int n, int out, int in) {
+void CheckAgainstCpuDefinition(std::mt19937_64& rng, ElemType t, int n, int out, int in,
+                               PackedLayout layout = PackedLayout::kAuto) {
   const auto blocks = RandomBlocks(rng, t, out, in);
   auto x = testing::RandomNormal(rng, size_t(n) * in);
   if (n > 2) {
@@ -148,9 +152,10 @@ void CheckAgainstCpuDefinition(std::mt19937_64& rng, ElemType t, int n, int out,
   DeviceBuffer<float> dx(x), dy(size_t(n) * out);
   dy.Poison();
   const GemvSegment seg{dw.get(), dy.get(), out};
-  CUDA_OK(LaunchPackedGemvSegments(&seg, 1, t, dx.get(), n, in, GemvEpilogue::kStore, nullptr));
+  CUDA_OK(LaunchPackedGemvSegments(&seg, 1, t, dx.get(), n, in, GemvEpilogue::kStore, nullptr, layout));
   ExpectSameBits(dy.Download(), want, std::string(ElemTypeName(t)) + " n=" + std::to_string(n) + " out=" +
-                                          std::to_string(out) + " in=" + std::to_string(in));
+                                          std::to_string(out) + " in=" + std::to_string(in) + " " +
+                                          PackedLayoutName(layout));
 }
 
 TEST(PackedGpu, ProductEqualsTheCpuDefinitionBitForBit) {
@@ -162,6 +167,20 @@ TEST(PackedGpu, ProductEqualsTheCpuDefinitionBitForBit) {
     CheckAgainstCpuDefinition(rng, t, 3, 61, 768);    // 24 blocks: slices of 6
     CheckAgainstCpuDefinition(rng, t, 16, 40, 5120);  // long rows
     if (BlockElems(t) == 32) CheckAgainstCpuDefinition(rng, t, 5, 50, 96);  // three blocks: an empty slice
+  }
+}
+
+// Both layouts (a half-warp a row; tensor-core tiles), forced, at every token bound either takes.
+TEST(PackedGpu, BothLayoutsEqualTheCpuDefinitionBitForBit) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  for (ElemType t : kPackedTypes) {
+    SCOPED_TRACE(ElemTypeName(t));
+    for (PackedLayout layout : {PackedLayout::kRows, PackedLayout::kTiles}) {
+      for (int n : {1, 2, 3, 4, 5, 8, 9, 16, 40}) CheckAgainstCpuDefinition(rng, t, n, 70, 2048, layout);
+      CheckAgainstCpuDefinition(rng, t, 6, 37, 768, layout);
+      if (BlockElems(t) == 32) CheckAgainstCpuDefinition(rng, t, 3, 19, 96, layout);
+    }
   }
 }
 
@@ -262,6 +281,57 @@ TEST(PackedGpu, SegmentsEqualSeparateKernelsBitForBit) {
       CUDA_OK(LaunchGemv(wu.get(), t, dx.get(), u.get(), n, rows[0], in, nullptr));
       CUDA_OK(LaunchSwiGlu(g.get(), u.get(), gu.get(), int64_t(n) * rows[0], nullptr));
       ExpectSameBits(fused.Download(), gu.Download(), "swiglu n=" + std::to_string(n));
+    }
+  }
+}
+
+// The routed experts' two layouts (LaunchRoutedExperts: a half-warp a row; tensor-core tiles) give the
+// same bits for every token count they share, with gate/up and down of different packed types. (That
+// the product equals MatMul on the gathered rows is CudaPacked.RoutedExpertsWithPerRoleTypesEqualHostRouting.)
+TEST(PackedGpu, RoutedExpertsLayoutsAgreeBitForBit) {
+  SPECGEN_SKIP_WITHOUT_GPU();
+  auto rng = testing::FreshRng();
+  const int experts = 12, hidden = 512, ffn = 256, k = 4;
+  struct Roles { ElemType gate_up, down; };
+  for (Roles roles : {Roles{ElemType::kQ4_K, ElemType::kQ6_K}, Roles{ElemType::kQ8_0, ElemType::kQ4_0},
+                      Roles{ElemType::kQ5_K, ElemType::kQ5_K}}) {
+    const std::string types = std::string(ElemTypeName(roles.gate_up)) + "/" + ElemTypeName(roles.down);
+    std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> mats;
+    std::vector<const void*> table(3 * size_t(experts));
+    for (int m = 0; m < 3 * experts; ++m) {
+      const bool down = m >= 2 * experts;
+      mats.push_back(std::make_unique<DeviceBuffer<uint8_t>>(down ? RandomBlocks(rng, roles.down, hidden, ffn)
+                                                                  : RandomBlocks(rng, roles.gate_up, ffn, hidden)));
+      table[m] = mats.back()->get();
+    }
+    DeviceBuffer<const void*> dtable(table);
+    ExpertTables tab;
+    tab.gate = dtable.get();
+    tab.up = dtable.get() + experts;
+    tab.down = dtable.get() + 2 * experts;
+    tab.experts = experts;
+    tab.hidden = hidden;
+    tab.ffn = ffn;
+    tab.type = roles.gate_up;
+    tab.down_type = roles.down;
+    for (int n : {1, 2, 3, 5, 8, 9, 16}) {
+      DeviceBuffer<float> x(testing::RandomNormal(rng, size_t(n) * hidden));
+      DeviceBuffer<float> logits(testing::RandomNormal(rng, size_t(n) * experts, 2.f));
+      DeviceBuffer<float> w(size_t(n) * k);
+      DeviceBuffer<int32_t> ids(size_t(n) * k);
+      CUDA_OK(LaunchRouterTopK(logits.get(), n, experts, k, RouterMode::kSoftmaxTopKRenorm, w.get(), ids.get(), nullptr));
+      const size_t ws_bytes = RoutedExpertsWorkspaceBytes(n, k, hidden, ffn);
+      DeviceBuffer<uint8_t> ws(ws_bytes);
+      std::vector<float> got[2];
+      int i = 0;
+      for (PackedLayout layout : {PackedLayout::kRows, PackedLayout::kTiles}) {
+        DeviceBuffer<float> out(size_t(n) * hidden);
+        CUDA_OK(LaunchRoutedExperts(tab, x.get(), n, ids.get(), w.get(), k, ws.get(), ws_bytes, out.get(), false,
+                                    nullptr, kDefaultGemvOrder, layout));
+        got[i++] = out.Download();
+      }
+      for (float v : got[0]) ASSERT_TRUE(std::isfinite(v)) << types << " n=" << n << ": every output written";
+      ExpectSameBits(got[0], got[1], types + " n=" + std::to_string(n) + ": rows against tiles");
     }
   }
 }
