@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "engine/core/status_macros.h"
 #include "moe/expert_cache_model.h"
-#include "bench/routing/locality_routing.h"
+#include "moe/locality_routing.h"
 
 namespace specgen::moe {
 namespace {
@@ -26,12 +26,12 @@ struct LocalityRun {
 // Hit rate and mean union of passes of n positions under locality routing, through an LRU cache of
 // `slots` shared by the MoE layers.
 absl::StatusOr<LocalityRun> SimulateLocality(int64_t slots, int n_moe, int n_experts, int top_k, int n) {
-  bench::LocalityRoutingOptions o;
+  LocalityRoutingOptions o;
   o.n_layers = n_moe;
   o.n_experts = n_experts;
   o.top_k = top_k;
   o.seed = 0;
-  ASSIGN_OR_RETURN(bench::LocalityRouting routing, bench::LocalityRouting::Create(o));
+  ASSIGN_OR_RETURN(LocalityRouting routing, LocalityRouting::Create(o));
   ExpertCacheModel cache(CachePolicy::kLru, n_moe, n_experts, slots);
   std::vector<int> ids(static_cast<size_t>(n) * top_k);
   CacheCounters before;

@@ -11,7 +11,7 @@
 
 #include "benchmark/benchmark.h"
 #include "moe/expert_cache_model.h"
-#include "bench/routing/locality_routing.h"
+#include "moe/locality_routing.h"
 
 namespace specgen::bench {
 
@@ -19,6 +19,8 @@ using moe::CacheCounters;
 using moe::CachePolicy;
 using moe::CachePolicyName;
 using moe::ExpertCacheModel;
+using moe::LocalityRouting;
+using moe::LocalityRoutingOptions;
 using moe::PassUnion;
 namespace {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "engine/core/status_macros.h"
-#include "bench/routing/locality_routing.h"
-#include "bench/routing/split_mix.h"
+#include "moe/locality_routing.h"
+#include "moe/split_mix.h"
 
 namespace specgen::bench {
 namespace {
@@ -15,7 +15,7 @@ namespace {
 uint64_t Below(uint64_t& state, uint64_t bound) {
   const uint64_t threshold = (0 - bound) % bound;
   for (;;) {
-    const uint64_t x = SplitMix64(state);
+    const uint64_t x = moe::SplitMix64(state);
     const unsigned __int128 m = static_cast<unsigned __int128>(x) * bound;
     if (static_cast<uint64_t>(m) >= threshold) return static_cast<uint64_t>(m >> 64);
   }
@@ -59,12 +59,12 @@ absl::StatusOr<std::shared_ptr<const RoutingTable>> UniformTrace(const RoutingTa
 
 absl::StatusOr<std::shared_ptr<const RoutingTable>> LocalityTrace(const RoutingTableShape& s, uint64_t seed) {
   RETURN_IF_ERROR(RoutingTable::CheckShape(s));
-  LocalityRoutingOptions o;
+  moe::LocalityRoutingOptions o;
   o.n_layers = s.moe_layers;
   o.n_experts = s.n_experts;
   o.top_k = s.top_k;
   o.seed = seed;
-  ASSIGN_OR_RETURN(LocalityRouting gen, LocalityRouting::Create(o));
+  ASSIGN_OR_RETURN(moe::LocalityRouting gen, moe::LocalityRouting::Create(o));
   std::vector<int32_t> ids(static_cast<size_t>(s.positions) * s.moe_layers * s.top_k);
   std::vector<int> layer_ids(static_cast<size_t>(s.positions) * s.top_k);
   for (int l = 0; l < s.moe_layers; ++l) {

@@ -7,7 +7,7 @@
 
 #include "engine/io/synth.h"
 #include "moe/expert_cache_model.h"
-#include "bench/routing/locality_routing.h"
+#include "moe/locality_routing.h"
 #include "gtest/gtest.h"
 #include "tests/common/chi_square.h"
 
@@ -81,13 +81,13 @@ TEST(RoutingTraceTest, UniformChoosesEveryExpertEquallyOften) {
     EXPECT_GT(testing::ChiSquareTest(counts, probs).p_value, testing::kFalseFailureRate) << "layer " << l;
   }
   // No locality: the share repeated at the next token is what independence gives (k/E).
-  const LocalityStats ls = MeasureLocality(LayerSequence(**t, 3), s.top_k, 8);
+  const moe::LocalityStats ls = moe::MeasureLocality(LayerSequence(**t, 3), s.top_k, 8);
   EXPECT_NEAR(ls.repeat_next, double(s.top_k) / s.n_experts, 0.01);
 }
 
-// The locality trace carries the figures its generator is calibrated to (locality_routing_test's
-// bounds: the published figures to about ±0.05), and an LRU cache of 40% of the experts, fed one
-// position a pass through the trace's own rows, hits 90-95%.
+// The locality trace carries the figures its generator is calibrated to (the bounds of
+// tests/moe/locality_routing_test: the published figures to about ±0.05), and an LRU cache of 40% of
+// the experts, fed one position a pass through the trace's own rows, hits 90-95%.
 TEST(RoutingTraceTest, LocalityTraceHasTheCalibratedReuse) {
   const RoutingTableShape s = Qwen3MoeShape(2000);
   auto t = LocalityTrace(s, 1);
@@ -95,7 +95,7 @@ TEST(RoutingTraceTest, LocalityTraceHasTheCalibratedReuse) {
   ExpectDistinctRowsInRange(**t);
   double repeat = 0, within = 0;
   for (int l = 0; l < s.moe_layers; ++l) {
-    const LocalityStats ls = MeasureLocality(LayerSequence(**t, l), s.top_k, 8);
+    const moe::LocalityStats ls = moe::MeasureLocality(LayerSequence(**t, l), s.top_k, 8);
     repeat += ls.repeat_next / s.moe_layers;
     within += ls.within_window / s.moe_layers;
     EXPECT_EQ(ls.median_reuse, 2.0) << "layer " << l;
@@ -112,9 +112,9 @@ TEST(RoutingTraceTest, LocalityTraceHasTheCalibratedReuse) {
   EXPECT_GE(lru.counters().hit_rate(), 0.90);
   EXPECT_LE(lru.counters().hit_rate(), 0.95);
   // The same generator, the same seed: the trace is its sequence, layer by layer.
-  LocalityRoutingOptions o;
+  moe::LocalityRoutingOptions o;
   o.seed = 1;
-  auto gen = LocalityRouting::Create(o);
+  auto gen = moe::LocalityRouting::Create(o);
   ASSERT_TRUE(gen.ok());
   std::vector<int> layer5(static_cast<size_t>(s.positions) * s.top_k);
   for (int l = 0; l <= 5; ++l) ASSERT_TRUE(gen->Next(l, static_cast<int>(s.positions), layer5).ok());

@@ -1,5 +1,7 @@
-// Expert routing with the temporal locality of a trained MoE, for benchmarks only (never generate or
-// chat): random-weight synth models route without it, and uniform routing is the worst case. Each token
+// Expert routing with the temporal locality of a trained MoE: the model of expert reuse that `specgen
+// plan`'s speed prediction runs through the expert cache (speed_prediction.h), and the offload
+// benchmarks' locality regime (bench/routing/routing_trace.h). It never routes a run (generate, chat):
+// random-weight synth models route without it, and uniform routing is the worst case. Each token
 // of a layer picks k distinct experts; each pick repeats one of the previous token's experts, or one of
 // an earlier token's within a short window, or else is drawn from a skewed per-layer popularity. The
 // defaults are calibrated to published Qwen3-30B-A3B traces (median reuse distance 2 tokens, 45% of a
@@ -15,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace specgen::bench {
+namespace specgen::moe {
 
 struct LocalityRoutingOptions {
   int n_layers = 48;
@@ -63,4 +65,4 @@ struct LocalityStats {
 };
 LocalityStats MeasureLocality(std::span<const int> trace, int k, int window = 8);
 
-}  // namespace specgen::bench
+}  // namespace specgen::moe

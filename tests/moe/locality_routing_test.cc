@@ -1,4 +1,4 @@
-#include "bench/routing/locality_routing.h"
+#include "moe/locality_routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "moe/expert_cache_model.h"
 #include "gtest/gtest.h"
 
-namespace specgen::bench {
+namespace specgen::moe {
 namespace {
 
 // Per-layer traces of `tokens` single-token passes.
@@ -46,7 +46,7 @@ TEST(LocalityRoutingTest, MeetsTheCalibrationFigures) {
     EXPECT_NEAR(repeat, 0.45, 0.05) << "seed " << seed;
     EXPECT_NEAR(within, 0.80, 0.05) << "seed " << seed;
     // An LRU cache of 40% of all experts (slots shared by the layers), one token per pass: 90-95%.
-    moe::ExpertCacheModel lru(moe::CachePolicy::kLru, o.n_layers, o.n_experts, o.n_layers * o.n_experts * 4 / 10);
+    ExpertCacheModel lru(CachePolicy::kLru, o.n_layers, o.n_experts, o.n_layers * o.n_experts * 4 / 10);
     for (int t = 0; t < 2000; ++t) {
       for (int l = 0; l < o.n_layers; ++l) {
         std::vector<int> u(traces[l].begin() + t * o.top_k, traces[l].begin() + (t + 1) * o.top_k);
@@ -103,4 +103,4 @@ TEST(LocalityRoutingTest, RowsAreDistinctDeterministicAndLayersIndependent) {
 }
 
 }  // namespace
-}  // namespace specgen::bench
+}  // namespace specgen::moe

@@ -1,13 +1,13 @@
-#include "bench/routing/locality_routing.h"
+#include "moe/locality_routing.h"
 
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
 #include "engine/core/status_macros.h"
-#include "bench/routing/split_mix.h"
+#include "moe/split_mix.h"
 
-namespace specgen::bench {
+namespace specgen::moe {
 
 absl::StatusOr<LocalityRouting> LocalityRouting::Create(const LocalityRoutingOptions& o) {
   if (o.n_layers <= 0 || o.n_experts <= 0 || o.top_k <= 0 || o.top_k > o.n_experts) {
@@ -136,4 +136,4 @@ LocalityStats MeasureLocality(std::span<const int> trace, int k, int window) {
   return s;
 }
 
-}  // namespace specgen::bench
+}  // namespace specgen::moe
