@@ -32,6 +32,9 @@ void ScaleMinK4(int j, const uint8_t* q, int32_t* sc, int32_t* m) {
   }
 }
 
+// MXFP4's E2M1 codes doubled to integers (quant_mxfp4.cc's kDoubled, ggml's kvalues_mxfp4).
+constexpr int8_t kMxfp4Codes[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // Block b (32 elements) of a row: its 32 codes into w and its scales.
 void UnpackBlock(DType t, const uint8_t* row, int64_t b, int8_t* w, Scales* s) {
   switch (t) {
@@ -47,6 +50,15 @@ void UnpackBlock(DType t, const uint8_t* row, int64_t b, int8_t* w, Scales* s) {
       for (int j = 0; j < 16; ++j) {
         w[j] = static_cast<int8_t>((blk[2 + j] & 0xF) - 8);
         w[j + 16] = static_cast<int8_t>((blk[2 + j] >> 4) - 8);
+      }
+      return;
+    }
+    case DType::kMXFP4: {  // as Q4_0: element j < 16 the low nibble of byte j, j + 16 its high one
+      const uint8_t* blk = row + b * 17;
+      *s = Scales{Mxfp4Scale(blk[0]), 0.f, 1, 1, 0};
+      for (int j = 0; j < 16; ++j) {
+        w[j] = kMxfp4Codes[blk[1 + j] & 0xF];
+        w[j + 16] = kMxfp4Codes[blk[1 + j] >> 4];
       }
       return;
     }
@@ -93,7 +105,8 @@ int32_t Dot16(const int8_t* a, const int8_t* b) {
 
 // c_b from the block's two 16-code dots (lo: codes 0..15, hi: 16..31) with the activation block's
 // scale da and code sum sa. Every integer here is below 2^24 in magnitude (|Q6_K's s·dot| sum is at
-// most 2·128·16·32·127 < 2^24), so its conversion to fp32 is exact.
+// most 2·128·16·32·127 < 2^24; MXFP4's lo + hi at most 32·12·127), so its conversion to fp32 is
+// exact. Q8_0, Q4_0, Q6_K and MXFP4 take the second form (s0 = s1 = 1 but for Q6_K).
 float BlockContribution(DType t, const Scales& s, int32_t lo, int32_t hi, float da, int32_t sa) {
   if (t == DType::kQ4_K || t == DType::kQ5_K) {
     const float scaled = s.d * static_cast<float>(s.s0 * (lo + hi));
@@ -106,7 +119,15 @@ float BlockContribution(DType t, const Scales& s, int32_t lo, int32_t hi, float 
 }  // namespace
 
 bool Covers(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
+         t == DType::kMXFP4;
+}
+
+float Mxfp4Scale(uint8_t e) {
+  const uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : e == 1 ? 0x00400000u : 0x00200000u;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 void QuantizeActivations(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {

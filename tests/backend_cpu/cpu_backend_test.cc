@@ -112,9 +112,10 @@ std::vector<uint8_t> RandomFinitePacked(size_t n, uint32_t seed) {
 }
 
 // A packed weight (a block type: kept packed) gives bit for bit, whatever the batch and over blocks of
-// rows split between threads: in the types of the packed product (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) the
-// product's one definition token by token; in the other block types what the same weight dequantized at
-// load gives (the same fp32 values in the same reduction order); Embed the dequantized rows always.
+// rows split between threads: in the types of the packed product (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K,
+// MXFP4) the product's one definition token by token; in the other block types what the same weight
+// dequantized at load gives (the same fp32 values in the same reduction order); Embed the dequantized
+// rows always.
 TEST_F(CpuOps, PackedWeightsEqualDequantizedAtLoad) {
   const int64_t rows = 300, cols = 512;  // 128 rows a cache block at 512 columns: three blocks
   for (DType t : AllDTypes()) {

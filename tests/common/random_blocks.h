@@ -1,6 +1,8 @@
 // Random rows of a GGUF block type for the packed-weight tests: every byte random except the f16 scale
 // fields, which get finite values of random sign over a range of binades (subnormal f16 now and then),
-// so that every quant, sub-block scale and min is exercised without NaN or Inf scales.
+// so that every quant, sub-block scale and min is exercised without NaN or Inf scales, and MXFP4's E8M0
+// scale bytes, which get e in 100..140 (scales 2^-28 .. 2^12: products far from fp32's range; the
+// dedicated tests add the extremes).
 #pragma once
 
 #include <cmath>
@@ -39,6 +41,12 @@ inline std::vector<uint8_t> RandomBlocks(std::mt19937_64& rng, DType t, int64_t 
     for (int off : BlockHalfOffsets(t)) {
       const uint16_t h = F32ToF16(std::exp2(exponent(rng)) * (negative(rng) ? -1.f : 1.f));
       std::memcpy(&b[static_cast<size_t>(i * block_bytes + off)], &h, 2);
+    }
+  }
+  if (t == DType::kMXFP4) {
+    std::uniform_int_distribution<int> e(100, 140);
+    for (int64_t i = 0; i < bytes / block_bytes; ++i) {
+      b[static_cast<size_t>(i * block_bytes)] = static_cast<uint8_t>(e(rng));
     }
   }
   return b;

@@ -241,8 +241,12 @@ TEST_F(GgufWithout, SynthGptOssExpertsStayMxfp4InAQuantizedFile) {
 }
 
 // A GGUF whose matrices are MXFP4 gives the logits of its f32 copy (the same file converted to f32:
-// every MXFP4 value dequantized exactly) up to fp32 summation order: both sides multiply the same fp32
-// values, the packed one dequantizing rows as it reads them, so 1e-5 of the logit scale is ample.
+// every MXFP4 value dequantized exactly) within the packed product's activation rounding: each MXFP4
+// product quantizes its input to int8 per 32-block (engine/core/packed_product.h), a relative error of
+// about 0.7% a product (tests/model/packed_weights_test.cc derives it). This model chains 13 of them
+// from embedding to logit (3 layers of q/k/v, o, gate/up, down, then the head; the router is f32), so
+// adding their errors linearly bounds the logits' relative RMS error by about 9%: 0.1 holds it, while a
+// misread block or scale errs by order 1.
 TEST_F(GgufWithout, Mxfp4FileGivesTheLogitsOfItsF32Copy) {
   auto m = LoadModel(Fixture("gptoss-tiny").string());
   ASSERT_TRUE(m.ok()) << m.status();
@@ -264,13 +268,14 @@ TEST_F(GgufWithout, Mxfp4FileGivesTheLogitsOfItsF32Copy) {
   std::vector<float> a, b;
   ASSERT_TRUE(Transformer::Create(q, &be).value()->Forward(ids, &a).ok());
   ASSERT_TRUE(Transformer::Create(f, &be).value()->Forward(ids, &b).ok());
-  double scale = 0, worst = 0;
+  ASSERT_EQ(a.size(), b.size());
+  double err = 0, ref = 0;
   for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::fabs(double(b[i])));
-    worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+    err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    ref += double(b[i]) * b[i];
   }
-  EXPECT_LE(worst, 1e-5 * scale);
-  EXPECT_GT(scale, 0.0);
+  ASSERT_GT(ref, 0.0);
+  EXPECT_LT(std::sqrt(err / ref), 0.1);
   std::remove(packed.c_str());
   std::remove(copy.c_str());
 }

@@ -61,7 +61,7 @@ TEST(PackedWeights, ModelLogitsEqualDequantizedAtLoad) {
   spec.hidden = 256;  // rows of 256: the K-quant blocks hold whole rows of the hidden-size inputs
   spec.expert_ffn_dim = 256;
   CpuBackend be(2);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kBF16, DType::kF16}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kMXFP4, DType::kBF16, DType::kF16}) {
     auto packed = SynthWeights(spec, t, 5, 2);
     ASSERT_TRUE(packed.ok()) << packed.status();
     std::shared_ptr<const LoadedModel> packed_model = std::move(packed).value();
