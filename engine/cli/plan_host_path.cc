@@ -33,7 +33,7 @@ absl::StatusOr<DType> ExpertType(const moe::ModelBytes& m) {
   if (per_element > 1.2) {
     return absl::InvalidArgumentError(Cat("--calibrate -m ", m.source, ": its experts take ", per_element,
                                           " bytes an element; the host path computes packed experts only "
-                                          "(q8_0, q4_0, q4_k, q5_k, q6_k)"));
+                                          "(q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4)"));
   }
   return best;
 }

@@ -67,8 +67,8 @@ void QuantizedTokens::Quantize(const float* x, int64_t n_tokens, int64_t k_eleme
 
 absl::Status CheckPacked(const PackedMatrix& w, std::string_view what) {
   if (!packed_product::Covers(w.type)) {
-    return absl::InvalidArgumentError(Cat(what, ": type ", Name(w.type),
-                                          " is not one the packed product covers (q8_0, q4_0, q4_k, q5_k, q6_k)"));
+    return absl::InvalidArgumentError(Cat(what, ": type ", Name(w.type), " is not one the packed product covers ",
+                                          "(q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4)"));
   }
   const int64_t block = Info(w.type).block_elems;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % block != 0) {

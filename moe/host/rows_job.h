@@ -9,7 +9,7 @@
 namespace specgen::moe_host {
 
 struct RowsJob {
-  uint32_t type = 0;                // the ggml type id (Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14)
+  uint32_t type = 0;                // the ggml type id (Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, MXFP4 39)
   const uint8_t* w = nullptr;       // row r at w + r · row_bytes
   size_t row_bytes = 0;
   int64_t k = 0;                    // elements of a row (a multiple of 256 for the K types, 32 else)

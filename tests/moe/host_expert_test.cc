@@ -77,7 +77,7 @@ TEST(HostExpert, EqualsTheCpuBackendsRoutedExpertBitForBit) {
   struct Types { DType gate_up, down; };
   for (Types types : {Types{DType::kQ4_K, DType::kQ6_K}, Types{DType::kQ8_0, DType::kQ8_0},
                       Types{DType::kQ5_K, DType::kQ4_0}, Types{DType::kQ6_K, DType::kQ5_K},
-                      Types{DType::kQ4_0, DType::kQ4_K}}) {
+                      Types{DType::kQ4_0, DType::kQ4_K}, Types{DType::kMXFP4, DType::kMXFP4}}) {
     const Expert e = MakeExpert(rng, types.gate_up, types.down, 512, 256);
     for (int64_t n : {1, 2, 5, 16}) {
       const auto x = Activations(rng, n, 512);

@@ -4,7 +4,8 @@
 // which one survives is the compiler's operand order, on the host as on the GPU, and the GPU tests
 // accept any NaN likewise) for every packed type, n = 1..16 tokens, every ISA this
 // CPU runs, rows whose block count has vector tails, activations with NaN, Inf, all-zero and extreme
-// blocks, and weights with edge scales (f16 max, subnormal, ±0, Inf, NaN).
+// blocks, and weights with edge scales (f16 max, subnormal, ±0, Inf, NaN; MXFP4's E8M0 bytes 0, 1, 2,
+// 254, 255).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -28,7 +29,7 @@ std::string Bits(float f) {
   return s;
 }
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 // Activations for n tokens: normal values of mixed binades, and per token some special blocks.
 std::vector<float> Tokens(std::mt19937_64& rng, int64_t n, int64_t k) {
@@ -51,9 +52,20 @@ std::vector<float> Tokens(std::mt19937_64& rng, int64_t n, int64_t k) {
   return x;
 }
 
-// Overwrites some blocks' f16 scales with edge values.
+// Overwrites some blocks' f16 scales with edge values (MXFP4: its E8M0 byte; 254 and 255, 2^126 and
+// 2^127, overflow a term to ±Inf, so they come with the non-finite edges).
 void EdgeScales(std::mt19937_64& rng, DType t, std::vector<uint8_t>* w, bool non_finite) {
   const int64_t block_bytes = Info(t).block_bytes, blocks = static_cast<int64_t>(w->size()) / block_bytes;
+  if (t == DType::kMXFP4) {
+    std::vector<uint8_t> edges = {0, 1, 2, 3, 127, 128};
+    if (non_finite) edges.insert(edges.end(), {254, 255});
+    std::uniform_int_distribution<size_t> pick(0, edges.size() - 1);
+    std::bernoulli_distribution often(0.2);
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (often(rng)) (*w)[b * block_bytes] = edges[pick(rng)];
+    }
+    return;
+  }
   std::vector<uint16_t> edges = {0x7bff, 0xfbff, 0x0001, 0x8001, 0x0000, 0x8000, 0x0400};
   if (non_finite) edges.insert(edges.end(), {0x7c00, 0xfc00, 0x7e00, 0x7d13});
   std::uniform_int_distribution<size_t> pick(0, edges.size() - 1);
