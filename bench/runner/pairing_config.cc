@@ -164,54 +164,51 @@ absl::Status ApplyDraftLengths(const Reader& r, const toml::node& node, Draft* d
   return r.Error(node, kKey, "must be a list of draft lengths or \"adaptive\", not ", TypeName(node));
 }
 
-absl::Status ApplyAcceptances(const Reader& r, const toml::node& node, Draft* d) {
-  constexpr std::string_view kKey = "acceptance";
-  d->acceptance_ref = r.Ref(node, std::string(kKey));
-  std::vector<std::string> regimes;
+// A key that takes one string or a non-empty list of them, each turned into a regime's name by
+// `name_of` (an error names the value), no name twice.
+template <typename NameOf>
+absl::StatusOr<std::vector<std::string>> RegimeList(const Reader& r, const toml::node& node, std::string_view key,
+                                                   NameOf name_of) {
+  std::vector<std::string> names;
   auto one = [&](const toml::node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string s, r.String(v, kKey));
-    if (s != "real") {
-      const absl::StatusOr<moe::AcceptanceProfile> profile = moe::ParseAcceptance(s, "profile");
-      if (!profile.ok()) return r.Error(v, kKey, profile.status().message(), ", or \"real\" for the draft's own");
+    ASSIGN_OR_RETURN(std::string s, r.String(v, key));
+    ASSIGN_OR_RETURN(std::string name, name_of(v, s));
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return r.Error(v, key, "lists \"", s, "\" twice");
     }
-    const std::string regime = s == "real" ? "" : s;
-    if (std::find(regimes.begin(), regimes.end(), regime) != regimes.end()) {
-      return r.Error(v, kKey, "lists \"", s, "\" twice");
-    }
-    regimes.push_back(regime);
+    names.push_back(std::move(name));
     return absl::OkStatus();
   };
   if (node.is_array()) {
-    if (node.as_array()->empty()) return r.Error(node, kKey, "is empty");
+    if (node.as_array()->empty()) return r.Error(node, key, "is empty");
     for (const toml::node& v : *node.as_array()) RETURN_IF_ERROR(one(v));
   } else {
     RETURN_IF_ERROR(one(node));
   }
-  d->pairing.acceptances = std::move(regimes);
+  return names;
+}
+
+absl::Status ApplyAcceptances(const Reader& r, const toml::node& node, Draft* d) {
+  constexpr std::string_view kKey = "acceptance";
+  d->acceptance_ref = r.Ref(node, std::string(kKey));
+  auto name_of = [&](const toml::node& v, const std::string& s) -> absl::StatusOr<std::string> {
+    if (s == "real") return std::string();
+    const absl::StatusOr<moe::AcceptanceProfile> profile = moe::ParseAcceptance(s, "profile");
+    if (!profile.ok()) return r.Error(v, kKey, profile.status().message(), ", or \"real\" for the draft's own");
+    return s;
+  };
+  ASSIGN_OR_RETURN(d->pairing.acceptances, RegimeList(r, node, kKey, name_of));
   return absl::OkStatus();
 }
 
 absl::Status ApplyRoutings(const Reader& r, const toml::node& node, Draft* d) {
   constexpr std::string_view kKey = "routing";
-  std::vector<std::string> regimes;
-  auto one = [&](const toml::node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string s, r.String(v, kKey));
+  auto name_of = [&](const toml::node& v, const std::string& s) -> absl::StatusOr<std::string> {
     const absl::StatusOr<RoutingRegime> regime = ParseRoutingRegime(s);
     if (!regime.ok()) return r.Error(v, kKey, regime.status().message());
-    const std::string name = *regime == RoutingRegime::kOwn ? "" : std::string(RoutingRegimeName(*regime));
-    if (std::find(regimes.begin(), regimes.end(), name) != regimes.end()) {
-      return r.Error(v, kKey, "lists \"", s, "\" twice");
-    }
-    regimes.push_back(name);
-    return absl::OkStatus();
+    return *regime == RoutingRegime::kOwn ? std::string() : std::string(RoutingRegimeName(*regime));
   };
-  if (node.is_array()) {
-    if (node.as_array()->empty()) return r.Error(node, kKey, "is empty");
-    for (const toml::node& v : *node.as_array()) RETURN_IF_ERROR(one(v));
-  } else {
-    RETURN_IF_ERROR(one(node));
-  }
-  d->pairing.routings = std::move(regimes);
+  ASSIGN_OR_RETURN(d->pairing.routings, RegimeList(r, node, kKey, name_of));
   return absl::OkStatus();
 }
 
