@@ -17,10 +17,11 @@ enum class ElemType : uint8_t {
   kQ4_K = 5,
   kQ5_K = 6,
   kQ6_K = 7,
+  kMXFP4 = 8,  // GGUF type 39: an E8M0 scale byte, then 32 E2M1 codes (engine/core/quant_mxfp4.cc)
 };
 
 // The packed types, listed once: X(name) for each (kernels/type_dispatch.cuh dispatches over them).
-#define SPECGEN_PACKED_TYPES(X) X(kQ8_0) X(kQ4_0) X(kQ4_K) X(kQ5_K) X(kQ6_K)
+#define SPECGEN_PACKED_TYPES(X) X(kQ8_0) X(kQ4_0) X(kQ4_K) X(kQ5_K) X(kQ6_K) X(kMXFP4)
 
 inline constexpr bool IsPacked(ElemType t) {
 #define SPECGEN_IS(name) t == ElemType::name ||
@@ -33,7 +34,7 @@ inline constexpr int ElemBytes(ElemType t) {
 }
 // A packed type's block: elements and bytes (ggml-common.h); 1 and ElemBytes for the plain types.
 inline constexpr int BlockElems(ElemType t) {
-  return t == ElemType::kQ8_0 || t == ElemType::kQ4_0 ? 32 : IsPacked(t) ? 256 : 1;
+  return t == ElemType::kQ8_0 || t == ElemType::kQ4_0 || t == ElemType::kMXFP4 ? 32 : IsPacked(t) ? 256 : 1;
 }
 inline constexpr int BlockBytes(ElemType t) {
   switch (t) {
@@ -42,6 +43,7 @@ inline constexpr int BlockBytes(ElemType t) {
     case ElemType::kQ4_K: return 144;
     case ElemType::kQ5_K: return 176;
     case ElemType::kQ6_K: return 210;
+    case ElemType::kMXFP4: return 17;
     default: return ElemBytes(t);
   }
 }
@@ -57,6 +59,7 @@ inline constexpr const char* ElemTypeName(ElemType t) {
     case ElemType::kQ4_K: return "q4_k";
     case ElemType::kQ5_K: return "q5_k";
     case ElemType::kQ6_K: return "q6_k";
+    case ElemType::kMXFP4: return "mxfp4";
   }
   return "?";
 }

@@ -55,6 +55,43 @@ __device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWord
   for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], odd ? 16 : 0);
 }
 
+// kWords little-endian 32-bit words of the bytes at p, any alignment (MXFP4's 17-byte blocks): the
+// aligned words from p & ~3, funnel-shifted into place. The word past them is read only when p is not
+// aligned, and then holds bytes of the last needed one's aligned word (never past an allocation).
+template <int kWords, typename Load32>
+__device__ __forceinline__ void LoadWordsAnyWith(const uint8_t* p, uint32_t (&w)[kWords], Load32 load32) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(a & ~uintptr_t{3});
+  const uint32_t shift = 8 * static_cast<uint32_t>(a & 3);
+  uint32_t raw[kWords + 1];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) raw[i] = load32(base + 4 * i);
+  raw[kWords] = shift != 0 ? load32(base + 4 * kWords) : 0u;
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], shift);
+}
+template <int kWords>
+__device__ __forceinline__ void LoadWordsAny(const uint8_t* p, uint32_t (&w)[kWords]) {
+  LoadWordsAnyWith(p, w, [](const uint8_t* q) { return LoadNc32(q); });
+}
+
+// MXFP4: the scale 2^(e - 128) of an E8M0 byte (ggml's halved scale, engine/core/packed_product.cc),
+// built from its bits: e >= 2 a normal float, e = 1 and 0 the subnormals 2^-127 and 2^-128.
+__device__ __forceinline__ float Mxfp4Scale(uint32_t e) {
+  return __uint_as_float(e >= 2 ? (e - 1) << 23 : 0x00200000u << e);
+}
+// Four MXFP4 codes (one a byte, 0..15) as their doubled E2M1 values, int8 bytes: 0 1 2 3 4 6 8 12 and
+// their negatives for codes 8..15 (kDoubled in engine/core/quant_mxfp4.cc).
+__device__ __forceinline__ uint32_t Mxfp4Values(uint32_t codes) {
+  constexpr uint32_t kPos0 = 0x03020100u, kPos1 = 0x0C080604u;  // codes 0..3, 4..7
+  constexpr uint32_t kNeg0 = 0xFDFEFF00u, kNeg1 = 0xF4F8FAFCu;  // codes 8..11, 12..15
+  // __byte_perm's selector: one nibble a result byte, the code's low three bits.
+  const uint32_t sel = (codes & 0x7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) | ((codes >> 12) & 0x7000u);
+  const uint32_t pos = __byte_perm(kPos0, kPos1, sel), neg = __byte_perm(kNeg0, kNeg1, sel);
+  const uint32_t negative = ((codes >> 3) & 0x01010101u) * 0xFFu;  // 0xFF where bit 3 is set
+  return (pos & ~negative) | (neg & negative);
+}
+
 // 2^23 + byte i of v, as a float (exact): the integer's value is then one exact subtraction away.
 __device__ __forceinline__ float BiasedByte(uint32_t v, int i) {
   return __int_as_float(static_cast<int>(__byte_perm(v, 0x4B000000u, 0x7440u | static_cast<unsigned>(i))));
@@ -113,6 +150,31 @@ struct PackedChunk<ElemType::kQ4_0> {
       for (int i = 0; i < 4; ++i) {
         y[4 * w + i] = __fmul_rn(__fsub_rn(BiasedByte(lo, i), kTwo23 + 8.0f), df);
         y[16 + 4 * w + i] = __fmul_rn(__fsub_rn(BiasedByte(hi, i), kTwo23 + 8.0f), df);
+      }
+    }
+  }
+};
+
+// MXFP4: the chunk is block g. y[j] = v(qs[j] & 0xF)·d, y[j+16] = v(qs[j] >> 4)·d with v the doubled
+// E2M1 value and d = 2^(e - 128) (quant_mxfp4.cc DequantizeMxfp4; every product exact).
+template <>
+struct PackedChunk<ElemType::kMXFP4> {
+  uint32_t e;
+  uint32_t qs[4];
+  __device__ __forceinline__ void Load(const uint8_t* row, int g) {
+    const uint8_t* b = row + static_cast<int64_t>(g) * 17;
+    e = *b;
+    LoadWordsAny<4>(b + 1, qs);
+  }
+  __device__ __forceinline__ void Dequant(float (&y)[32]) const {
+    const float df = Mxfp4Scale(e);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t lo = Mxfp4Values(qs[w] & 0x0F0F0F0Fu), hi = Mxfp4Values((qs[w] >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[4 * w + i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(ByteOf(lo, i))), df);
+        y[16 + 4 * w + i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(ByteOf(hi, i))), df);
       }
     }
   }

@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(kRowThreads) PackedRowsKernel(PackedSegs s, co
   const int groups = (s.total_rows + kRowGroup - 1) / kRowGroup;
   if (blockIdx.x * kRowGroup + half < s.total_rows) {
     const RowTarget first = TargetOf<kEpi>(s, blockIdx.x * kRowGroup + half);
-    detail::PrefetchSlice(first.w, in / detail::kProductBlock, s.row_bytes);
-    if constexpr (kMats == 2) detail::PrefetchSlice(s.w[1] + (first.w - s.w[0]), in / detail::kProductBlock, s.row_bytes);
+    const int nb = in / detail::kProductBlock;
+    detail::PrefetchSlice(first.w, nb, s.row_bytes);
+    if constexpr (kMats == 2) detail::PrefetchSlice(s.w[1] + (first.w - s.w[0]), nb, s.row_bytes);
   }
   detail::QuantizeToSmem(a, n, n, [x, in](int t) { return x + static_cast<int64_t>(t) * in; });
   __syncthreads();
@@ -240,7 +241,9 @@ cudaError_t WithRowTokens(int n, F f) {
 
 template <ElemType kT, GemvEpilogue kEpi>
 cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, bool rows, cudaStream_t stream) {
-  if (rows) return WithRowTokens(n, [&](auto m) { return LaunchRows<kT, decltype(m)::value, kEpi>(s, x, in, n, stream); });
+  if (rows) {
+    return WithRowTokens(n, [&](auto m) { return LaunchRows<kT, decltype(m)::value, kEpi>(s, x, in, n, stream); });
+  }
   return n <= 8 ? LaunchProduct<kT, 1, kEpi>(s, x, in, n, stream) : LaunchProduct<kT, 2, kEpi>(s, x, in, n, stream);
 }
 

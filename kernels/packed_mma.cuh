@@ -147,16 +147,21 @@ struct MmaBlock<ElemType::kQ4_0> {
   }
 };
 
+// Sub-block j's scales from its Q4_K/Q5_K super-block sb. The 16-byte head serves the super-block's 8
+// sub-blocks: read through L1.
+__device__ __forceinline__ BlockScales K45Scales(const uint8_t* sb, int j) {
+  const uint4 head = __ldg(reinterpret_cast<const uint4*>(sb));
+  uint32_t sc, m;
+  ScaleMinK4(j, head.y, head.z, head.w, &sc, &m);
+  return BlockScales{HalfBits(head.x & 0xFFFFu), HalfBits(head.x >> 16), static_cast<int>(sc), static_cast<int>(sc),
+                     static_cast<int>(m)};
+}
+
 template <bool kFive>
 __device__ __forceinline__ void LoadK45(const uint8_t* row, int b, int c, uint32_t* lo, uint32_t* hi, BlockScales* s) {
   const uint8_t* sb = row + static_cast<int64_t>(b >> 3) * (kFive ? 176 : 144);
   const int j = b & 7, shift = 4 * (j & 1);
-  // The super-block's 16-byte head serves its 8 sub-blocks: read through L1 (the codes bypass it).
-  const uint4 head = __ldg(reinterpret_cast<const uint4*>(sb));
-  uint32_t sc, m;
-  ScaleMinK4(j, head.y, head.z, head.w, &sc, &m);
-  *s = BlockScales{HalfBits(head.x & 0xFFFFu), HalfBits(head.x >> 16), static_cast<int>(sc), static_cast<int>(sc),
-                   static_cast<int>(m)};
+  *s = K45Scales(sb, j);  // (the codes bypass L1)
   const uint8_t* qs = sb + (kFive ? 48 : 16) + 32 * (j >> 1);
   uint32_t l = (LoadNc32(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
   uint32_t h = (LoadNc32(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
@@ -201,6 +206,19 @@ struct MmaBlock<ElemType::kQ6_K> {
         ((Load4At2(ql + 16 + 4 * c) >> ls) & 0x0F0F0F0Fu) | (((Load4At2(qh + 16 + 4 * c) >> hs) & 0x03030303u) << 4);
     *lo = __vsub4(l, 0x20202020u);
     *hi = __vsub4(u, 0x20202020u);
+  }
+};
+
+template <>
+struct MmaBlock<ElemType::kMXFP4> {
+  static __device__ __forceinline__ void Load(const uint8_t* row, int b, int c, uint32_t* lo, uint32_t* hi,
+                                              BlockScales* s) {
+    const uint8_t* blk = row + static_cast<int64_t>(b) * 17;
+    *s = BlockScales{Mxfp4Scale(__ldg(blk)), 0.f, 1, 1, 0};
+    uint32_t w[1];
+    LoadWordsAny<1>(blk + 1 + 4 * c, w);
+    *lo = Mxfp4Values(w[0] & 0x0F0F0F0Fu);
+    *hi = Mxfp4Values((w[0] >> 4) & 0x0F0F0F0Fu);
   }
 };
 

@@ -87,11 +87,7 @@ template <bool kFive>
 __device__ __forceinline__ void RowK45(const uint8_t* row, int b, uint32_t (&lo)[4], uint32_t (&hi)[4], BlockScales* s) {
   const uint8_t* sb = row + static_cast<int64_t>(b >> 3) * (kFive ? 176 : 144);
   const int j = b & 7, shift = 4 * (j & 1);
-  const uint4 head = __ldg(reinterpret_cast<const uint4*>(sb));
-  uint32_t sc, m;
-  ScaleMinK4(j, head.y, head.z, head.w, &sc, &m);
-  *s = BlockScales{HalfBits(head.x & 0xFFFFu), HalfBits(head.x >> 16), static_cast<int>(sc), static_cast<int>(sc),
-                   static_cast<int>(m)};
+  *s = K45Scales(sb, j);
   uint32_t q[8];
   LdgWords16(sb + (kFive ? 48 : 16) + 32 * (j >> 1), q);
   uint32_t h[8];
@@ -138,6 +134,22 @@ struct RowBlock<ElemType::kQ6_K> {
     for (int i = 0; i < 4; ++i) {
       lo[i] = __vsub4(((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4), 0x20202020u);
       hi[i] = __vsub4(((ql[4 + i] >> ls) & 0x0F0F0F0Fu) | (((qh[4 + i] >> hs) & 0x03030303u) << 4), 0x20202020u);
+    }
+  }
+};
+
+template <>
+struct RowBlock<ElemType::kMXFP4> {
+  static __device__ __forceinline__ void Load(const uint8_t* row, int b, uint32_t (&lo)[4], uint32_t (&hi)[4],
+                                              BlockScales* s) {
+    const uint8_t* blk = row + static_cast<int64_t>(b) * 17;
+    *s = BlockScales{Mxfp4Scale(__ldg(blk)), 0.f, 1, 1, 0};
+    uint32_t w[4];
+    LoadWordsAnyWith(blk + 1, w, [](const uint8_t* q) { return Ldg32(q); });
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = Mxfp4Values(w[i] & 0x0F0F0F0Fu);
+      hi[i] = Mxfp4Values((w[i] >> 4) & 0x0F0F0F0Fu);
     }
   }
 };

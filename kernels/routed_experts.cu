@@ -422,35 +422,6 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
   }
 }
 
-template <ElemType kT, int kNT>
-__global__ void __launch_bounds__(kProductThreads) PackedGateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                                      Plan plan) {
-  WaitForPrecedingGrid();  // the plan
-  const int hidden = tab.hidden, ffn = tab.ffn;
-  ExpertItems<kT, 2, kNT>(
-      plan, hidden, ffn,
-      [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
-      [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
-      [&](int first, int row, int tok, const float (&v)[2]) {
-        plan.act[static_cast<int64_t>(first + tok) * ffn + row] = portable::SiluMul(v[0], v[1]);  // StoreSwiGlu's
-      });
-  LetDependentsLaunch();
-}
-
-template <ElemType kD, int kNT>
-__global__ void __launch_bounds__(kProductThreads) PackedDownKernel(ExpertTables tab, Plan plan) {
-  WaitForPrecedingGrid();  // the activations
-  const int hidden = tab.hidden, ffn = tab.ffn;
-  ExpertItems<kD, 1, kNT>(
-      plan, ffn, hidden,
-      [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
-      [&](int, int e) { return tab.down[e]; },
-      [&](int first, int row, int tok, const float (&v)[1]) {
-        plan.y[static_cast<int64_t>(first + tok) * hidden + row] = v[0];
-      });
-  LetDependentsLaunch();
-}
-
 // The same products a half-warp a row (kernels/packed_rows.cuh) where every expert has at most kM
 // tokens: items are (active expert u, group of kRowGroup rows), split evenly over one wave of blocks
 // as ExpertItems splits tiles; lane t of a row's half-warp stores token t's results.
@@ -479,7 +450,9 @@ __device__ __forceinline__ void ExpertRowItems(const Plan& plan, int in, int out
       first = plan.first[u];
       const int64_t off = static_cast<int64_t>(min(grp * kRowGroup + half, out_rows - 1)) * row_bytes;
 #pragma unroll
-      for (int j = 0; j < kMats; ++j) detail::PrefetchSlice(static_cast<const uint8_t*>(mat(j, e)) + off, in / detail::kProductBlock, row_bytes);
+      for (int j = 0; j < kMats; ++j) {
+        detail::PrefetchSlice(static_cast<const uint8_t*>(mat(j, e)) + off, in / detail::kProductBlock, row_bytes);
+      }
       detail::QuantizeToSmem(a, m, m, [&in_of, u](int t) { return in_of(u, t); });
       __syncthreads();
     }
@@ -501,12 +474,25 @@ __device__ __forceinline__ void ExpertRowItems(const Plan& plan, int in, int out
   }
 }
 
-template <ElemType kT, int kM>
-__global__ void __launch_bounds__(kRowThreads) RowsGateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                                Plan plan) {
+// Which loop a packed expert kernel runs: the row layout's (kN: the most tokens an expert has) or the
+// tile layout's (kN: token tiles of 8); the kernels below are the same otherwise.
+template <bool kRows>
+inline constexpr int kExpertThreads = kRows ? kRowThreads : kProductThreads;
+template <bool kRows, ElemType kT, int kMats, int kN, typename InOf, typename Mat, typename Store>
+__device__ __forceinline__ void ExpertLoop(const Plan& plan, int in, int out_rows, InOf in_of, Mat mat, Store store) {
+  if constexpr (kRows) {
+    ExpertRowItems<kT, kMats, kN>(plan, in, out_rows, in_of, mat, store);
+  } else {
+    ExpertItems<kT, kMats, kN>(plan, in, out_rows, in_of, mat, store);
+  }
+}
+
+template <bool kRows, ElemType kT, int kN>
+__global__ void __launch_bounds__(kExpertThreads<kRows>) PackedGateUpKernel(ExpertTables tab,
+                                                                            const float* __restrict__ x, Plan plan) {
   WaitForPrecedingGrid();  // the plan
   const int hidden = tab.hidden, ffn = tab.ffn;
-  ExpertRowItems<kT, 2, kM>(
+  ExpertLoop<kRows, kT, 2, kN>(
       plan, hidden, ffn,
       [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
       [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
@@ -516,11 +502,11 @@ __global__ void __launch_bounds__(kRowThreads) RowsGateUpKernel(ExpertTables tab
   LetDependentsLaunch();
 }
 
-template <ElemType kD, int kM>
-__global__ void __launch_bounds__(kRowThreads) RowsDownKernel(ExpertTables tab, Plan plan) {
+template <bool kRows, ElemType kD, int kN>
+__global__ void __launch_bounds__(kExpertThreads<kRows>) PackedDownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int hidden = tab.hidden, ffn = tab.ffn;
-  ExpertRowItems<kD, 1, kM>(
+  ExpertLoop<kRows, kD, 1, kN>(
       plan, ffn, hidden,
       [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
       [&](int, int e) { return tab.down[e]; },
@@ -547,13 +533,13 @@ template <int kM>
 cudaError_t LaunchRowsM(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
                         bool pdl) {
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchExpertRows(RowsGateUpKernel<decltype(t)::value, kM>, tab.ffn, ys, tab.hidden, kM, stream, pdl, tab,
-                            x, plan);
+    return LaunchExpertRows(PackedGateUpKernel<true, decltype(t)::value, kM>, tab.ffn, ys, tab.hidden, kM, stream,
+                            pdl, tab, x, plan);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchExpertRows(RowsDownKernel<decltype(t)::value, kM>, tab.hidden, ys, tab.ffn, kM, stream, pdl, tab,
-                            plan);
+    return LaunchExpertRows(PackedDownKernel<true, decltype(t)::value, kM>, tab.hidden, ys, tab.ffn, kM, stream, pdl,
+                            tab, plan);
   });
 }
 
@@ -576,12 +562,12 @@ cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys,
                            bool pdl) {
   const int tile = detail::kTileRows;
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchExpertProduct(PackedGateUpKernel<decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
+    return LaunchExpertProduct(PackedGateUpKernel<false, decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
                                tab.hidden, 2, kNT, stream, pdl, tab, x, plan);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchExpertProduct(PackedDownKernel<decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
+    return LaunchExpertProduct(PackedDownKernel<false, decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
                                1, kNT, stream, pdl, tab, plan);
   });
 }

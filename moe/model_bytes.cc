@@ -37,7 +37,7 @@ DType DeviceDType(DType stored) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
-    case DType::kMXFP4:  // packed, as stored (model_bytes.h says why ahead of the device form)
+    case DType::kMXFP4:
       return stored;
     default:
       return DType::kBF16;

@@ -15,15 +15,10 @@
 
 namespace specgen::moe {
 
-// The dtype a weight stored as `stored` has on the GPU: f32/f16/bf16 as stored; Q4_0, Q8_0, Q4_K, Q5_K
-// and Q6_K stay packed (their GPU kernels read the blocks); MXFP4 (gpt-oss's experts, 4.25 bits a
-// weight) is counted packed too, as stored; every other quantized type is expanded to bf16 at upload.
-// A streamed weight crosses PCIe in this form too, so it is also its host-arena form.
-// MXFP4 is ahead of the device: the CUDA backend refuses gpt-oss's features today (docs/design.md
-// §5.1) and its device form (engine/backend/device_form.h) still widens MXFP4 to bf16. Counting it at
-// 16 bits would plan gpt-oss-120b's experts at 3.8x their size (233 GB, not 61), which no GPU path
-// will hold: the planned path keeps MXFP4 packed (§5.1 item 6), so the planner, the plan's output
-// and the speed prediction count it as stored.
+// The dtype a weight stored as `stored` has on the GPU: f32/f16/bf16 as stored; Q4_0, Q8_0, Q4_K, Q5_K,
+// Q6_K and MXFP4 stay packed (their GPU kernels read the blocks, engine/backend/device_form.h); every
+// other quantized type is expanded to bf16 at upload. A streamed weight crosses PCIe in this form too,
+// so it is also its host-arena form.
 DType DeviceDType(DType stored);
 
 // One layer's weights on the GPU, in bytes.

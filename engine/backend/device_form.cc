@@ -18,6 +18,7 @@ std::optional<kernels::ElemType> PackedDeviceType(DType t) {
     case DType::kQ4_K: return kernels::ElemType::kQ4_K;
     case DType::kQ5_K: return kernels::ElemType::kQ5_K;
     case DType::kQ6_K: return kernels::ElemType::kQ6_K;
+    case DType::kMXFP4: return kernels::ElemType::kMXFP4;
     default: return std::nullopt;
   }
 }

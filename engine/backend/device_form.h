@@ -1,6 +1,6 @@
 // The bytes the CUDA backend keeps for a weight (its "device form"), computed on the host: f32, f16
 // and bf16 as stored, matrices of the block types the packed kernels read (Q8_0, Q4_0, Q4_K, Q5_K,
-// Q6_K: kernels/packed.cuh) as stored, packed; every other quantized type, and any quantized vector,
+// Q6_K, MXFP4: kernels/packed.cuh) as stored, packed; every other quantized type, and any quantized vector,
 // dequantized to bf16. CudaBackend::Upload puts exactly these bytes in VRAM.
 // Streamed weights (moe/cuda/host_arena.h) are copied into pinned host memory in this form,
 // so a weight read from a streamed copy is the same bytes as a resident one (docs/design.md §6.6).

@@ -53,7 +53,7 @@ TEST(DeviceForm, PackedBlockTypesAreTheStoredBytes) {
   std::mt19937 rng(5);
   std::vector<float> src(rows * cols);
   for (float& x : src) x = std::uniform_real_distribution<float>(-2, 2)(rng);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kMXFP4}) {
     auto bytes = TensorBytes(t, cols, rows);
     ASSERT_TRUE(bytes.ok());
     std::vector<uint8_t> q(*bytes);

@@ -34,7 +34,7 @@ namespace {
 using testing::ExpectAllWithin;
 
 constexpr double kU = 0x1p-24;
-constexpr DType kPacked[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kPacked[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 struct HostBlocks {
   DType dtype;
@@ -108,7 +108,8 @@ TEST_F(CudaPacked, UploadKeepsThePackedBytes) {
                                       : t == DType::kQ4_0 ? kernels::ElemType::kQ4_0
                                       : t == DType::kQ4_K ? kernels::ElemType::kQ4_K
                                       : t == DType::kQ5_K ? kernels::ElemType::kQ5_K
-                                                          : kernels::ElemType::kQ6_K);
+                                      : t == DType::kQ6_K ? kernels::ElemType::kQ6_K
+                                                          : kernels::ElemType::kMXFP4);
     // The arena rounds blocks up to its alignment, never to the bf16 size (twice Q8_0's and more).
     EXPECT_GE(gpu_->arena().used() - before, h.bytes.size()) << Name(t);
     EXPECT_LT(gpu_->arena().used() - before, h.bytes.size() + 4096) << Name(t);
@@ -231,7 +232,7 @@ TEST_F(CudaPacked, MatMulIsBatchInvariantAndFusedOpsEqualTheirOps) {
 TEST_F(CudaPacked, RoutedExpertsWithPerRoleTypesEqualHostRouting) {
   const int experts = 10, hidden = 512, ffn = 256;
   struct Roles { DType gate_up, down; };
-  for (Roles roles : {Roles{DType::kQ4_K, DType::kQ6_K}, Roles{DType::kQ8_0, DType::kQ8_0},
+  for (Roles roles : {Roles{DType::kQ4_K, DType::kQ6_K}, Roles{DType::kQ8_0, DType::kQ8_0}, Roles{DType::kMXFP4, DType::kMXFP4},
                       Roles{DType::kQ5_K, DType::kQ4_0}}) {
     const std::string types = std::string(Name(roles.gate_up)) + "/" + std::string(Name(roles.down));
     std::vector<std::unique_ptr<Weight>> uploaded;

@@ -56,7 +56,8 @@ TEST_F(HostExpertGpu, HostExpertEqualsTheGpusPerExpertOps) {
   moe_host::HostPool pool;
   struct Types { DType gate_up, down; };
   for (Types types : {Types{DType::kQ4_K, DType::kQ6_K}, Types{DType::kQ8_0, DType::kQ8_0},
-                      Types{DType::kQ5_K, DType::kQ4_0}, Types{DType::kQ6_K, DType::kQ5_K}}) {
+                      Types{DType::kQ5_K, DType::kQ4_0}, Types{DType::kQ6_K, DType::kQ5_K},
+                      Types{DType::kMXFP4, DType::kMXFP4}}) {
     const auto gate = testing::RandomBlocks(rng_, types.gate_up, ffn, hidden);
     const auto up = testing::RandomBlocks(rng_, types.gate_up, ffn, hidden);
     const auto down = testing::RandomBlocks(rng_, types.down, hidden, ffn);

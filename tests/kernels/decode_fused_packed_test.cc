@@ -28,6 +28,7 @@ ElemType KernelType(DType t) {
     case DType::kQ4_0: return ElemType::kQ4_0;
     case DType::kQ4_K: return ElemType::kQ4_K;
     case DType::kQ5_K: return ElemType::kQ5_K;
+    case DType::kMXFP4: return ElemType::kMXFP4;
     default: return ElemType::kQ6_K;
   }
 }
@@ -85,7 +86,7 @@ void CheckPackedFusedGemv(DType dtype, int in, std::vector<int> rows, GemvEpilog
 
 TEST(DecodeFusedPackedGpu, FusedGemvEqualsNormPlusPackedGemv) {
   SPECGEN_SKIP_WITHOUT_GPU();
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}) {
     CheckPackedFusedGemv(t, 1024, {2048, 1024, 1024}, GemvEpilogue::kStore, true, 1056);  // qwen3-0.6b QKV
     CheckPackedFusedGemv(t, 2048, {1024}, GemvEpilogue::kAddTo, false, 1056);             // O + residual
     CheckPackedFusedGemv(t, 1024, {3072, 3072}, GemvEpilogue::kSwiGlu, true, 1056);       // gate/up + SwiGLU

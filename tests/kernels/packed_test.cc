@@ -29,7 +29,7 @@ using testing::DeviceBuffer;
 using ::specgen::testing::ExpectAllWithin;
 
 constexpr ElemType kPackedTypes[] = {ElemType::kQ8_0, ElemType::kQ4_0, ElemType::kQ4_K, ElemType::kQ5_K,
-                                     ElemType::kQ6_K};
+                                     ElemType::kQ6_K, ElemType::kMXFP4};
 
 DType ToDType(ElemType t) {
   switch (t) {
@@ -38,6 +38,7 @@ DType ToDType(ElemType t) {
     case ElemType::kQ4_K: return DType::kQ4_K;
     case ElemType::kQ5_K: return DType::kQ5_K;
     case ElemType::kQ6_K: return DType::kQ6_K;
+    case ElemType::kMXFP4: return DType::kMXFP4;
     default: return DType::kF32;
   }
 }
@@ -68,7 +69,8 @@ TEST(PackedGpu, DequantizeEqualsCpuBitForBit) {
   auto rng = testing::FreshRng();
   for (ElemType t : kPackedTypes) {
     SCOPED_TRACE(ElemTypeName(t));
-    // 768 inputs: Q6_K rows of 630 bytes, so rows (and Q8_0/Q4_0 blocks) start 2 mod 4 as well as 0.
+    // 768 inputs: Q6_K rows of 630 bytes, so rows (and Q8_0/Q4_0 blocks) start 2 mod 4 as well as 0;
+    // MXFP4's 17-byte blocks start at every byte alignment.
     for (int in : {768, 2048}) {
       const int64_t rows = 37;
       const auto blocks = RandomBlocks(rng, t, rows, in);
@@ -294,7 +296,7 @@ TEST(PackedGpu, RoutedExpertsLayoutsAgreeBitForBit) {
   const int experts = 12, hidden = 512, ffn = 256, k = 4;
   struct Roles { ElemType gate_up, down; };
   for (Roles roles : {Roles{ElemType::kQ4_K, ElemType::kQ6_K}, Roles{ElemType::kQ8_0, ElemType::kQ4_0},
-                      Roles{ElemType::kQ5_K, ElemType::kQ5_K}}) {
+                      Roles{ElemType::kQ5_K, ElemType::kQ5_K}, Roles{ElemType::kMXFP4, ElemType::kMXFP4}}) {
     const std::string types = std::string(ElemTypeName(roles.gate_up)) + "/" + ElemTypeName(roles.down);
     std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> mats;
     std::vector<const void*> table(3 * size_t(experts));
