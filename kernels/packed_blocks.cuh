@@ -41,18 +41,23 @@ __device__ __forceinline__ uint32_t LoadNc16(const void* p) {
 
 // kWords little-endian 32-bit words of the bytes at p (p 2-byte aligned): aligned words read from
 // p & ~3, shifted into place when p is 2 mod 4, in which case the 2 bytes past the aligned words are
-// read as such (never a byte past p + 4 kWords).
-template <int kWords>
-__device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWords]) {
+// read as such (never a byte past p + 4 kWords). load32 / load16 read one aligned word / half-word.
+template <int kWords, typename Load32, typename Load16>
+__device__ __forceinline__ void LoadWords2With(const uint8_t* p, uint32_t (&w)[kWords], Load32 load32, Load16 load16) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint8_t* base = reinterpret_cast<const uint8_t*>(a & ~uintptr_t{3});
   const bool odd = (a & 2) != 0;
   uint32_t raw[kWords + 1];
 #pragma unroll
-  for (int i = 0; i < kWords; ++i) raw[i] = LoadNc32(base + 4 * i);
-  raw[kWords] = odd ? LoadNc16(base + 4 * kWords) : 0u;
+  for (int i = 0; i < kWords; ++i) raw[i] = load32(base + 4 * i);
+  raw[kWords] = odd ? load16(base + 4 * kWords) : 0u;
 #pragma unroll
   for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], odd ? 16 : 0);
+}
+// LoadWords2With through the read-only path, kept out of L1.
+template <int kWords>
+__device__ __forceinline__ void LoadWords2(const uint8_t* p, uint32_t (&w)[kWords]) {
+  LoadWords2With(p, w, [](const uint8_t* q) { return LoadNc32(q); }, [](const uint8_t* q) { return LoadNc16(q); });
 }
 
 // kWords little-endian 32-bit words of the bytes at p, any alignment (MXFP4's 17-byte blocks): the

@@ -32,15 +32,7 @@ __device__ __forceinline__ uint32_t Ldg16(const uint8_t* p) { return __ldg(reint
 // kWords little-endian words of the bytes at p (2-byte aligned), as LoadWords2, through L1.
 template <int kWords>
 __device__ __forceinline__ void LdgWords2(const uint8_t* p, uint32_t (&w)[kWords]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(a & ~uintptr_t{3});
-  const bool odd = (a & 2) != 0;
-  uint32_t raw[kWords + 1];
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) raw[i] = Ldg32(base + 4 * i);
-  raw[kWords] = odd ? Ldg16(base + 4 * kWords) : 0u;
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], odd ? 16 : 0);
+  LoadWords2With(p, w, [](const uint8_t* q) { return Ldg32(q); }, [](const uint8_t* q) { return Ldg16(q); });
 }
 
 // 32 bytes at a 16-byte aligned p as 8 words.
