@@ -310,9 +310,9 @@ cudaError_t LaunchPackedGemvSegments(const GemvSegment* segments, int n_segments
   // Up to kLaunchTokens tokens a launch; more in chunks (each token's bits are its own). Both layouts
   // compute the definition: rows where tiles would be latency-bound, tiles where tensor cores pay.
   static_assert(kPackedRowsMaxTokens <= kLaunchTokens && kLaunchTokens <= detail::kRowMaxTokens);
+  const PackedLayout l = layout == PackedLayout::kAuto ? DefaultPackedLayout() : layout;
   for (int t0 = 0; t0 < n; t0 += kLaunchTokens) {
     const int m = std::min(kLaunchTokens, n - t0);
-    const PackedLayout l = layout == PackedLayout::kAuto ? DefaultPackedLayout() : layout;
     const bool rows = l == PackedLayout::kRows || (l == PackedLayout::kAuto && m <= kPackedRowsMaxTokens);
     PackedSegs c = s;
     for (int i = 0; i < n_segments; ++i) c.y[i] = s.y[i] + static_cast<int64_t>(t0) * s.rows[i];

@@ -119,6 +119,39 @@ struct BlockScales {
 // 4 little-endian bytes at a 2-byte aligned address.
 __device__ __forceinline__ uint32_t Load4At2(const uint8_t* p) { return LoadNc16(p) | (LoadNc16(p + 2) << 16); }
 
+// ---- a block's codes from the words that hold them, as int8 bytes, for both layouts -------------
+// (packed_product.cc UnpackBlock's codes: four a word, the k-th code in byte k % 4)
+
+// Q4_0: the low nibbles of w are codes k (lo), its high nibbles codes 16 + k (hi), less 8.
+__device__ __forceinline__ void Q4_0Codes(uint32_t w, uint32_t* lo, uint32_t* hi) {
+  *lo = __vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
+  *hi = __vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+}
+// Q4_K / Q5_K sub-block j: the nibble of qs at `shift` (4 for odd j), with Q5_K's fifth bit j of qh.
+template <bool kFive>
+__device__ __forceinline__ uint32_t K45Codes(uint32_t qs, uint32_t qh, int shift, int j) {
+  const uint32_t low = (qs >> shift) & 0x0F0F0F0Fu;
+  if constexpr (kFive) return low | (((qh >> j) & 0x01010101u) << 4);
+  return low;
+}
+// Q6_K: four bits of ql at ls and two of qh at hs, less 32.
+__device__ __forceinline__ uint32_t Q6Codes(uint32_t ql, uint32_t qh, int ls, int hs) {
+  return __vsub4(((ql >> ls) & 0x0F0F0F0Fu) | (((qh >> hs) & 0x03030303u) << 4), 0x20202020u);
+}
+// Q6_K sub-block r of half h of super-block sb: d and the two 16-code scales. They serve the
+// super-block's 8 sub-blocks: read through L1.
+__device__ __forceinline__ BlockScales Q6Scales(const uint8_t* sb, int h, int r) {
+  const uint32_t sc = __ldg(reinterpret_cast<const unsigned short*>(sb + 192 + 8 * h + 2 * r));
+  const uint32_t d = __ldg(reinterpret_cast<const unsigned short*>(sb + 208));
+  return BlockScales{HalfBits(d), 0.f, static_cast<int>(static_cast<int8_t>(sc & 0xFFu)),
+                     static_cast<int>(static_cast<int8_t>(sc >> 8)), 0};
+}
+// MXFP4: as Q4_0, the nibbles' doubled E2M1 values.
+__device__ __forceinline__ void Mxfp4Codes(uint32_t w, uint32_t* lo, uint32_t* hi) {
+  *lo = Mxfp4Values(w & 0x0F0F0F0Fu);
+  *hi = Mxfp4Values((w >> 4) & 0x0F0F0F0Fu);
+}
+
 // Codes k = 4c .. 4c + 3 (lo) and 16 + 4c .. 16 + 4c + 3 (hi) of block b of a row, as int8 bytes, with
 // the block's scales (packed_product.cc UnpackBlock, the same codes and values).
 template <ElemType kT>
@@ -141,9 +174,7 @@ struct MmaBlock<ElemType::kQ4_0> {
                                               BlockScales* s) {
     const uint8_t* blk = row + static_cast<int64_t>(b) * 18;
     *s = BlockScales{HalfBits(LoadNc16(blk)), 0.f, 1, 1, 0};
-    const uint32_t w = Load4At2(blk + 2 + 4 * c);
-    *lo = __vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
-    *hi = __vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    Q4_0Codes(Load4At2(blk + 2 + 4 * c), lo, hi);
   }
 };
 
@@ -163,14 +194,10 @@ __device__ __forceinline__ void LoadK45(const uint8_t* row, int b, int c, uint32
   const int j = b & 7, shift = 4 * (j & 1);
   *s = K45Scales(sb, j);  // (the codes bypass L1)
   const uint8_t* qs = sb + (kFive ? 48 : 16) + 32 * (j >> 1);
-  uint32_t l = (LoadNc32(qs + 4 * c) >> shift) & 0x0F0F0F0Fu;
-  uint32_t h = (LoadNc32(qs + 16 + 4 * c) >> shift) & 0x0F0F0F0Fu;
-  if constexpr (kFive) {
-    l |= ((LoadNc32(sb + 16 + 4 * c) >> j) & 0x01010101u) << 4;
-    h |= ((LoadNc32(sb + 32 + 4 * c) >> j) & 0x01010101u) << 4;
-  }
-  *lo = l;
-  *hi = h;
+  uint32_t qh_lo = 0, qh_hi = 0;
+  if constexpr (kFive) qh_lo = LoadNc32(sb + 16 + 4 * c), qh_hi = LoadNc32(sb + 32 + 4 * c);
+  *lo = K45Codes<kFive>(LoadNc32(qs + 4 * c), qh_lo, shift, j);
+  *hi = K45Codes<kFive>(LoadNc32(qs + 16 + 4 * c), qh_hi, shift, j);
 }
 template <>
 struct MmaBlock<ElemType::kQ4_K> {
@@ -193,19 +220,12 @@ struct MmaBlock<ElemType::kQ6_K> {
                                               BlockScales* s) {
     const uint8_t* sb = row + static_cast<int64_t>(b >> 3) * 210;
     const int j = b & 7, h = j >> 2, r = j & 3;
-    // The scales and d serve the super-block's 8 sub-blocks: read through L1 (the codes bypass it).
-    const uint32_t sc = __ldg(reinterpret_cast<const unsigned short*>(sb + 192 + 8 * h + 2 * r));
-    const uint32_t d = __ldg(reinterpret_cast<const unsigned short*>(sb + 208));
-    *s = BlockScales{HalfBits(d), 0.f, static_cast<int>(static_cast<int8_t>(sc & 0xFFu)),
-                     static_cast<int>(static_cast<int8_t>(sc >> 8)), 0};
+    *s = Q6Scales(sb, h, r);  // (the codes bypass L1)
     const uint8_t* ql = sb + 64 * h + 32 * (r & 1);
     const uint8_t* qh = sb + 128 + 32 * h;
     const int ls = 4 * (r >> 1), hs = 2 * r;
-    const uint32_t l = ((Load4At2(ql + 4 * c) >> ls) & 0x0F0F0F0Fu) | (((Load4At2(qh + 4 * c) >> hs) & 0x03030303u) << 4);
-    const uint32_t u =
-        ((Load4At2(ql + 16 + 4 * c) >> ls) & 0x0F0F0F0Fu) | (((Load4At2(qh + 16 + 4 * c) >> hs) & 0x03030303u) << 4);
-    *lo = __vsub4(l, 0x20202020u);
-    *hi = __vsub4(u, 0x20202020u);
+    *lo = Q6Codes(Load4At2(ql + 4 * c), Load4At2(qh + 4 * c), ls, hs);
+    *hi = Q6Codes(Load4At2(ql + 16 + 4 * c), Load4At2(qh + 16 + 4 * c), ls, hs);
   }
 };
 
@@ -217,8 +237,7 @@ struct MmaBlock<ElemType::kMXFP4> {
     *s = BlockScales{Mxfp4Scale(__ldg(blk)), 0.f, 1, 1, 0};
     uint32_t w[1];
     LoadWordsAny<1>(blk + 1 + 4 * c, w);
-    *lo = Mxfp4Values(w[0] & 0x0F0F0F0Fu);
-    *hi = Mxfp4Values((w[0] >> 4) & 0x0F0F0F0Fu);
+    Mxfp4Codes(w[0], lo, hi);
   }
 };
 

@@ -68,10 +68,7 @@ struct RowBlock<ElemType::kQ4_0> {
     uint32_t w[4];
     LdgWords2<4>(blk + 2, w);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = __vsub4(w[i] & 0x0F0F0F0Fu, 0x08080808u);
-      hi[i] = __vsub4((w[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-    }
+    for (int i = 0; i < 4; ++i) Q4_0Codes(w[i], &lo[i], &hi[i]);
   }
 };
 
@@ -82,16 +79,12 @@ __device__ __forceinline__ void RowK45(const uint8_t* row, int b, uint32_t (&lo)
   *s = K45Scales(sb, j);
   uint32_t q[8];
   LdgWords16(sb + (kFive ? 48 : 16) + 32 * (j >> 1), q);
-  uint32_t h[8];
+  uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if constexpr (kFive) LdgWords16(sb + 16, h);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    lo[i] = (q[i] >> shift) & 0x0F0F0F0Fu;
-    hi[i] = (q[4 + i] >> shift) & 0x0F0F0F0Fu;
-    if constexpr (kFive) {
-      lo[i] |= ((h[i] >> j) & 0x01010101u) << 4;
-      hi[i] |= ((h[4 + i] >> j) & 0x01010101u) << 4;
-    }
+    lo[i] = K45Codes<kFive>(q[i], h[i], shift, j);
+    hi[i] = K45Codes<kFive>(q[4 + i], h[4 + i], shift, j);
   }
 }
 template <>
@@ -115,17 +108,15 @@ struct RowBlock<ElemType::kQ6_K> {
                                               BlockScales* s) {
     const uint8_t* sb = row + static_cast<int64_t>(b >> 3) * 210;
     const int j = b & 7, h = j >> 2, r = j & 3;
-    const uint32_t sc = Ldg16(sb + 192 + 8 * h + 2 * r);
-    *s = BlockScales{HalfBits(Ldg16(sb + 208)), 0.f, static_cast<int>(static_cast<int8_t>(sc & 0xFFu)),
-                     static_cast<int>(static_cast<int8_t>(sc >> 8)), 0};
+    *s = Q6Scales(sb, h, r);
     uint32_t ql[8], qh[8];
     LdgWords2<8>(sb + 64 * h + 32 * (r & 1), ql);
     LdgWords2<8>(sb + 128 + 32 * h, qh);
     const int ls = 4 * (r >> 1), hs = 2 * r;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      lo[i] = __vsub4(((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4), 0x20202020u);
-      hi[i] = __vsub4(((ql[4 + i] >> ls) & 0x0F0F0F0Fu) | (((qh[4 + i] >> hs) & 0x03030303u) << 4), 0x20202020u);
+      lo[i] = Q6Codes(ql[i], qh[i], ls, hs);
+      hi[i] = Q6Codes(ql[4 + i], qh[4 + i], ls, hs);
     }
   }
 };
@@ -139,10 +130,7 @@ struct RowBlock<ElemType::kMXFP4> {
     uint32_t w[4];
     LoadWordsAnyWith(blk + 1, w, [](const uint8_t* q) { return Ldg32(q); });
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = Mxfp4Values(w[i] & 0x0F0F0F0Fu);
-      hi[i] = Mxfp4Values((w[i] >> 4) & 0x0F0F0F0Fu);
-    }
+    for (int i = 0; i < 4; ++i) Mxfp4Codes(w[i], &lo[i], &hi[i]);
   }
 };
 
