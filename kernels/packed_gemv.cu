@@ -229,20 +229,10 @@ cudaError_t LaunchRows(const PackedSegs& s, const float* x, int in, int n, cudaS
   return LaunchDecodeKernel(kernel, grid, block, smem, stream, ProgrammaticLaunchOnCurrentDevice(), s, x, in, n);
 }
 
-// f(integral_constant<M>) for the row kernels' token bound M >= n: 1, 2, 4, 8 or 16.
-template <typename F>
-cudaError_t WithRowTokens(int n, F f) {
-  if (n <= 1) return f(std::integral_constant<int, 1>{});
-  if (n <= 2) return f(std::integral_constant<int, 2>{});
-  if (n <= 4) return f(std::integral_constant<int, 4>{});
-  if (n <= 8) return f(std::integral_constant<int, 8>{});
-  return f(std::integral_constant<int, 16>{});
-}
-
 template <ElemType kT, GemvEpilogue kEpi>
 cudaError_t LaunchEpi(const PackedSegs& s, const float* x, int in, int n, bool rows, cudaStream_t stream) {
   if (rows) {
-    return WithRowTokens(n, [&](auto m) { return LaunchRows<kT, decltype(m)::value, kEpi>(s, x, in, n, stream); });
+    return detail::WithRowTokens(n, [&](auto m) { return LaunchRows<kT, decltype(m)::value, kEpi>(s, x, in, n, stream); });
   }
   return n <= 8 ? LaunchProduct<kT, 1, kEpi>(s, x, in, n, stream) : LaunchProduct<kT, 2, kEpi>(s, x, in, n, stream);
 }

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/packed_blocks.cuh"
 #include "kernels/packed_mma.cuh"
@@ -23,6 +24,18 @@ namespace specgen::kernels::detail {
 
 inline constexpr int kRowMaxTokens = 16;  // tokens a row launch takes at most
 inline constexpr int kRowWarps = 8;      // warps a block: 16 rows a step
+
+// f(integral_constant<M>) for the row kernels' token bound M >= n (n <= kRowMaxTokens): 1, 2, 4, 8
+// or 16.
+template <typename F>
+cudaError_t WithRowTokens(int n, F f) {
+  static_assert(kRowMaxTokens == 16, "the bounds below end at kRowMaxTokens");
+  if (n <= 1) return f(std::integral_constant<int, 1>{});
+  if (n <= 2) return f(std::integral_constant<int, 2>{});
+  if (n <= 4) return f(std::integral_constant<int, 4>{});
+  if (n <= 8) return f(std::integral_constant<int, 8>{});
+  return f(std::integral_constant<int, 16>{});
+}
 
 // ---- one whole 32-block of a row: its codes as int8 words and its scales ------------------------
 

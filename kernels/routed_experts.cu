@@ -581,17 +581,9 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
   cudaError_t e;
   if (layout == PackedLayout::kAuto) layout = DefaultPackedLayout();
   if (layout == PackedLayout::kRows || (layout == PackedLayout::kAuto && n <= kPackedRowsMaxTokens)) {
-    if (n <= 1) {
-      e = LaunchRowsM<1>(tab, x, ys, plan, stream, pdl);
-    } else if (n <= 2) {
-      e = LaunchRowsM<2>(tab, x, ys, plan, stream, pdl);
-    } else if (n <= 4) {
-      e = LaunchRowsM<4>(tab, x, ys, plan, stream, pdl);
-    } else if (n <= 8) {
-      e = LaunchRowsM<8>(tab, x, ys, plan, stream, pdl);
-    } else {
-      e = LaunchRowsM<16>(tab, x, ys, plan, stream, pdl);
-    }
+    e = detail::WithRowTokens(n, [&](auto m) {
+      return LaunchRowsM<decltype(m)::value>(tab, x, ys, plan, stream, pdl);
+    });
   } else {
     e = n <= 8 ? LaunchPackedNT<1>(tab, x, ys, plan, stream, pdl) : LaunchPackedNT<2>(tab, x, ys, plan, stream, pdl);
   }
