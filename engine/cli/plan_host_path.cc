@@ -26,7 +26,7 @@ absl::StatusOr<DType> ExpertType(const moe::ModelBytes& m) {
   const double per_element = static_cast<double>(m.largest_expert()) / (3.0 * s.hidden * s.expert_ffn_dim);
   DType best = DType::kQ4_K;
   double gap = 1e30;
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType t : {DType::kMXFP4, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     const double b = static_cast<double>(Info(t).block_bytes) / static_cast<double>(Info(t).block_elems);
     if (std::fabs(b - per_element) < gap) gap = std::fabs(b - per_element), best = t;
   }

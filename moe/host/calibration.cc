@@ -71,6 +71,7 @@ std::vector<uint8_t> RandomMatrix(std::mt19937_64& rng, DType t, int64_t rows, i
   const uint16_t scale = 0x2c00;  // 1/16
   for (size_t blk = 0; blk < b.size() / static_cast<size_t>(info.block_bytes); ++blk) {
     for (int off : HalfOffsets(t)) std::memcpy(&b[blk * info.block_bytes + off], &scale, 2);
+    if (t == DType::kMXFP4) b[blk * info.block_bytes] = 123;  // its E8M0 scale: 2^(123 - 127) = 1/16
   }
   return b;
 }
@@ -127,10 +128,12 @@ absl::StatusOr<Calibration> ParseCalibration(std::string_view text, std::string_
   if (!expert->is_object()) return Bad(source, "expert", "must be an object");
   ASSIGN_OR_RETURN(const json* type, Field(*expert, source, "expert.", "type"));
   bool known = false;
-  for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}) {
     if (type->is_string() && type->get<std::string>() == Name(d)) c.expert_type = d, known = true;
   }
-  if (!known) return Bad(source, "expert.type", Cat("must be q8_0, q4_0, q4_k, q5_k or q6_k, got ", type->dump()));
+  if (!known) {
+    return Bad(source, "expert.type", Cat("must be q8_0, q4_0, q4_k, q5_k, q6_k or mxfp4, got ", type->dump()));
+  }
   ASSIGN_OR_RETURN(const json* hidden, Field(*expert, source, "expert.", "hidden"));
   ASSIGN_OR_RETURN(c.hidden, PositiveInt(*hidden, source, "expert.hidden"));
   ASSIGN_OR_RETURN(const json* ffn, Field(*expert, source, "expert.", "ffn"));

@@ -180,5 +180,17 @@ TEST(HostCalibration, MeasuresEveryTokenCount) {
   EXPECT_TRUE(ParseCalibration(CalibrationJson(*c), "measured").ok());
 }
 
+// gpt-oss's experts are MXFP4 (17 bytes a block of 32): measured and read back as such.
+TEST(HostCalibration, MeasuresMxfp4Experts) {
+  HostPool pool({.threads = 2});
+  const auto c = MeasureHost(pool, BestIsa(), DType::kMXFP4, 256, 256, [](int) {}, 0.0);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->expert_bytes, 3u * 256 * 8 * 17);
+  for (double r : c->experts_per_second) EXPECT_TRUE(std::isfinite(r) && r > 0) << r;
+  const auto back = ParseCalibration(CalibrationJson(*c), "measured");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->expert_type, DType::kMXFP4);
+}
+
 }  // namespace
 }  // namespace specgen::moe_host
