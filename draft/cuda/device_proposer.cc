@@ -1,6 +1,7 @@
 #include "draft/cuda/device_proposer.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/core/status_macros.h"
 #include "engine/model/cached_prefix.h"
@@ -50,7 +51,10 @@ DeviceProposer::~DeviceProposer() {
   (void)backend_->Synchronize(SyncKind::kOther);
   graphed_.reset();
   DeviceArena& a = backend_->arena();
-  for (void* p : {static_cast<void*>(q_), static_cast<void*>(guess_), sample_ws_, side_ws_}) a.Free(p);
+  for (void* p : {static_cast<void*>(q_), static_cast<void*>(q_ahead_), static_cast<void*>(ahead_),
+                  static_cast<void*>(guess_), sample_ws_, side_ws_}) {
+    a.Free(p);
+  }
   for (cudaEvent_t e : {fork_, join_, guess_ready_}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
@@ -100,8 +104,22 @@ absl::Status DeviceProposer::Allocate() {
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     if (hooks_.run_ahead != RunAhead::kOff) {
       SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&guess_ready_, cudaEventDisableTiming));
-      side_ws_bytes_ = std::max<size_t>(kernels::SampleWorkspaceBytes(1), 256);
+      ahead_max_ = hooks_.run_ahead_drafts < 0 ? max_draft_ : std::min(hooks_.run_ahead_drafts, max_draft_);
+      ahead_auto_ = ahead_max_;
+      // The guess's argmax, and the run ahead's draws as Propose's (processing included).
+      side_ws_bytes_ = std::max<size_t>(ahead_max_ > 0 ? kernels::ProcessAndSampleWorkspaceBytes(1, static_cast<int>(v))
+                                                       : kernels::SampleWorkspaceBytes(1),
+                                        256);
       ASSIGN_OR_RETURN(side_ws_, a.Allocate(side_ws_bytes_, "run-ahead sampling workspace"));
+      if (ahead_max_ > 0) {
+        ASSIGN_OR_RETURN(void* z, a.Allocate(static_cast<size_t>(max_draft_) * sizeof(int32_t), "run-ahead drafts"));
+        ahead_ = static_cast<int32_t*>(z);
+        if (!sampling_.greedy()) {
+          ASSIGN_OR_RETURN(void* qa, a.Allocate(static_cast<size_t>(max_draft_) * v * sizeof(float),
+                                                "run-ahead distributions q"));
+          q_ahead_ = static_cast<float*>(qa);
+        }
+      }
     }
   }
   return absl::OkStatus();
@@ -116,6 +134,8 @@ DraftDecodeStats DeviceProposer::stats() const {
   s.run_ahead = run_ahead_;
   s.run_ahead_used = run_ahead_used_;
   s.run_ahead_late = run_ahead_late_;
+  s.run_ahead_drafted = ahead_drafted_;
+  s.run_ahead_drafts_used = ahead_used_;
   s.why_not_graph = why_not_graph_;
   if (graphed_ != nullptr) {
     s.path = graphed_->path();
@@ -129,6 +149,8 @@ DraftDecodeStats DeviceProposer::stats() const {
 absl::Status DeviceProposer::Reset() {
   RETURN_IF_ERROR(JoinLastDraft());
   guess_logits_ = ready_logits_ = nullptr;
+  guessed_ = false;
+  ahead_n_ = ready_ahead_ = 0;
   return absl::OkStatus();
 }
 
@@ -192,47 +214,68 @@ absl::Status DeviceProposer::Feed(const std::vector<int32_t>& sequence, const fl
   return absl::OkStatus();
 }
 
-absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k) {
-  if (k < 1 || k > max_draft_) return InvalidArgument("device proposer: k = ", k, " outside [1, ", max_draft_, "]");
-  const int64_t len = static_cast<int64_t>(sequence.size());
+absl::Status DeviceProposer::Draw(const float* logits, int64_t position, int depth, int32_t* token, float* q_row,
+                                  void* ws, size_t ws_bytes, cudaStream_t stream) {
   const int v = static_cast<int>(draft_->vocab_size());
-  const cudaStream_t stream = backend_->stream();
-  const kernels::SamplingConfig config = ToSamplingConfig(sampling_);
-  const bool greedy = sampling_.greedy();
   // Draws as SampleDraft: own noise in rejection mode, the target's in coupled mode.
   const uint32_t purpose = static_cast<uint32_t>(accept_ == AcceptMode::kCoupled ? RandomPurpose::kTargetSample
                                                                                  : RandomPurpose::kDraftSample);
+  // Greedy: the draft's token is the argmax of its logits, which is the argmax of the one-hot q
+  // that processing would write (the same (value, id) order, ties to the lower id), and greedy
+  // acceptance never reads q: the draw skips the processing. Otherwise processing and draw are one
+  // call.
+  if (sampling_.greedy()) {
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(logits, 1, v, true, sampling_.seed, position, purpose,
+                                                             token, ws, ws_bytes, stream));
+  } else {
+    SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessAndSample(logits, 1, v, ToSamplingConfig(sampling_), q_row,
+                                                                 sampling_.seed, position, purpose, token, ws,
+                                                                 ws_bytes, stream));
+  }
+  if (hooks_.script != nullptr) {
+    // The drawn token becomes the script's (eager: the position is known).
+    SPECGEN_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchScriptedDraft(*hooks_.script, nullptr, position, depth, 1, token, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k) {
+  if (k < 1 || k > max_draft_) return InvalidArgument("device proposer: k = ", k, " outside [1, ", max_draft_, "]");
+  const int64_t len = static_cast<int64_t>(sequence.size());
+  const size_t v = static_cast<size_t>(draft_->vocab_size());
+  const cudaStream_t stream = backend_->stream();
   const float* last = nullptr;
-  if (ready_logits_ != nullptr && valid_ == len && draft_->n_past() == len) {
+  int first = 0;  // proposals already in tokens_[1..first]
+  if (ready_ahead_ > 0 && valid_ == len && draft_->n_past() == len + ready_ahead_ - 1) {
+    // The last step's bonus token was the draft's guess, and the side stream drafted z_1..z_n after it
+    // (joined: AfterResult queued the wait before this). They are this step's first proposals.
+    first = std::min(k, ready_ahead_);
+    SPECGEN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(tokens_ + 1, ahead_, static_cast<size_t>(first) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                        stream));
+    if (q_ahead_ != nullptr) std::swap(q_, q_ahead_);  // z_i's row is row i - 1 there, as x_i's here
+    // The cache keeps what it would hold had Propose drafted them: the sequence and z_1..z_{first-1}.
+    if (draft_->n_past() > len + first - 1) RETURN_IF_ERROR(draft_->Truncate(len + first - 1));
+    ++run_ahead_used_;
+    ahead_used_ += first;
+  } else if (ready_logits_ != nullptr && valid_ == len && draft_->n_past() == len) {
     // The last step's bonus token was the draft's guess, decoded beside the verification.
     last = ready_logits_;
-    ready_logits_ = nullptr;
     ++run_ahead_used_;
   } else {
     RETURN_IF_ERROR(Feed(sequence, &last));
   }
-  for (int i = 0; i < k; ++i) {
+  ready_logits_ = nullptr;
+  ready_ahead_ = 0;
+  for (int i = first; i < k; ++i) {
     if (i > 0) {
-      // x_i (drawn on the device in the previous iteration) at position len + i - 1.
+      // x_i (drawn on the device in the previous iteration, or taken from the run ahead) at position
+      // len + i - 1.
       ASSIGN_OR_RETURN(last, DecodeOne(tokens_ + i, 0));
     }
-    // Greedy: the draft's token is the argmax of its logits, which is the argmax of the one-hot q
-    // that processing would write (the same (value, id) order, ties to the lower id), and greedy
-    // acceptance never reads q: the draw skips the processing. Otherwise processing and draw are one
-    // call.
-    if (greedy) {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(last, 1, v, true, sampling_.seed, len + i, purpose,
-                                                               tokens_ + 1 + i, sample_ws_, sample_ws_bytes_, stream));
-    } else {
-      SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchProcessAndSample(
-          last, 1, v, config, q_ + static_cast<size_t>(i) * v, sampling_.seed, len + i, purpose, tokens_ + 1 + i,
-          sample_ws_, sample_ws_bytes_, stream));
-    }
-    if (hooks_.script != nullptr) {
-      // The drawn token at position len + i, depth i, becomes the script's (eager: the position is known).
-      SPECGEN_CUDA_RETURN_IF_ERROR(
-          kernels::LaunchScriptedDraft(*hooks_.script, nullptr, len + i, i, 1, tokens_ + 1 + i, stream));
-    }
+    RETURN_IF_ERROR(Draw(last, len + i, i, tokens_ + 1 + i, q_ + static_cast<size_t>(i) * v, sample_ws_,
+                         sample_ws_bytes_, stream));
   }
   valid_ = len + k - 1;  // the draft now holds the sequence and x_1..x_{k-1}
   return absl::OkStatus();
@@ -240,41 +283,74 @@ absl::Status DeviceProposer::Propose(const std::vector<int32_t>& sequence, int k
 
 absl::Status DeviceProposer::BesideVerification(int64_t len, int k, bool another_may_follow) {
   // A guess of the bonus token pays only where another step follows.
-  ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(k, another_may_follow && WantGuess()));
+  ASSIGN_OR_RETURN(const bool overlapped, OverlapLastDraft(len, k, another_may_follow && WantGuess()));
   if (overlapped) valid_ = len + k;  // the guess counts once the step finds it was the bonus
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> DeviceProposer::OverlapLastDraft(int k, bool guess) {
+absl::StatusOr<bool> DeviceProposer::OverlapLastDraft(int64_t len, int k, bool guess) {
   if (side_stream_ == nullptr || graphed_ == nullptr || !graphed_->ReplaysCaptured()) return false;
   const cudaStream_t stream = backend_->stream();
   // After x_k's draw (the fork), beside the target's pass queued next on the backend's stream. The
-  // draft's graph reads tokens_[k] and writes only the draft's own buffers and its cache row for x_k;
-  // the step's acceptance reads q_ (written before the fork), never the draft's logits.
+  // draft's graph reads tokens_[k] and writes only the draft's own buffers and its cache rows from
+  // x_k's on; the step's acceptance reads q_ (written before the fork), never the draft's logits.
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_, 0));
-  ASSIGN_OR_RETURN(const float* logits, graphed_->Decode(tokens_ + k, 0, side_stream_));
-  ++overlapped_;
-  // The draft's argmax after x_k (its likeliest bonus token; any guess is exact, a likely one is used
-  // more often), copied to the host at once (guess_ready_, which the step's result copy waits for),
-  // then its decode. The argmax has its own workspace: the acceptance runs on the backend's stream
-  // meanwhile.
-  if (guess && side_ws_ != nullptr && graphed_->ReplaysCaptured()) {
+  const absl::Status queued = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const float* logits, graphed_->Decode(tokens_ + k, 0, side_stream_));
+    ++overlapped_;
+    // The draft's argmax after x_k (its likeliest bonus token; any guess is exact, a likely one is
+    // used more often), copied to the host at once (guess_ready_, which the step's result copy waits
+    // for, so that the step's one wait does not wait for the rest), then its decode and the run
+    // ahead. The argmax has its own workspace: the acceptance runs on the backend's stream meanwhile.
+    if (!guess || side_ws_ == nullptr || !graphed_->ReplaysCaptured()) return absl::OkStatus();
     SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchSampleTokens(logits, 1, static_cast<int>(draft_->vocab_size()), true,
                                                              0, 0, 0, guess_, side_ws_, side_ws_bytes_, side_stream_));
     SPECGEN_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_guess_, guess_, sizeof(int32_t), cudaMemcpyDeviceToHost, side_stream_));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(guess_ready_, side_stream_));
-    ASSIGN_OR_RETURN(guess_logits_, graphed_->Decode(guess_, 0, side_stream_));
+    ASSIGN_OR_RETURN(const float* after_guess, graphed_->Decode(guess_, 0, side_stream_));
+    guessed_ = true;
     ++run_ahead_;
-  }
+    // The next step's sequence, should y be its bonus: this one's, x_1..x_k and y.
+    RETURN_IF_ERROR(RunAheadDrafts(len + k + 1, after_guess, AheadLength()));
+    guess_logits_ = ahead_n_ == 0 ? after_guess : nullptr;
+    return absl::OkStatus();
+  }();
+  // Joined even after a failure, so that the backend's stream never runs beside what was queued.
   SPECGEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_, side_stream_));
   join_due_ = true;
+  RETURN_IF_ERROR(queued);
   return true;
 }
 
+absl::Status DeviceProposer::RunAheadDrafts(int64_t next_len, const float* logits, int n) {
+  ahead_n_ = 0;
+  // Propose's loop, shifted to the side stream and to buffers of its own: z_{i+1} drawn at position
+  // next_len + i, depth i, from the logits after z_i (decoded first; after y for z_1). The q rows go
+  // to q_ahead_, which the queued acceptance does not read; ahead_ is read by the next Propose only,
+  // after the join. z_n stays undecoded, as Propose's last proposal: the cache then holds what
+  // Propose's contract says after n proposals, and the next step decodes z_n beside its verification
+  // as any x_k (decoding it here would help only a next step asking for more than n, never with a
+  // fixed k, where n = k). A decode the side stream cannot take (the graph for the position is not
+  // captured yet, or the context is full) ends the run: the next Propose decodes on from there.
+  const size_t v = static_cast<size_t>(draft_->vocab_size());
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) {
+      if (!graphed_->ReplaysCaptured()) break;
+      ASSIGN_OR_RETURN(logits, graphed_->Decode(ahead_ + i - 1, 0, side_stream_));
+    }
+    RETURN_IF_ERROR(Draw(logits, next_len + i, i, ahead_ + i,
+                         q_ahead_ != nullptr ? q_ahead_ + static_cast<size_t>(i) * v : nullptr, side_ws_,
+                         side_ws_bytes_, side_stream_));
+    ahead_n_ = i + 1;
+  }
+  ahead_drafted_ += ahead_n_;
+  return absl::OkStatus();
+}
+
 absl::Status DeviceProposer::OrderBeforeHostWait(cudaStream_t stream) {
-  if (guess_logits_ == nullptr) return absl::OkStatus();
+  if (!guessed_) return absl::OkStatus();
   return SPECGEN_CUDA_STATUS(cudaStreamWaitEvent(stream, guess_ready_, 0));
 }
 
@@ -285,21 +361,31 @@ absl::Status DeviceProposer::JoinLastDraft() {
 }
 
 absl::Status DeviceProposer::AfterResult(int64_t keep, int k, int n_accepted, int32_t bonus) {
-  const bool guessed = guess_logits_ != nullptr;
-  // Whether the side stream is still at work (the guess's decode): a query, not a wait.
+  const bool guessed = guessed_;
+  // Whether the side stream is still at work (the guess's decode, the run ahead): a query, not a wait.
   const cudaError_t side_state = guessed ? cudaEventQuery(join_) : cudaSuccess;
   if (side_state != cudaSuccess && side_state != cudaErrorNotReady) return SPECGEN_CUDA_STATUS(side_state);
   RETURN_IF_ERROR(JoinLastDraft());
   const bool hit = guessed && n_accepted == k && *host_guess_ == bonus;
+  int64_t held = 0;  // what the draft's cache keeps
   if (hit) {
     valid_ = keep + 1;  // the draft holds the bonus token too: the next step draws at once
-    ready_logits_ = guess_logits_;
+    if (ahead_n_ > 0) {
+      ready_ahead_ = ahead_n_;
+      held = valid_ + ahead_n_ - 1;  // and z_1..z_{n-1}, which the next Propose keeps as far as it takes them
+    } else {
+      ready_logits_ = guess_logits_;
+      held = valid_;
+    }
   } else {
     valid_ = std::min<int64_t>(valid_, keep);
+    held = valid_;
   }
   if (guessed) ObserveGuess(hit, side_state == cudaErrorNotReady);
+  guessed_ = false;
   guess_logits_ = nullptr;
-  if (draft_->n_past() > valid_) RETURN_IF_ERROR(draft_->Truncate(valid_));
+  ahead_n_ = 0;
+  if (draft_->n_past() > held) RETURN_IF_ERROR(draft_->Truncate(held));
   return absl::OkStatus();
 }
 
@@ -312,9 +398,17 @@ bool DeviceProposer::WantGuess() {
     case RunAhead::kAuto:
       break;
   }
-  // A hit saves the next step a decode; a late miss costs it what the guess's decode has left when the
-  // verification ends (up to a decode); an early miss costs only the multiprocessors it shared.
+  // The side work after x_k is the guess's decode and a run of n drafts (n - 1 decodes, n draws). A
+  // hit takes it off the next step's critical path (as much of the run as that step asks for); a miss
+  // discards it, which costs only the part still running when the verification ends (a late miss: the
+  // next step waits for it, up to the whole side work), otherwise only the multiprocessors it shared.
+  // Gain and worst loss both grow with the run, so the guess pays while hits are at least as frequent
+  // as late misses, whatever n is; n itself is what sets how often a miss is late (AheadLength).
   return hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe;
+}
+
+int DeviceProposer::AheadLength() const {
+  return hooks_.run_ahead == RunAhead::kAuto ? ahead_auto_ : ahead_max_;
 }
 
 void DeviceProposer::ObserveGuess(bool hit, bool late) {
@@ -323,6 +417,15 @@ void DeviceProposer::ObserveGuess(bool hit, bool late) {
   if (late_miss) ++run_ahead_late_;
   hit_rate_ += kRunAheadRateWeight * ((hit ? 1.0 : 0.0) - hit_rate_);
   late_miss_rate_ += kRunAheadRateWeight * ((late_miss ? 1.0 : 0.0) - late_miss_rate_);
+  // kAuto's run length: the run should end within the verification it hides behind. A late miss says
+  // it did not (the next step waited for discarded work): halve it, down to the guess alone. A guess
+  // whose side work ended in time leaves room: one more draft, up to the bound. A late hit changes
+  // nothing: its work was the next step's own, merely waited for.
+  if (late_miss) {
+    ahead_auto_ /= 2;
+  } else if (!late && ahead_auto_ < ahead_max_) {
+    ++ahead_auto_;
+  }
 }
 
 }  // namespace specgen

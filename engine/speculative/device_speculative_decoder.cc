@@ -162,7 +162,7 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> DeviceSpeculativeDecoder::Step(cons
   out.draft_seconds = SecondsSince(t0);
 
   // ONE target pass over the k + 1 positions len-1 .. len+k-1, tokens read from batch_; the draft's
-  // decode of x_k beside it.
+  // decode of x_k beside it, and its run ahead of the next step (joined in AfterResult).
   t0 = std::chrono::steady_clock::now();
   if (k > 0) RETURN_IF_ERROR(proposer_->BesideVerification(len, k, another_may_follow));
   const int64_t captures_before = target_pass_->captures();
@@ -190,7 +190,8 @@ absl::StatusOr<SpeculativeLoop::StepOutcome> DeviceSpeculativeDecoder::Step(cons
   SPECGEN_CUDA_RETURN_IF_ERROR(kernels::LaunchAcceptance(q, p, batch_ + 1, k, static_cast<int>(vocab), mode,
                                                          options_.sampling.seed, len, result, accept_ws_,
                                                          accept_ws_bytes_, stream));
-  // With a guess queued the result waits for its copy too, so the step's one host wait brings both.
+  // With a guess queued the result waits for its copy too (not for the run ahead after it), so the
+  // step's one host wait brings both.
   if (k > 0) RETURN_IF_ERROR(proposer_->OrderBeforeHostWait(stream));
   SPECGEN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host_result_, result_, sizeof(kernels::AcceptanceResult), cudaMemcpyDeviceToHost, stream));

@@ -28,6 +28,22 @@ namespace {
 constexpr int kPromptsUsed = 4;
 constexpr int64_t kNewTokens = 32;
 
+// The draft's graph replays of a run ahead of n >= 1 drafts after every guess (`run`) against the guess
+// alone (`guess`), the same guesses: each guess adds the decodes of its drafts but the last
+// (drafted - guesses), each step that started from them saves the decodes of those it took but the
+// last (taken - steps); y's decode is in both. A step takes at least one and at most n.
+void RunAheadAccounting(const DraftDecodeStats& guess, const DraftDecodeStats& run, int n, const std::string& what) {
+  EXPECT_EQ(guess.run_ahead_drafted, 0) << what;
+  EXPECT_EQ(guess.run_ahead_drafts_used, 0) << what;
+  EXPECT_EQ(run.run_ahead, guess.run_ahead) << what;
+  EXPECT_EQ(run.run_ahead_used, guess.run_ahead_used) << what;
+  EXPECT_EQ(run.graph_replays, guess.graph_replays + (run.run_ahead_drafted - run.run_ahead) -
+                                   (run.run_ahead_drafts_used - run.run_ahead_used))
+      << what;
+  EXPECT_GE(run.run_ahead_drafts_used, run.run_ahead_used) << what;
+  EXPECT_LE(run.run_ahead_drafts_used, run.run_ahead_used * n) << what;
+}
+
 class GpuBundledPair : public ::testing::Test {
  protected:
   // The backend's small-batch reduction order (GpuBundledPairTensorCores: the other one).
@@ -206,21 +222,25 @@ TEST_F(GpuBundledPair, DraftDecodePaths) {
 
 // overlap_last_draft (the default) decodes each step's last draft x_k on a second stream beside the
 // verification, so that a step which accepts every draft leaves the draft holding x_k; run_ahead (the
-// default too) also decodes there the draft's guess of the bonus token, so that a step whose bonus it
-// was starts the next from the draft's logits (kAlways: in every drafted step another may follow; kAuto,
-// the default: pausing after late misses, which depends on timing). Both must change nothing but where
-// decodes run: the same output, the same (k, accepted) for every pass (a draft that missed, doubled or
-// wrongly kept a token would propose differently), one overlapped decode a drafted pass, and the
-// replays accounted for: overlap saves one after each fully accepted pass that another drafted pass
-// follows (its feed is the bonus token alone) and adds one for every other drafted pass (x_k decoded
-// and discarded); run-ahead adds one a guess and saves one for every step that started from a guess.
+// default too) also decodes there the draft's guess of the bonus token and drafts the next step's
+// proposals after it (run_ahead_drafts: 0 the guess alone, negative, the default, the whole run), so
+// that a step whose bonus it was starts from them (kAlways: in every drafted step another may follow;
+// kAuto, the default: pausing after late misses and shortening the run, which depends on timing). All
+// must change nothing but where decodes run: the same output, the same (k, accepted) for every pass
+// (a draft that missed, doubled or wrongly kept a token would propose differently), one overlapped
+// decode a drafted pass, and the replays accounted for: overlap saves one after each fully accepted
+// pass that another drafted pass follows (its feed is the bonus token alone) and adds one for every
+// other drafted pass (x_k decoded and discarded); the guess alone adds one a guess and saves one for
+// every step that started from a guess; the whole run adds a decode for each proposal drafted ahead
+// but the first of a run (z_n is left undecoded, as Propose's x_k) and saves one for each taken but
+// the first of a step (RunAheadAccounting).
 TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
   struct Pass {
     int k, accepted;
     bool operator==(const Pass&) const = default;
   };
-  enum Mode { kSerial, kOverlap, kRunAhead, kRunAheadAuto, kModes };
-  int64_t used_greedy = 0;
+  enum Mode { kSerial, kOverlap, kGuess, kRunAhead, kRunAheadAuto, kModes };
+  int64_t used_greedy = 0, drafts_used_greedy = 0;
   // Fixed draft lengths only: the adaptive controller picks k from measured times, which differ.
   for (SamplingParams sampling : {SamplingParams::Greedy(), SamplingParams::Plain(0.8f, 5)}) {
     for (int draft_max : {2, 4}) {
@@ -233,9 +253,10 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
                                                                  AcceptMode::kRejection, kNewTokens);
           DeviceLoopHooks hooks;
           hooks.draft.overlap_last_draft = mode != kSerial;
-          hooks.draft.run_ahead = mode == kRunAhead       ? RunAhead::kAlways
-                                  : mode == kRunAheadAuto ? RunAhead::kAuto
-                                                          : RunAhead::kOff;
+          hooks.draft.run_ahead = mode == kGuess || mode == kRunAhead ? RunAhead::kAlways
+                                  : mode == kRunAheadAuto             ? RunAhead::kAuto
+                                                                      : RunAhead::kOff;
+          hooks.draft.run_ahead_drafts = mode == kGuess ? 0 : -1;
           o.on_pass = [&, mode](int k, const AcceptResult& r) { passes[mode].push_back({k, r.n_accepted}); };
           auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target_.get(), draft_.get(), o, hooks);
           ASSERT_TRUE(dec.ok()) << dec.status();
@@ -244,9 +265,11 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
           out[mode] = *got;
           d[mode] = (*dec)->draft_decode_stats();
           ASSERT_EQ(d[mode].path, DraftDecodePath::kGraph) << d[mode].why_not_graph;
+          EXPECT_EQ((*dec)->syncs().step_result, (*dec)->syncs().steps);
+          EXPECT_EQ((*dec)->syncs().other, 0);
         }
         const std::string what = std::string(sampling.greedy() ? "greedy" : "T=0.8") + " k=" + std::to_string(draft_max);
-        for (int mode : {kOverlap, kRunAhead, kRunAheadAuto}) {
+        for (int mode : {kOverlap, kGuess, kRunAhead, kRunAheadAuto}) {
           EXPECT_EQ(out[mode], out[kSerial]) << what << " mode " << mode;
           ASSERT_EQ(passes[mode], passes[kSerial]) << what << " mode " << mode << ": the draft proposed differently";
         }
@@ -268,23 +291,35 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
         EXPECT_EQ(d[kOverlap].overlapped, drafted) << what;
         EXPECT_EQ(d[kOverlap].run_ahead, 0) << what;
         EXPECT_EQ(d[kOverlap].graph_replays, d[kSerial].graph_replays + drafted - saved) << what;
-        EXPECT_EQ(d[kRunAhead].overlapped, drafted) << what;
-        EXPECT_EQ(d[kRunAhead].run_ahead, guesses) << what;
-        EXPECT_LE(d[kRunAhead].run_ahead_used, saved) << what;
-        for (int mode : {kRunAhead, kRunAheadAuto}) {
-          EXPECT_EQ(d[mode].graph_replays, d[kOverlap].graph_replays + d[mode].run_ahead - d[mode].run_ahead_used)
-              << what << " mode " << mode;
+        for (int mode : {kGuess, kRunAhead}) {
+          EXPECT_EQ(d[mode].overlapped, drafted) << what << " mode " << mode;
+          EXPECT_EQ(d[mode].run_ahead, guesses) << what << " mode " << mode;
+          EXPECT_LE(d[mode].run_ahead_used, saved) << what << " mode " << mode;
         }
+        EXPECT_EQ(d[kGuess].graph_replays, d[kOverlap].graph_replays + d[kGuess].run_ahead - d[kGuess].run_ahead_used)
+            << what;
+        EXPECT_EQ(d[kGuess].run_ahead_drafted, 0) << what;
+        // The whole run: draft_max proposals after every guess (each decode replays a captured graph:
+        // the context stays below the second shape's), its guesses the guess-only run's.
+        EXPECT_EQ(d[kRunAhead].run_ahead_drafted, d[kRunAhead].run_ahead * draft_max) << what;
+        EXPECT_EQ(d[kRunAhead].run_ahead_used, d[kGuess].run_ahead_used) << what;
+        RunAheadAccounting(d[kGuess], d[kRunAhead], draft_max, what);
         EXPECT_EQ(d[kRunAheadAuto].overlapped, drafted) << what;
         EXPECT_LE(d[kRunAheadAuto].run_ahead, guesses) << what;
         EXPECT_LE(d[kRunAheadAuto].run_ahead_used, saved) << what;
-        if (sampling.greedy()) used_greedy += d[kRunAhead].run_ahead_used;
+        EXPECT_LE(d[kRunAheadAuto].run_ahead_drafted, d[kRunAheadAuto].run_ahead * draft_max) << what;
+        EXPECT_LE(d[kRunAheadAuto].run_ahead_drafts_used, d[kRunAheadAuto].run_ahead_drafted) << what;
+        if (sampling.greedy()) {
+          used_greedy += d[kGuess].run_ahead_used;
+          drafts_used_greedy += d[kRunAhead].run_ahead_drafts_used;
+        }
       }
     }
   }
   // The draft's argmax is the bonus token often enough on the bundled pair (acceptance ~0.5) that
   // greedy runs start steps from a guess; none would mean the guess is never found equal.
   EXPECT_GT(used_greedy, 0);
+  EXPECT_GT(drafts_used_greedy, 0);
 }
 
 // DeviceLoopHooks::graph_verify (the default): the target's passes replayed from CUDA graphs give the
