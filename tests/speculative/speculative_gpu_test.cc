@@ -5,6 +5,9 @@
 // expert-union reads, which are reported. The greedy and coupled identities also under the tensor-core
 // order (CudaBackendOptions::gemv_order; the pair is bf16 with hidden 256, so its attention products
 // and the experts' gate/up take it). Skips without a device or without the pair.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,8 @@
 #include "engine/model/transformer.h"
 #include "engine/speculative/device_speculative_decoder.h"
 #include "gtest/gtest.h"
+#include "kernels/acceptance.cuh"
+#include "kernels/scripted_draft.cuh"
 #include "nlohmann/json.hpp"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/speculative_options.h"
@@ -27,6 +32,44 @@ namespace {
 
 constexpr int kPromptsUsed = 4;
 constexpr int64_t kNewTokens = 32;
+
+// An acceptance regime's script in device memory (kernels/scripted_draft.cuh): after `first_position`,
+// the target's greedy `continuation`, proposed with probability `a` at every depth.
+struct DeviceScriptTable {
+  DeviceScriptTable(const std::vector<int32_t>& continuation, int64_t first_position, double a, int32_t vocab) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&tokens), sizeof(int32_t) * std::max<size_t>(continuation.size(), 1)),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(tokens, continuation.data(), sizeof(int32_t) * continuation.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&profile), sizeof(double)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(profile, &a, sizeof(double), cudaMemcpyHostToDevice), cudaSuccess);
+    table.continuation = tokens;
+    table.first_position = first_position;
+    table.length = static_cast<int64_t>(continuation.size());
+    table.profile = profile;
+    table.profile_len = 1;
+    table.seed = 77;
+    table.vocab = vocab;
+  }
+  ~DeviceScriptTable() {
+    cudaFree(tokens);
+    cudaFree(profile);
+  }
+  DeviceScriptTable(const DeviceScriptTable&) = delete;
+  DeviceScriptTable& operator=(const DeviceScriptTable&) = delete;
+
+  kernels::ScriptedDraftTable table;
+  int32_t* tokens = nullptr;
+  double* profile = nullptr;
+};
+
+// What a generation with a run-ahead setting gave.
+struct AheadRun {
+  std::vector<int32_t> out;
+  std::vector<std::pair<int, int>> passes;  // (k, accepted)
+  DraftDecodeStats d;
+  StepSyncStats syncs;
+};
 
 // The draft's graph replays of a run ahead of n >= 1 drafts after every guess (`run`) against the guess
 // alone (`guess`), the same guesses: each guess adds the decodes of its drafts but the last
@@ -117,6 +160,32 @@ class GpuBundledPair : public ::testing::Test {
     if (stats) *stats = (*dec)->stats();
     if (draft_stats) *draft_stats = (*dec)->draft_decode_stats();
     return out.ok() ? *out : std::vector<int32_t>{};
+  }
+
+  // A generation of the draft against `target` with the given run-ahead (overlap on, graph path) and,
+  // where set, `script`; every step waits on the host once.
+  AheadRun RunWithAhead(Transformer* target, SpeculativeOptions o, RunAhead run_ahead, int drafts,
+                        const DeviceScriptTable* script, const std::vector<int32_t>& prompt) {
+    AheadRun r;
+    DeviceLoopHooks hooks;
+    hooks.draft.run_ahead = run_ahead;
+    hooks.draft.run_ahead_drafts = drafts;
+    if (script != nullptr) hooks.draft.script = &script->table;
+    o.on_pass = [&r](int k, const AcceptResult& a) { r.passes.push_back({k, a.n_accepted}); };
+    auto dec = DeviceSpeculativeDecoder::Create(backend_.get(), target, draft_.get(), o, hooks);
+    EXPECT_TRUE(dec.ok()) << dec.status();
+    if (!dec.ok()) return r;
+    auto out = (*dec)->Generate(prompt);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) r.out = *out;
+    r.d = (*dec)->draft_decode_stats();
+    r.syncs = (*dec)->syncs();
+    EXPECT_EQ(r.d.path, DraftDecodePath::kGraph) << r.d.why_not_graph;
+    EXPECT_GT(r.syncs.steps, 0);
+    EXPECT_EQ(r.syncs.step_result, r.syncs.steps);
+    EXPECT_EQ(r.syncs.other, 0);
+    EXPECT_EQ(r.syncs.max_non_union_per_step, 1);
+    return r;
   }
 
   // Greedy speculative output for k = 1..8 and adaptive k equals target-only greedy, token for token.
@@ -320,6 +389,129 @@ TEST_F(GpuBundledPair, OverlappedDraftsChangeOnlyWhereTheyRun) {
   // greedy runs start steps from a guess; none would mean the guess is never found equal.
   EXPECT_GT(used_greedy, 0);
   EXPECT_GT(drafts_used_greedy, 0);
+}
+
+// The run ahead of the next step's proposals (RunAhead::kAlways with run_ahead_drafts: guess alone,
+// the whole run, or shorter runs) gives the tokens of no run-ahead, pass for pass, greedy and sampled,
+// at draft lengths from 1 to the kernels' bound, with the step's one host wait, and it does engage:
+// drafts are taken. Hits need a step that accepts every draft and whose bonus is the draft's argmax, so
+// the pairs make them frequent: the bundled pair with a scripted draft (an acceptance regime of 0.95 a
+// depth; the script stands in for the draft's draws, so the guess alone still tests the draft's state),
+// and a self pair (the draft's model as the target too: every draft accepted, the guess the bonus at
+// greedy, and often sampled), whose proposals come from the draft's own state, so that a cache the run
+// ahead left wrong would propose differently.
+TEST_F(GpuBundledPair, RunAheadOfTheNextDraftGivesTheSameTokens) {
+  std::unique_ptr<Transformer> self_target = Load((testing::SourceDir() / "models" / "tiny-draft").string());
+  ASSERT_NE(self_target, nullptr);
+  const std::vector<std::vector<int32_t>> prompts(prompts_.begin(),
+                                                  prompts_.begin() + std::min<size_t>(2, prompts_.size()));
+  struct Pair {
+    const char* name;
+    Transformer* target;
+    SamplingParams sampling;
+    AcceptMode accept;
+    bool scripted;
+  };
+  const Pair pairs[] = {
+      {"bundled scripted greedy", target_.get(), SamplingParams::Greedy(), AcceptMode::kRejection, true},
+      {"self greedy", self_target.get(), SamplingParams::Greedy(), AcceptMode::kRejection, false},
+      {"self T=0.8 rejection", self_target.get(), SamplingParams::Plain(0.8f, 11), AcceptMode::kRejection, false},
+      {"bundled T=0.8 coupled", target_.get(), SamplingParams::Plain(0.8f, 3), AcceptMode::kCoupled, false},
+  };
+  for (const Pair& pair : pairs) {
+    int64_t drafts_used = 0, steps_used = 0;
+    for (const int k : {1, 4, kernels::kAcceptMaxDraft}) {
+      for (const auto& prompt : prompts) {
+        std::unique_ptr<DeviceScriptTable> script;
+        if (pair.scripted) {
+          const std::vector<int32_t> continuation =
+              Run(0, false, SamplingParams::Greedy(), AcceptMode::kRejection, prompt);
+          script = std::make_unique<DeviceScriptTable>(continuation, static_cast<int64_t>(prompt.size()), 0.95,
+                                                       static_cast<int32_t>(target_->vocab_size()));
+        }
+        const SpeculativeOptions o = testing::MakeSpeculativeOptions(pair.sampling, k, false, pair.accept, kNewTokens);
+        const AheadRun off = RunWithAhead(pair.target, o, RunAhead::kOff, -1, script.get(), prompt);
+        const AheadRun guess = RunWithAhead(pair.target, o, RunAhead::kAlways, 0, script.get(), prompt);
+        const AheadRun whole = RunWithAhead(pair.target, o, RunAhead::kAlways, -1, script.get(), prompt);
+        const std::string what = std::string(pair.name) + " k=" + std::to_string(k);
+        ASSERT_EQ(off.out.size(), static_cast<size_t>(kNewTokens)) << what;
+        EXPECT_EQ(guess.out, off.out) << what;
+        EXPECT_EQ(whole.out, off.out) << what;
+        EXPECT_EQ(guess.passes, off.passes) << what << ": the guess changed the proposals";
+        EXPECT_EQ(whole.passes, off.passes) << what << ": the run ahead changed the proposals";
+        EXPECT_EQ(whole.d.run_ahead_drafted, whole.d.run_ahead * k) << what;
+        EXPECT_EQ(whole.d.run_ahead_used, guess.d.run_ahead_used) << what;
+        RunAheadAccounting(guess.d, whole.d, k, what);
+        drafts_used += whole.d.run_ahead_drafts_used;
+        steps_used += whole.d.run_ahead_used;
+      }
+    }
+    std::printf("%s: %lld steps started from drafts run ahead, %lld drafts taken\n", pair.name,
+                static_cast<long long>(steps_used), static_cast<long long>(drafts_used));
+    EXPECT_GT(steps_used, 0) << pair.name << ": the run ahead never engaged";
+    EXPECT_GE(drafts_used, steps_used) << pair.name;
+  }
+}
+
+// The next step asks for more proposals than the run ahead drafted (run_ahead_drafts below the draft
+// length: the step decodes on from the last of them) or fewer (the generation's last step, whose k is
+// cut to the tokens left; the adaptive controller's explorations): the same tokens and passes as
+// without run-ahead, and the decodes accounted for as in OverlappedDraftsChangeOnlyWhereTheyRun.
+TEST_F(GpuBundledPair, RunAheadLongerOrShorterThanTheNextDraft) {
+  std::unique_ptr<Transformer> self_target = Load((testing::SourceDir() / "models" / "tiny-draft").string());
+  ASSERT_NE(self_target, nullptr);
+  const std::vector<std::vector<int32_t>> prompts(prompts_.begin(),
+                                                  prompts_.begin() + std::min<size_t>(2, prompts_.size()));
+  for (SamplingParams sampling : {SamplingParams::Greedy(), SamplingParams::Plain(0.8f, 13)}) {
+    const std::string name = sampling.greedy() ? "greedy" : "T=0.8";
+    // Longer next drafts: k = 6 after runs of 1, 2 and 5.
+    int64_t took_all_of_short_runs = 0;
+    for (const int drafts : {1, 2, 5}) {
+      for (const auto& prompt : prompts) {
+        const SpeculativeOptions o =
+            testing::MakeSpeculativeOptions(sampling, 6, false, AcceptMode::kRejection, kNewTokens);
+        const AheadRun off = RunWithAhead(self_target.get(), o, RunAhead::kOff, -1, nullptr, prompt);
+        const AheadRun guess = RunWithAhead(self_target.get(), o, RunAhead::kAlways, 0, nullptr, prompt);
+        const AheadRun run = RunWithAhead(self_target.get(), o, RunAhead::kAlways, drafts, nullptr, prompt);
+        const std::string what = name + " k=6 after " + std::to_string(drafts);
+        EXPECT_EQ(run.out, off.out) << what;
+        EXPECT_EQ(run.passes, off.passes) << what;
+        EXPECT_EQ(run.d.run_ahead_drafted, run.d.run_ahead * drafts) << what;
+        RunAheadAccounting(guess.d, run.d, drafts, what);
+        took_all_of_short_runs += run.d.run_ahead_drafts_used;
+      }
+    }
+    EXPECT_GT(took_all_of_short_runs, 0) << name;
+    // Shorter next drafts: runs of 8 (the bound) before a generation's last step, which drafts the
+    // tokens left, fewer; and before the adaptive controller's steps on a modelled cost (deterministic:
+    // no timing) whose best length is 2 or 3, explored around every 16 passes.
+    int64_t shorter_next = 0, taken = 0, used_steps = 0;
+    for (const auto& prompt : prompts) {
+      for (const bool adaptive : {false, true}) {
+        SpeculativeOptions o = testing::MakeSpeculativeOptions(sampling, 8, adaptive, AcceptMode::kRejection,
+                                                               adaptive ? 3 * kNewTokens : kNewTokens);
+        if (adaptive) o.modelled_step_seconds = [](int k) { return 1.0 + 0.1 * k * k; };
+        const AheadRun off = RunWithAhead(self_target.get(), o, RunAhead::kOff, -1, nullptr, prompt);
+        const AheadRun guess = RunWithAhead(self_target.get(), o, RunAhead::kAlways, 0, nullptr, prompt);
+        const AheadRun whole = RunWithAhead(self_target.get(), o, RunAhead::kAlways, -1, nullptr, prompt);
+        const std::string what = name + (adaptive ? " adaptive" : " k=8");
+        EXPECT_EQ(whole.out, off.out) << what;
+        EXPECT_EQ(whole.passes, off.passes) << what;
+        RunAheadAccounting(guess.d, whole.d, 8, what);
+        for (size_t i = 0; i + 1 < off.passes.size(); ++i) {
+          const auto [k, accepted] = off.passes[i];
+          const int next = off.passes[i + 1].first;
+          if (k > 0 && accepted == k && next > 0 && next < 8) ++shorter_next;
+        }
+        taken += whole.d.run_ahead_drafts_used;
+        used_steps += whole.d.run_ahead_used;
+      }
+    }
+    // A fully accepted step before a shorter one happened, and steps took fewer than the run.
+    EXPECT_GT(shorter_next, 0) << name;
+    EXPECT_GT(used_steps, 0) << name;
+    EXPECT_LT(taken, used_steps * 8) << name;
+  }
 }
 
 // DeviceLoopHooks::graph_verify (the default): the target's passes replayed from CUDA graphs give the
