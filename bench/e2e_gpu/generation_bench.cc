@@ -70,6 +70,8 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
   state.counters["draft_run_ahead"] = static_cast<double>(d.run_ahead);
   state.counters["draft_run_ahead_used"] = static_cast<double>(d.run_ahead_used);
   state.counters["draft_run_ahead_late"] = static_cast<double>(d.run_ahead_late);
+  state.counters["draft_run_ahead_drafted"] = static_cast<double>(d.run_ahead_drafted);
+  state.counters["draft_run_ahead_drafts_used"] = static_cast<double>(d.run_ahead_drafts_used);
   const VerifyPassStats v = dec->verify_pass_stats();
   state.counters["verify_graph_replays"] = static_cast<double>(v.graph_replays);
   state.counters["verify_eager"] = static_cast<double>(v.eager_passes);
@@ -83,11 +85,16 @@ void MeasureGeneration(benchmark::State& state, DeviceSpeculativeDecoder* dec,
 }
 
 // The benchmarks' `overlap` argument: 0 every draft decode on the backend's stream, 1 the last draft
-// beside the verification (DeviceDraftHooks::overlap_last_draft), 2 that and the guess of the bonus
-// token (run_ahead kAuto: the defaults), 3 the guess in every step (kAlways).
+// beside the verification (DeviceDraftHooks::overlap_last_draft), 2 that, the guess of the bonus token
+// and the next step's drafts run ahead after it (run_ahead kAuto, the whole run while most guesses
+// hit: the defaults), 3 the guess and the whole run in every step (kAlways); 4 and 5 as 2 and 3 with
+// the guess alone (run_ahead_drafts 0), to compare the run ahead with.
 void SetOverlap(DeviceLoopHooks& hooks, int64_t overlap) {
   hooks.draft.overlap_last_draft = overlap >= 1;
-  hooks.draft.run_ahead = overlap == 2 ? RunAhead::kAuto : overlap == 3 ? RunAhead::kAlways : RunAhead::kOff;
+  hooks.draft.run_ahead = overlap == 2 || overlap == 4   ? RunAhead::kAuto
+                          : overlap == 3 || overlap == 5 ? RunAhead::kAlways
+                                                         : RunAhead::kOff;
+  hooks.draft.run_ahead_drafts = overlap >= 4 ? 0 : -1;
 }
 
 // args: k (0: the target alone), greedy (else T = 0.8 rejection), overlap (SetOverlap).
@@ -134,6 +141,9 @@ BENCHMARK(BM_SpeculativeGeneration)
     ->Args({2, 0, 2, 0, 1})->Args({4, 0, 2, 0, 1})->Args({3, 1, 2, 0, 1})->Args({3, 0, 2, 0, 1})->Args({6, 0, 2, 0, 1})
     ->Args({2, 1, 0, 0, 1})->Args({4, 1, 0, 0, 1})->Args({4, 0, 0, 0, 1})->Args({2, 1, 1, 0, 1})->Args({4, 1, 1, 0, 1})
     ->Args({4, 0, 1, 0, 1})->Args({2, 1, 3, 0, 1})->Args({4, 1, 3, 0, 1})->Args({4, 0, 3, 0, 1})
+    // The guess alone (overlap 4, 5) against the whole run after it (2, 3, above).
+    ->Args({2, 1, 4, 0, 1})->Args({4, 1, 4, 0, 1})->Args({4, 0, 4, 0, 1})->Args({4, 1, 5, 0, 1})
+    ->Args({4, 0, 5, 0, 1})->Args({8, 1, 4, 1, 1})
     // The adaptive controller bounded by k (the CLI's --draft-adaptive): where it lands against the
     // fixed lengths above.
     ->Args({4, 1, 2, 1, 1})->Args({8, 1, 2, 1, 1})->Args({4, 0, 2, 1, 1})->Args({8, 0, 2, 1, 1})
@@ -199,6 +209,9 @@ BENCHMARK(BM_SpeculativeSynthPair)
     ->Args({4, 0, 0, 0, 0, 1})->Args({8, 0, 0, 0, 0, 1})->Args({4, 1, 0, 0, 0, 1})->Args({4, 0, 1, 0, 0, 1})
     ->Args({4, 0, 0, 1, 0, 1})->Args({8, 0, 0, 1, 0, 1})->Args({4, 1, 0, 1, 0, 1})->Args({4, 0, 1, 1, 0, 1})
     ->Args({4, 0, 0, 3, 0, 1})->Args({8, 0, 0, 3, 0, 1})
+    // The guess alone (overlap 4, 5) against the whole run after it (2, 3): every draft accepted here,
+    // so the run ahead is used wherever the guess is the bonus.
+    ->Args({4, 0, 0, 4, 0, 1})->Args({8, 0, 0, 4, 0, 1})->Args({8, 0, 0, 5, 0, 1})->Args({4, 1, 0, 4, 0, 1})
     // The adaptive controller bounded by k (acceptance 1.0 here: the longest draft is the best).
     ->Args({8, 0, 1, 2, 1, 1})->Args({15, 0, 1, 2, 1, 1})
         // The target's passes launched eagerly (graph_verify off).
