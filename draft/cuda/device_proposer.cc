@@ -20,6 +20,8 @@ constexpr size_t kGraphedFeedMax = 4;
 // the drafted steps after which a guess is tried again while late misses outweigh hits.
 constexpr double kRunAheadRateWeight = 0.25;
 constexpr int kRunAheadProbe = 16;
+// kAuto drafts ahead of the guess only while at least this share of guesses hits (see WantGuess).
+constexpr double kRunAheadDraftsHitRate = 0.5;
 
 }  // namespace
 
@@ -398,17 +400,23 @@ bool DeviceProposer::WantGuess() {
     case RunAhead::kAuto:
       break;
   }
-  // The side work after x_k is the guess's decode and a run of n drafts (n - 1 decodes, n draws). A
-  // hit takes it off the next step's critical path (as much of the run as that step asks for); a miss
-  // discards it, which costs only the part still running when the verification ends (a late miss: the
-  // next step waits for it, up to the whole side work), otherwise only the multiprocessors it shared.
-  // Gain and worst loss both grow with the run, so the guess pays while hits are at least as frequent
-  // as late misses, whatever n is; n itself is what sets how often a miss is late (AheadLength).
+  // The side work after x_k is the guess's decode and a run of n drafts (n - 1 decodes, n draws).
+  // A hit takes it off the next step's critical path (as much of the run as that step asks for); a
+  // miss discards it. Work beside the verification is not free: it shares the multiprocessors, so the
+  // verification runs longer by a share s of the side work's own time (measured on the bundled pair,
+  // docs/experiments.md: a decode beside it saves ~0.25 of its 0.57 ms, s ~ 0.55), and a late miss
+  // (still running when the verification ends) also makes the next step wait for what is left.
+  // The guess itself is one decode, cheap beside a verification, so for it only late misses count:
+  // guess while hits are at least as frequent. The run's n - 1 decodes pay (1 - s) of each on a hit
+  // and cost s of each on any miss: at a hit rate h they pay while h (1 - s) >= (1 - h) s, i.e.
+  // h >= s; AheadLength drafts ahead while h >= kRunAheadDraftsHitRate, and shortens the run while it
+  // outlasts the verification (ObserveGuess).
   return hit_rate_ >= late_miss_rate_ || ++steps_without_guess_ >= kRunAheadProbe;
 }
 
 int DeviceProposer::AheadLength() const {
-  return hooks_.run_ahead == RunAhead::kAuto ? ahead_auto_ : ahead_max_;
+  if (hooks_.run_ahead != RunAhead::kAuto) return ahead_max_;
+  return hit_rate_ >= kRunAheadDraftsHitRate ? ahead_auto_ : 0;
 }
 
 void DeviceProposer::ObserveGuess(bool hit, bool late) {

@@ -44,8 +44,8 @@ kernels::SamplingConfig ToSamplingConfig(const SamplingParams& p);
 // DeviceDraftHooks::run_ahead.
 enum class RunAhead {
   kOff,
-  kAuto,    // guess while hits are at least as frequent as misses whose side work outlasted the step,
-            // drafting ahead only as far as the verification hides
+  kAuto,    // guess while hits are at least as frequent as misses whose side work outlasted the step;
+            // draft ahead while most guesses hit, only as far as the verification hides
   kAlways,  // guess in every drafted step that another may follow, drafting run_ahead_drafts ahead
 };
 
@@ -66,7 +66,8 @@ struct DeviceDraftHooks {
   // With run_ahead: how many of the next step's proposals the side stream drafts after the guess, at
   // most max_draft. Negative (the default): max_draft, the longest run the next step may ask for;
   // 0: the guess alone (the next step draws its first proposal from the logits after y). kAuto
-  // shortens the run while it outlasts the verification (see WantGuess).
+  // drafts none while fewer than half the guesses hit, and shortens the run while it outlasts the
+  // verification (see WantGuess).
   int run_ahead_drafts = -1;
   // Benchmarks' acceptance regimes only (bench/acceptance, docs/design.md §3.5; greedy): after each
   // draw kernels/scripted_draft.cuh replaces the token with the script's, and the draft decodes on
