@@ -188,6 +188,10 @@ class Backend {
   virtual absl::Status RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
                                            std::span<const float> inv_freq, RopeStyle style, Buffer* x);
   virtual bool SupportsRopeFrequencies() const { return false; }
+  // Whether Attention takes AttentionShape::ring (a sliding layer's ring KV cache, KvCache). Where it
+  // does not (the default, and the CUDA backend so far), the Transformer keeps every position of a
+  // sliding layer and attends through the window alone, whatever TransformerOptions asks.
+  virtual bool SupportsKvRing() const { return false; }
   // y = 0 (the first y->rows() rows).
   virtual absl::Status Zero(Buffer* y) = 0;
   // y += x (same shape).

@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   if (options.prefill_chunk < 0) return InvalidArgument(model->source, ": prefill chunk ", options.prefill_chunk);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(*backend, spec.n_layers, max_context, spec.kv_dim(),
                                                       options.kv_type,
-                                                      options.sliding_window_ring
+                                                      options.sliding_window_ring && backend->SupportsKvRing()
                                                           ? SlidingWindowRing(spec, std::max<int64_t>(
                                                                 options.prefill_chunk > 0 ? options.prefill_chunk
                                                                                           : kPrefillChunk,

@@ -56,7 +56,8 @@ struct TransformerOptions {
   // default is the fp32 reference; the CLI's --cache-type defaults to f16 (docs/design.md §6.9).
   DType kv_type = DType::kF32;
   // Sliding-window layers keep a ring of their window (KvCache, KvRing) rather than every position;
-  // false: every position, masked (the reference the ring is tested against).
+  // false: every position, masked (the reference the ring is tested against). Honoured only on a
+  // backend whose Attention takes a ring (Backend::SupportsKvRing); elsewhere every position is kept.
   bool sliding_window_ring = true;
 };
 

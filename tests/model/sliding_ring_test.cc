@@ -104,6 +104,44 @@ TEST(SlidingRing, SlidingLayersAreRingsOfTheWindowPlusAPass) {
   EXPECT_EQ(fc->k(0).rows(), kContext);
 }
 
+// A backend whose Attention takes no ring (Backend::SupportsKvRing false, as the CUDA backend): the
+// Transformer keeps every position of a sliding layer even though the options ask for a ring, and its
+// logits are the full cache's, bit for bit; it never hands such a backend an AttentionShape with a ring.
+class NoRingBackend : public CpuBackend {
+ public:
+  NoRingBackend() : CpuBackend(1) {}
+  bool SupportsKvRing() const override { return false; }
+  absl::Status Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, const AttentionShape& shape,
+                         std::span<const uint8_t> mask, Buffer* out) override {
+    if (shape.ring != 0) return absl::InternalError("a ring reached a backend without one");
+    return CpuBackend::Attention(q, k_cache, v_cache, shape, mask, out);
+  }
+};
+
+TEST(SlidingRing, ABackendWithoutRingsKeepsEveryPosition) {
+  NoRingBackend be;
+  auto t = Make(&be, /*ring=*/true);
+  ASSERT_NE(t, nullptr);
+  for (int64_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(t->kv_cache().ring_rows(l), 0) << l;
+    EXPECT_EQ(t->kv_cache().k(l).rows(), kContext) << l;
+  }
+  auto fresh = t->NewKvCache();
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->ring_rows(0), 0);
+  CpuBackend cpu(1);
+  auto full = Make(&cpu, false);
+  ASSERT_NE(full, nullptr);
+  // Past the ring's 20 rows, so a ring would have wrapped: the same bits as the full cache.
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<int32_t> tokens = Tokens(7, i);
+    std::vector<float> a, b;
+    ASSERT_TRUE(t->Forward(tokens, &a).ok()) << i;
+    ASSERT_TRUE(full->Forward(tokens, &b).ok()) << i;
+    EXPECT_TRUE(BitEqual(a, b)) << "pass " << i;
+  }
+}
+
 // Prompt chunks, decode steps and verification passes with rollbacks, over 110 positions (five and a
 // half times the ring): each pass's logits equal the full cache's. The pass sizes are chosen so that
 // stores start at every offset of the ring and several run past its end (wrap), among them

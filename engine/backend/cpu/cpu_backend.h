@@ -42,6 +42,7 @@ class CpuBackend : public Backend {
   absl::Status RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
                                    std::span<const float> inv_freq, RopeStyle style, Buffer* x) override;
   bool SupportsRopeFrequencies() const override { return true; }
+  bool SupportsKvRing() const override { return true; }
   absl::Status Zero(Buffer* y) override;
   absl::Status Add(const Buffer& x, Buffer* y) override;
   absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
