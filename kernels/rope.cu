@@ -25,6 +25,45 @@ struct RopePair {
   __device__ __forceinline__ float Second(float x0, float x1) const { return x0 * sf + x1 * cf; }
 };
 
+// Pair i of a head rotated by position pos with a given frequency (LaunchRopeFrequencies): the CPU
+// backend's RopePartial operation by operation, each rounded on its own.
+struct FreqRopePair {
+  int i0, i1;
+  float cf, sf;
+  __device__ __forceinline__ FreqRopePair(int pos, int i, const RopeFrequencies& f, RopeStyle style) {
+    const int half = f.rot_dim / 2;
+    const float angle = __fmul_rn(static_cast<float>(pos), f.inv_freq[i]);
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    cf = __fmul_rn(static_cast<float>(c), f.factor);
+    sf = __fmul_rn(static_cast<float>(s), f.factor);
+    i0 = style == RopeStyle::kRotateHalf ? i : 2 * i;
+    i1 = style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
+  }
+  __device__ __forceinline__ float First(float x0, float x1) const {
+    return __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf));
+  }
+  __device__ __forceinline__ float Second(float x0, float x1) const {
+    return __fadd_rn(__fmul_rn(x1, cf), __fmul_rn(x0, sf));
+  }
+};
+
+__global__ void RopeFrequenciesKernel(float* x, const int32_t* __restrict__ positions, int tokens, int heads,
+                                      int head_dim, RopeFrequencies f, RopeStyle style) {
+  const int half = f.rot_dim / 2;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(tokens) * heads * half;
+  if (idx >= total) return;
+  const int i = static_cast<int>(idx % half);
+  const int64_t th = idx / half;
+  const int t = static_cast<int>(th / heads);
+  float* v = x + th * head_dim;
+  const FreqRopePair r(positions[t], i, f, style);
+  const float x0 = v[r.i0], x1 = v[r.i1];
+  v[r.i0] = r.First(x0, x1);
+  v[r.i1] = r.Second(x0, x1);
+}
+
 // One thread per (token, head, pair).
 __global__ void RopeKernel(float* x, const int32_t* __restrict__ positions, int tokens, int heads,
                            int head_dim, int rot_dim, double theta, RopeStyle style) {
@@ -47,7 +86,8 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
                                     const void* __restrict__ k_norm, ElemType norm_type, float eps,
                                     const int32_t* __restrict__ positions, int heads, int kv_heads, int d,
                                     double theta, RopeStyle style, void* k_cache, void* v_cache,
-                                    ElemType kv_type, int64_t dst_row, const int32_t* __restrict__ d_base) {
+                                    ElemType kv_type, int64_t dst_row, const int32_t* __restrict__ d_base,
+                                    RopeFrequencies freqs) {
   __shared__ float scratch[32];
   __shared__ float y[256];
   // Under PDL (LaunchNormRopeStore): everything it reads comes from the q/k/v projection before it.
@@ -79,6 +119,24 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
   }
   __syncthreads();
   const int pos = d_base != nullptr ? static_cast<int>(base) + t : positions[t];
+  if (freqs.inv_freq != nullptr) {  // RopeFrequenciesKernel's; the dims past rot_dim as normed
+    for (int i = threadIdx.x; i < freqs.rot_dim / 2; i += blockDim.x) {
+      const FreqRopePair r(pos, i, freqs, style);
+      const float x0 = y[r.i0], x1 = y[r.i1];
+      const float a = r.First(x0, x1), c = r.Second(x0, x1);
+      x[r.i0] = a;
+      x[r.i1] = c;
+      if (!is_q) {
+        detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i0, a);
+        detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i1, c);
+      }
+    }
+    for (int i = freqs.rot_dim + threadIdx.x; i < d; i += blockDim.x) {
+      x[i] = y[i];
+      if (!is_q) detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + i, y[i]);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < d / 2; i += blockDim.x) {  // RopeKernel's, with rot_dim = d
     const RopePair r(pos, i, d, theta, style);
     const float x0 = y[r.i0], x1 = y[r.i1];
@@ -107,13 +165,29 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
   return cudaGetLastError();
 }
 
+cudaError_t LaunchRopeFrequencies(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
+                                  const RopeFrequencies& f, RopeStyle style, cudaStream_t stream) {
+  SPECGEN_KERNEL_REQUIRE(tokens >= 0 && heads > 0 && head_dim > 0 && f.rot_dim > 0 && f.rot_dim % 2 == 0 &&
+                         f.rot_dim <= head_dim);
+  if (tokens == 0) return cudaSuccess;
+  SPECGEN_KERNEL_REQUIRE(x != nullptr && positions != nullptr && f.inv_freq != nullptr);
+  const int64_t total = static_cast<int64_t>(tokens) * heads * (f.rot_dim / 2);
+  const int threads = 256;
+  RopeFrequenciesKernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
+      x, positions, tokens, heads, head_dim, f, style);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
                                 int kv_heads, int head_dim, double theta, RopeStyle style, void* k_cache,
                                 void* v_cache, int64_t dst_row, cudaStream_t stream, const int32_t* d_base,
-                                ElemType kv_type) {
+                                ElemType kv_type, const RopeFrequencies* freqs) {
   SPECGEN_KERNEL_REQUIRE(n >= 0 && heads > 0 && kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
-                         head_dim <= 256 && theta > 0 && dst_row >= 0);
+                         head_dim <= 256 && (freqs != nullptr || theta > 0) && dst_row >= 0);
+  SPECGEN_KERNEL_REQUIRE(freqs == nullptr || (freqs->inv_freq != nullptr && freqs->rot_dim > 0 &&
+                                              freqs->rot_dim % 2 == 0 && freqs->rot_dim <= head_dim));
+  const RopeFrequencies f = freqs != nullptr ? *freqs : RopeFrequencies{};
   SPECGEN_KERNEL_REQUIRE((q_norm == nullptr) == (k_norm == nullptr));
   if (n == 0) return cudaSuccess;
   SPECGEN_KERNEL_REQUIRE(q && k && v && (positions || d_base) && k_cache && v_cache);
@@ -123,7 +197,7 @@ cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* 
   return LaunchDecodeKernel(NormRopeStoreKernel, dim3(blocks), dim3(threads), 0, stream,
                             ProgrammaticLaunchOnCurrentDevice(), q, k, v, q_norm, k_norm, norm_type, eps, positions,
                             heads, kv_heads, head_dim, theta, style, k_cache, v_cache, kv_type, dst_row,
-                            d_base);
+                            d_base, f);
 }
 
 }  // namespace specgen::kernels

@@ -23,6 +23,19 @@ enum class RopeStyle : uint8_t { kRotateHalf = 0, kInterleaved = 1 };
 cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
                        int rot_dim, double theta, RopeStyle style, cudaStream_t stream);
 
+// A RoPE whose frequencies are given (scaled RoPE such as YaRN, partial RoPE: Backend::RopePartial):
+// pair i < rot_dim / 2 turns by a = positions[t] · inv_freq[i], the product rounded to fp32 as the CPU
+// forms it, and cos a, sin a (from double, rounded to fp32) are each multiplied by `factor` (YaRN's
+// attention factor; 1 otherwise) before the rotation, whose two products and sum are rounded one by one
+// (no FMA): the CPU's arithmetic but for its libm's cosf/sinf (within an ulp of ours).
+struct RopeFrequencies {
+  const float* inv_freq = nullptr;  // [rot_dim / 2] fp32, device
+  int rot_dim = 0;                  // even, <= head_dim; the dims past it are kept
+  float factor = 1.0f;
+};
+cudaError_t LaunchRopeFrequencies(float* x, const int32_t* positions, int tokens, int heads, int head_dim,
+                                  const RopeFrequencies& f, RopeStyle style, cudaStream_t stream);
+
 // The attention block's per-head step in one kernel (Backend::NormRopeStore): for each of n tokens,
 // every q and k head RMS-normed (when q_norm is set; LaunchRmsNorm's arithmetic with dim = head_dim),
 // then rotated with full rotary (LaunchRope's arithmetic), in place; the rotated k and v rows copied
@@ -38,10 +51,13 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int tokens, int heads
 //   d_base     optional device int32 (a graph-captured verification): token t's position and cache row
 //              are *d_base + t (positions and dst_row are then not read); the same bits as a launch
 //              with positions[t] = dst_row + t = *d_base + t. It must be set before the previous kernel.
+//   freqs      optional: rotate as LaunchRopeFrequencies (theta is then not read), the dims past
+//              freqs->rot_dim normed and stored unrotated; the same bits as that launch after the norm
 cudaError_t LaunchNormRopeStore(float* q, float* k, const float* v, const void* q_norm, const void* k_norm,
                                 ElemType norm_type, float eps, const int32_t* positions, int n, int heads,
                                 int kv_heads, int head_dim, double theta, RopeStyle style, void* k_cache,
                                 void* v_cache, int64_t dst_row, cudaStream_t stream,
-                                const int32_t* d_base = nullptr, ElemType kv_type = ElemType::kF32);
+                                const int32_t* d_base = nullptr, ElemType kv_type = ElemType::kF32,
+                                const RopeFrequencies* freqs = nullptr);
 
 }  // namespace specgen::kernels
