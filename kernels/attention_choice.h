@@ -22,12 +22,15 @@ struct AttentionProblem {
   int queries = 1;
   bool masked = false;          // an explicit (tree) mask rather than causal
   bool caches_aligned = true;   // the K/V caches 16-byte aligned (the decode kernel's vector loads)
+  bool sinks_or_window = false; // gpt-oss's sinks or a sliding window: only the simple kernel has them
 };
 
 // The decode kernel for a causal batch of up to kDecodeMaxQueries over aligned caches with a head size
 // it takes; else the chunked kernel for head_dim 64/128/256 and up to kAttentionMaxQueries; else the
-// simple one. Both fast kernels take at most kAttentionMaxGroup query heads per KV head.
+// simple one. Both fast kernels take at most kAttentionMaxGroup query heads per KV head. Sinks and
+// windows go to the simple kernel whatever the shape (LaunchAttentionSimple's AttentionSinksWindow).
 constexpr AttentionKernel ChooseAttentionKernel(const AttentionProblem& p) {
+  if (p.sinks_or_window) return AttentionKernel::kSimple;
   const bool group_fits = p.kv_heads > 0 && p.heads / p.kv_heads <= kAttentionMaxGroup;
   if (!p.masked && p.queries <= kDecodeMaxQueries && DecodeAttentionTakes(p.head_dim) && group_fits &&
       p.caches_aligned) {

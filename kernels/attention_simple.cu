@@ -19,7 +19,7 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const void* _
                                       const void* __restrict__ v, const uint8_t* __restrict__ mask,
                                       float* __restrict__ out, int n, int n_past, int heads,
                                       int kv_heads, int d, float scale,
-                                      const int32_t* __restrict__ d_n_past) {
+                                      const int32_t* __restrict__ d_n_past, AttentionSinksWindow extra) {
   __shared__ float q_s[kWarpsPerBlock][32 * kPerLane];
   if (d_n_past != nullptr) n_past = *d_n_past;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -36,15 +36,23 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const void* _
   float acc[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) acc[e] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  // A sink starts the online softmax as a key of score sinks[h] and a zero value.
+  float m = extra.sinks != nullptr ? detail::LoadAsF32(extra.sinks, extra.sinks_type, h) : -INFINITY;
+  float l = m == -INFINITY ? 0.f : 1.f;
   const int keys = n_past + n;
   const int64_t row_stride = static_cast<int64_t>(kv_heads) * d;
-  for (int tile = 0; tile < keys; tile += 32) {
+  // The window's first visible position; prefix slots before it are skipped a whole tile at a time.
+  const int first = extra.window > 0 ? extra.positions[i] - extra.window + 1 : 0;
+  const int first_tile = (min(max(first, 0), n_past) / 32) * 32;
+  for (int tile = first_tile; tile < keys; tile += 32) {
     const int j = tile + lane;
     bool visible = j < keys;
     if (visible && j >= n_past) {
       const int b = j - n_past;
       visible = mask ? mask[i * n + b] != 0 : b <= i;
+      if (visible && extra.window > 0) visible = extra.positions[b] >= first;
+    } else if (visible && extra.window > 0) {
+      visible = j >= first;
     }
     float s = -INFINITY;
     if (visible) {
@@ -84,11 +92,13 @@ __global__ void AttentionSimpleKernel(const float* __restrict__ q, const void* _
 
 }  // namespace
 
-cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
-                                  const uint8_t* mask, float* out, int n, int n_past, int heads,
-                                  int kv_heads, int head_dim, float scale, cudaStream_t stream,
-                                  const int32_t* d_n_past) {
+namespace {
+cudaError_t Launch(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type, const uint8_t* mask,
+                   float* out, int n, int n_past, int heads, int kv_heads, int head_dim, float scale,
+                   cudaStream_t stream, const int32_t* d_n_past, const AttentionSinksWindow& extra) {
   SPECGEN_KERNEL_REQUIRE(q && k_cache && v_cache && out && n >= 1 && n_past >= 0);
+  SPECGEN_KERNEL_REQUIRE(extra.window >= 0 && (extra.window == 0 || extra.positions != nullptr));
+  SPECGEN_KERNEL_REQUIRE(extra.sinks == nullptr || !IsPacked(extra.sinks_type));
   SPECGEN_KERNEL_REQUIRE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
   SPECGEN_KERNEL_REQUIRE(head_dim >= 1 && head_dim <= 32 * kMaxPerLane);
   SPECGEN_KERNEL_REQUIRE(detail::IsCacheElemType(kv_type));
@@ -97,7 +107,7 @@ cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const voi
 #define SPECGEN_SIMPLE_CASE(T, P)                                                                     \
   if (kv_type == T && per_lane <= P) {                                                                 \
     AttentionSimpleKernel<T, P><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(                           \
-        q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past);         \
+        q, k_cache, v_cache, mask, out, n, n_past, heads, kv_heads, head_dim, scale, d_n_past, extra);  \
     return cudaGetLastError();                                                                         \
   }
 #define SPECGEN_SIMPLE_TYPE(T) \
@@ -111,6 +121,23 @@ cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const voi
 #undef SPECGEN_SIMPLE_TYPE
 #undef SPECGEN_SIMPLE_CASE
   return cudaErrorInvalidValue;
+}
+}  // namespace
+
+cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
+                                  const uint8_t* mask, float* out, int n, int n_past, int heads,
+                                  int kv_heads, int head_dim, float scale, cudaStream_t stream,
+                                  const int32_t* d_n_past) {
+  return Launch(q, k_cache, v_cache, kv_type, mask, out, n, n_past, heads, kv_heads, head_dim, scale, stream,
+                d_n_past, AttentionSinksWindow{});
+}
+
+cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
+                                  const uint8_t* mask, float* out, int n, int n_past, int heads,
+                                  int kv_heads, int head_dim, float scale, const AttentionSinksWindow& extra,
+                                  cudaStream_t stream) {
+  return Launch(q, k_cache, v_cache, kv_type, mask, out, n, n_past, heads, kv_heads, head_dim, scale, stream,
+                nullptr, extra);
 }
 
 }  // namespace specgen::kernels

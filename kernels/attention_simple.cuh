@@ -23,4 +23,24 @@ cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const voi
                                   int kv_heads, int head_dim, float scale, cudaStream_t stream,
                                   const int32_t* d_n_past = nullptr);
 
+// gpt-oss's attention (ModelFeature::kAttentionSinks, kSlidingWindow; Backend's AttentionShape), which
+// only this kernel computes (ChooseAttentionKernel sends such problems here):
+//   sinks   [heads] of sinks_type, or null: head h's softmax counts e^sinks[h] in its denominator only
+//           (it joins the max as a key with no value would: the online softmax starts from it)
+//   window  > 0: query i (at positions[i]) sees only slots holding positions > positions[i] − window;
+//           a prefix slot j holds position j, batch slot n_past + b holds positions[b]. 0: no window.
+//   positions [n] int32, device (needed with a window)
+// Tiles wholly before a query's window are skipped: they would add nothing, so the arithmetic is that
+// of the unwindowed kernel over the visible slots, and still independent of the batch.
+struct AttentionSinksWindow {
+  const void* sinks = nullptr;
+  ElemType sinks_type = ElemType::kF32;
+  int window = 0;
+  const int32_t* positions = nullptr;
+};
+cudaError_t LaunchAttentionSimple(const float* q, const void* k_cache, const void* v_cache, ElemType kv_type,
+                                  const uint8_t* mask, float* out, int n, int n_past, int heads,
+                                  int kv_heads, int head_dim, float scale, const AttentionSinksWindow& extra,
+                                  cudaStream_t stream);
+
 }  // namespace specgen::kernels
