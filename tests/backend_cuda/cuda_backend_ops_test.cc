@@ -717,6 +717,389 @@ TEST_P(CudaOps, CacheTypesStoreRoundedAndAttend) {
   }
 }
 
+// --- the ops of GLM-4.5 / gpt-oss (ModelFeature, issue 45) ---
+
+TEST_P(CudaOps, SupportsEveryModelFeatureButTheRing) {
+  for (ModelFeature f : {ModelFeature::kAttentionBias, ModelFeature::kAttentionSinks, ModelFeature::kSlidingWindow,
+                         ModelFeature::kPartialRope, ModelFeature::kScaledRope, ModelFeature::kSharedExperts,
+                         ModelFeature::kSigmoidRouting, ModelFeature::kRouterBias, ModelFeature::kExpertBias,
+                         ModelFeature::kClampedSwiGlu}) {
+    EXPECT_TRUE(gpu_->Supports(f)) << FeatureName(f);
+  }
+  EXPECT_TRUE(gpu_->SupportsRopeFrequencies());
+  EXPECT_FALSE(gpu_->SupportsKvRing());
+}
+
+// AddBias is one fp32 add of the same values on both sides: exact. SwiGluClamped and ScaleRowsBySigmoid
+// are the CPU's formulas with every operation rounded alike, except e^−z: CUDA's expf is within 2 ulp of
+// exp, glibc's within 1, so the two exps differ by at most 3 ulp; through 1 + e (relative error scaled by
+// e/(1+e) ≤ 1), the division and the products, each of which may then round to a neighbouring float
+// (1 ulp each, 4 of them), the outputs differ by at most 7 ulp relative: 16·u·|y| with margin (the SwiGlu
+// bound above), plus a floor below the normal range.
+TEST_P(CudaOps, AddBiasSwiGluClampedScaleRowsBySigmoid) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const int n = 7, cols = 96;
+    const HostWeight hb = MakeWeight(rng_, dt, 1, cols, 1.0f);
+    auto cb = cpu_.Upload(hb.View(), "bias");
+    auto gb = gpu_->Upload(hb.View(), "bias");
+    ASSERT_TRUE(cb.ok() && gb.ok()) << gb.status();
+    Pair y = MakePair(n, cols, Normal(rng_, n * cols));
+    ASSERT_TRUE(cpu_.AddBias(**cb, y.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->AddBias(**gb, y.gpu.get()).ok());
+    ExpectAllClose(Gpu(y), Cpu(y), 0.0, 0.0, std::string("AddBias ") + std::string(Name(dt)));
+    Pair short_row = MakePair(n, cols / 2, Normal(rng_, n * cols / 2));
+    EXPECT_FALSE(gpu_->AddBias(**gb, short_row.gpu.get()).ok());
+  }
+  // Activations of sd 3 against a limit of 1.5: most elements clamped on one side or the other.
+  for (int n : {1, 13}) {
+    const int cols = 160;
+    const auto gv = Normal(rng_, n * cols, 3.f), uv = Normal(rng_, n * cols, 3.f);
+    Pair gate = MakePair(n, cols, gv), up = MakePair(n, cols, uv), out = Poisoned(n, cols);
+    ASSERT_TRUE(cpu_.SwiGluClamped(*gate.cpu, *up.cpu, 1.702f, 1.5f, out.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->SwiGluClamped(*gate.gpu, *up.gpu, 1.702f, 1.5f, out.gpu.get()).ok());
+    const auto ref = Cpu(out);
+    ExpectAllWithin(Gpu(out), ref, [&](size_t i) { return 16 * kU * std::fabs(ref[i]) + 1e-37; },
+                    "SwiGluClamped n=" + std::to_string(n));
+    // In place (out = gate), as RunRoutedExperts calls it.
+    ASSERT_TRUE(gpu_->SwiGluClamped(*gate.gpu, *up.gpu, 1.702f, 1.5f, gate.gpu.get()).ok());
+    ExpectAllWithin(Gpu(gate), ref, [&](size_t i) { return 16 * kU * std::fabs(ref[i]) + 1e-37; },
+                    "SwiGluClamped in place");
+    size_t clamped = 0;
+    for (int i = 0; i < n * cols; ++i) clamped += gv[i] > 1.5f || std::fabs(uv[i]) > 1.5f;
+    EXPECT_GT(clamped, 0u);
+
+    const auto yv = Normal(rng_, n * cols);
+    Pair g = MakePair(n, 1, Normal(rng_, n, 3.f)), y = MakePair(n, cols, yv);
+    ASSERT_TRUE(cpu_.ScaleRowsBySigmoid(*g.cpu, y.cpu.get()).ok());
+    ASSERT_TRUE(gpu_->ScaleRowsBySigmoid(*g.gpu, y.gpu.get()).ok());
+    const auto ref2 = Cpu(y);
+    ExpectAllWithin(Gpu(y), ref2, [&](size_t i) { return 16 * kU * std::fabs(ref2[i]) + 1e-37; },
+                    "ScaleRowsBySigmoid n=" + std::to_string(n));
+    Pair g2 = MakePair(n, 2, Normal(rng_, 2 * n));
+    EXPECT_FALSE(gpu_->ScaleRowsBySigmoid(*g2.gpu, y.gpu.get()).ok());
+  }
+}
+
+// A YaRN-like table: theta^(−2j/rot_dim), each scaled by a factor in [1/8, 1].
+std::vector<float> ScaledFrequencies(std::mt19937_64& rng, int rot_dim, float theta) {
+  std::uniform_real_distribution<float> s(0.125f, 1.0f);
+  std::vector<float> f(rot_dim / 2);
+  for (int j = 0; j < rot_dim / 2; ++j) {
+    f[j] = std::pow(theta, -2.0f * j / rot_dim) * s(rng);
+  }
+  return f;
+}
+
+// RopePartial / RopeWithFrequencies: both form the angle as one fp32 product of the same values (equal),
+// then cos and sin: the GPU's are correctly rounded (from double), the CPU's libm cosf/sinf within an ulp
+// of them, so |Δcos|, |Δsin| ≤ u (the values are at most 1). Times the factor (one rounding each side,
+// possibly to neighbours: + 2u·factor), then x0·c − x1·s with two products and a sum rounded (the CPU
+// may fuse one product into an FMA): each output differs by at most ≈ 5u·factor·(|x0| + |x1|); 8u·factor
+// of it is allowed. The dims past rope_dim are untouched on both sides: equal.
+TEST_P(CudaOps, RopePartialAndScaledFrequencies) {
+  struct Case { int n, heads, d, rot; float factor; RopeStyle style; bool partial_api; };
+  for (const Case c : {Case{5, 4, 64, 32, 1.3466f, RopeStyle::kRotateHalf, true},
+                       Case{3, 2, 16, 16, 1.0f, RopeStyle::kInterleaved, false},
+                       Case{1, 8, 128, 64, 1.0f, RopeStyle::kInterleaved, true},
+                       Case{17, 2, 16, 8, 1.2079f, RopeStyle::kRotateHalf, true},
+                       Case{4, 4, 128, 128, 1.1f, RopeStyle::kRotateHalf, true}}) {
+    const int cols = c.heads * c.d;
+    const auto xv = Normal(rng_, c.n * cols, 2.f);
+    std::vector<int32_t> pos(c.n);
+    for (int i = 0; i < c.n; ++i) pos[i] = static_cast<int32_t>(rng_() % 5000);
+    const auto inv_freq = ScaledFrequencies(rng_, c.rot, 150000.f);
+    Pair x = MakePair(c.n, cols, xv);
+    const std::string what = "Rope d=" + std::to_string(c.d) + " rot=" + std::to_string(c.rot) +
+                             " factor=" + std::to_string(c.factor) + (c.partial_api ? " RopePartial" : " RopeWithFrequencies");
+    if (c.partial_api) {
+      ASSERT_TRUE(cpu_.RopePartial(pos, c.d, c.rot, inv_freq, c.factor, c.style, x.cpu.get()).ok());
+      const absl::Status st = gpu_->RopePartial(pos, c.d, c.rot, inv_freq, c.factor, c.style, x.gpu.get());
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+    } else {
+      ASSERT_TRUE(cpu_.RopeWithFrequencies(pos, c.d, inv_freq, c.style, x.cpu.get()).ok());
+      const absl::Status st = gpu_->RopeWithFrequencies(pos, c.d, inv_freq, c.style, x.gpu.get());
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+    }
+    std::vector<double> tol(c.n * cols, 0.0);
+    const int half = c.rot / 2;
+    for (int i = 0; i < c.n; ++i) {
+      for (int h = 0; h < c.heads; ++h) {
+        for (int j = 0; j < half; ++j) {
+          const int a = h * c.d + (c.style == RopeStyle::kRotateHalf ? j : 2 * j);
+          const int b = h * c.d + (c.style == RopeStyle::kRotateHalf ? j + half : 2 * j + 1);
+          const double t = 8.0 * kU * c.factor * (std::fabs(xv[i * cols + a]) + std::fabs(xv[i * cols + b])) + 1e-37;
+          tol[i * cols + a] = tol[i * cols + b] = t;
+        }
+      }
+    }
+    ExpectAllWithin(Gpu(x), Cpu(x), tol, what);
+  }
+  // Bad tables and rotations are errors, as on the CPU.
+  Pair x = MakePair(2, 64, Normal(rng_, 128));
+  const std::vector<int32_t> pos = {0, 1};
+  const std::vector<float> f8(8, 0.5f);
+  EXPECT_FALSE(gpu_->RopePartial(pos, 64, 32, f8, 1.0f, RopeStyle::kRotateHalf, x.gpu.get()).ok());  // 8 for 16 pairs
+  EXPECT_FALSE(gpu_->RopePartial(pos, 64, 15, f8, 1.0f, RopeStyle::kRotateHalf, x.gpu.get()).ok());  // odd
+  EXPECT_FALSE(gpu_->RopePartial(pos, 64, 80, f8, 1.0f, RopeStyle::kRotateHalf, x.gpu.get()).ok());  // > head_dim
+}
+
+// NormRopeStore with a frequency table, a partial rotation and YaRN's factor (GLM-4.5, gpt-oss): the one
+// kernel against the Backend default on the same GPU (RmsNorm, RopePartial / RopeWithFrequencies,
+// CopyRows, each checked against the CPU above): the same bits in q, k and both caches.
+TEST_P(CudaOps, NormRopeStoreWithFrequenciesEqualsItsOpsBitForBit) {
+  struct Case { int n, heads, kv_heads, d, rot; float factor; bool norm; RopeStyle style; DType cache; };
+  for (const Case c : {Case{1, 4, 2, 16, 8, 1.2079f, true, RopeStyle::kRotateHalf, DType::kF32},
+                       Case{5, 4, 2, 64, 64, 1.3466f, false, RopeStyle::kRotateHalf, DType::kF16},
+                       Case{3, 8, 8, 128, 64, 1.0f, true, RopeStyle::kInterleaved, DType::kBF16},
+                       Case{16, 4, 1, 64, 64, 1.0f, false, RopeStyle::kRotateHalf, DType::kF32}}) {
+    const int rows = 48, dst_row = 21, qd = c.heads * c.d, kvd = c.kv_heads * c.d;
+    const std::string what = "NormRopeStore freq n=" + std::to_string(c.n) + " d=" + std::to_string(c.d) +
+                             " rot=" + std::to_string(c.rot) + " factor=" + std::to_string(c.factor);
+    const HostWeight qn = MakeWeight(rng_, DType::kF32, 1, c.d, 1.0f), kn = MakeWeight(rng_, DType::kF32, 1, c.d, 1.0f);
+    auto gq = gpu_->Upload(qn.View(), "q_norm");
+    auto gk = gpu_->Upload(kn.View(), "k_norm");
+    ASSERT_TRUE(gq.ok() && gk.ok());
+    const auto qv = Normal(rng_, size_t(c.n) * qd, 2.f), kv = Normal(rng_, size_t(c.n) * kvd, 2.f);
+    const auto vv = Normal(rng_, size_t(c.n) * kvd);
+    const auto inv_freq = ScaledFrequencies(rng_, c.rot, 10000.f);
+    std::vector<int32_t> pos(c.n);
+    for (int i = 0; i < c.n; ++i) pos[i] = dst_row + 700 * i;
+    std::vector<std::vector<float>> got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto q = *gpu_->NewBuffer(c.n, qd), k = *gpu_->NewBuffer(c.n, kvd), v = *gpu_->NewBuffer(c.n, kvd);
+      auto kc = *gpu_->NewCacheBuffer(rows, kvd, c.cache), vc = *gpu_->NewCacheBuffer(rows, kvd, c.cache);
+      ASSERT_TRUE(gpu_->Write(qv, q.get()).ok() && gpu_->Write(kv, k.get()).ok() && gpu_->Write(vv, v.get()).ok());
+      ASSERT_EQ(cudaMemsetAsync(CudaBackend::CacheData(*kc), 0, size_t(rows) * kvd * 4 / (c.cache == DType::kF32 ? 1 : 2),
+                                gpu_->stream()), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(CudaBackend::CacheData(*vc), 0, size_t(rows) * kvd * 4 / (c.cache == DType::kF32 ? 1 : 2),
+                                gpu_->stream()), cudaSuccess);
+      Backend::HeadNormRope p;
+      if (c.norm) {
+        p.q_norm = gq->get();
+        p.k_norm = gk->get();
+      }
+      p.eps = 1e-5f;
+      p.head_dim = c.d;
+      p.positions = pos;
+      p.theta = 10000.f;
+      p.inv_freq = inv_freq;
+      p.style = c.style;
+      p.rope_dim = c.rot;
+      p.rope_factor = c.factor;
+      const absl::Status st = fused ? gpu_->NormRopeStore(p, q.get(), k.get(), *v, dst_row, kc.get(), vc.get())
+                                    : gpu_->Backend::NormRopeStore(p, q.get(), k.get(), *v, dst_row, kc.get(), vc.get());
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+      for (Buffer* b : {q.get(), k.get()}) {
+        std::vector<float> h(b->rows() * b->cols());
+        ASSERT_TRUE(gpu_->Read(*b, h).ok());
+        for (float x : h) ASSERT_TRUE(std::isfinite(x)) << what;
+        got[fused].push_back(std::move(h));
+      }
+      for (Buffer* b : {kc.get(), vc.get()}) {  // the caches' raw bytes (16-bit ones are not Read)
+        const size_t bytes = size_t(rows) * kvd * (c.cache == DType::kF32 ? 4 : 2);
+        std::vector<float> h((bytes + 3) / 4);
+        ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(h.data(), CudaBackend::CacheData(*b), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        got[fused].push_back(std::move(h));
+      }
+    }
+    const char* names[] = {"q", "k", "K cache", "V cache"};
+    for (int b = 0; b < 4; ++b) {
+      ASSERT_EQ(got[0][b].size(), got[1][b].size());
+      EXPECT_EQ(std::memcmp(got[0][b].data(), got[1][b].data(), sizeof(float) * got[0][b].size()), 0)
+          << what << ": " << names[b] << " differs from RmsNorm + RopePartial + CopyRows";
+    }
+  }
+}
+
+// Attention with gpt-oss's sinks and sliding windows, against the CPU. The bound is the causal test's
+// ((2δ + (keys + 8)·u)·max|v|, see the header) with 8 more u for the sink's own exp in the denominator.
+// Each case is also run on the CPU without its window or sinks, and the difference must exceed the
+// bound somewhere: a kernel ignoring them could not pass.
+TEST_P(CudaOps, AttentionSinksAndSlidingWindow) {
+  struct Case { int heads, kv_heads, d, n, prefix, window; bool sinks, tree; DType cache; };
+  for (const Case c : {Case{4, 2, 16, 5, 3, 4, true, false, DType::kF32},     // window < n
+                       Case{4, 2, 64, 1, 40, 8, true, false, DType::kF32},    // a decode step
+                       Case{4, 2, 64, 1, 40, 0, true, false, DType::kBF16},   // sinks alone
+                       Case{8, 2, 128, 16, 300, 128, false, false, DType::kF16},  // window alone, verify-sized
+                       Case{4, 2, 64, 40, 0, 8, true, false, DType::kF32},    // prefill, window < n
+                       Case{4, 4, 16, 8, 20, 3, true, true, DType::kF32},     // a tree with a window
+                       Case{2, 1, 64, 70, 100, 64, true, false, DType::kF32},  // more than 64 queries
+                       Case{4, 2, 32, 3, 10, 1, true, false, DType::kF32}}) {  // a window of one: itself
+    const int n = c.n, rows = c.prefix + n, qc = c.heads * c.d, kc = c.kv_heads * c.d;
+    const std::string what = "Attention H=" + std::to_string(c.heads) + " d=" + std::to_string(c.d) + " n=" +
+                             std::to_string(n) + " prefix=" + std::to_string(c.prefix) + " window=" +
+                             std::to_string(c.window) + (c.sinks ? " sinks" : "") + (c.tree ? " tree" : "") + " " +
+                             std::string(Name(c.cache));
+    std::vector<float> qv = Normal(rng_, n * qc, 0.5f), kv = Normal(rng_, rows * kc), vv = Normal(rng_, rows * kc);
+    // Store K and V as the cache type holds them, so both backends attend over the same values.
+    for (auto* t : {&kv, &vv}) {
+      for (float& x : *t) x = c.cache == DType::kBF16 ? Bf16ToF32(F32ToBf16(x)) : c.cache == DType::kF16 ? F16ToF32(F32ToF16(x)) : x;
+    }
+    auto cache_pair = [&](const std::vector<float>& src) {
+      Pair p{*cpu_.NewCacheBuffer(rows + 3, kc, c.cache), *gpu_->NewCacheBuffer(rows + 3, kc, c.cache)};
+      auto tmp_c = *cpu_.NewBuffer(rows, kc);
+      auto tmp_g = *gpu_->NewBuffer(rows, kc);
+      EXPECT_TRUE(cpu_.Write(src, tmp_c.get()).ok() && gpu_->Write(src, tmp_g.get()).ok());
+      EXPECT_TRUE(cpu_.CopyRows(*tmp_c, 0, p.cpu.get()).ok() && gpu_->CopyRows(*tmp_g, 0, p.gpu.get()).ok());
+      return p;
+    };
+    Pair q = MakePair(n, qc, qv), k = cache_pair(kv), v = cache_pair(vv), out = Poisoned(n, qc);
+    const HostWeight sw = MakeWeight(rng_, c.cache == DType::kBF16 ? DType::kBF16 : DType::kF32, 1, c.heads, 2.0f);
+    auto cs = cpu_.Upload(sw.View(), "sinks");
+    auto gs = gpu_->Upload(sw.View(), "sinks");
+    ASSERT_TRUE(cs.ok() && gs.ok());
+    std::vector<uint8_t> mask;
+    std::vector<int32_t> positions(n);
+    for (int i = 0; i < n; ++i) positions[i] = c.prefix + i;
+    if (c.tree) {  // a random tree: node i's parent some j < i, its position its parent's + 1
+      mask.assign(n * n, 0);
+      std::vector<int> parent(n, -1);
+      for (int i = 1; i < n; ++i) parent[i] = static_cast<int>(rng_() % i);
+      for (int i = 0; i < n; ++i) {
+        for (int j = i; j >= 0; j = parent[j]) mask[i * n + j] = 1;
+        if (i > 0) positions[i] = positions[parent[i]] + 1;
+      }
+    }
+    AttentionShape s{c.heads, c.kv_heads, c.d, c.prefix, 1.0f / std::sqrt(float(c.d))};
+    AttentionShape cs_shape = s, gs_shape = s;
+    cs_shape.sinks = c.sinks ? cs->get() : nullptr;
+    gs_shape.sinks = c.sinks ? gs->get() : nullptr;
+    cs_shape.window = gs_shape.window = c.window;
+    cs_shape.positions = gs_shape.positions = positions;
+    ASSERT_TRUE(cpu_.Attention(*q.cpu, *k.cpu, *v.cpu, cs_shape, mask, out.cpu.get()).ok());
+    const absl::Status st = gpu_->Attention(*q.gpu, *k.gpu, *v.gpu, gs_shape, mask, out.gpu.get());
+    ASSERT_TRUE(st.ok()) << what << ": " << st;
+    std::vector<double> tol(n * qc);
+    double vmax = 0;
+    for (float x : vv) vmax = std::max<double>(vmax, std::fabs(x));
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < c.heads; ++h) {
+        const int g = h / (c.heads / c.kv_heads);
+        double delta = 0;
+        for (int j = 0; j < rows; ++j) {
+          double a = 0;
+          for (int e = 0; e < c.d; ++e) a += std::fabs(double(qv[i * qc + h * c.d + e]) * kv[j * kc + g * c.d + e]);
+          delta = std::max(delta, 2.0 * c.d * kU * a * s.scale);
+        }
+        for (int e = 0; e < c.d; ++e) tol[i * qc + h * c.d + e] = (2 * delta + (rows + 16) * kU) * vmax;
+      }
+    }
+    const std::vector<float> ref = Cpu(out);
+    ExpectAllWithin(Gpu(out), ref, tol, what);
+    // Without the window and the sinks the CPU's result must leave the bound somewhere.
+    Pair plain = Poisoned(n, qc);
+    ASSERT_TRUE(cpu_.Attention(*q.cpu, *k.cpu, *v.cpu, s, mask, plain.cpu.get()).ok());
+    const std::vector<float> unwindowed = Cpu(plain);
+    bool matters = false;
+    for (size_t i = 0; i < ref.size(); ++i) matters |= std::fabs(double(ref[i]) - unwindowed[i]) > tol[i];
+    EXPECT_TRUE(matters) << what << ": the case does not exercise its window or sinks";
+  }
+  // A ring cache is refused with a message (the Transformer asks for none here: SupportsKvRing()).
+  Pair q = MakePair(2, 64, Normal(rng_, 128)), out = Poisoned(2, 64);
+  Pair k = MakePair(8, 32, Normal(rng_, 256)), v = MakePair(8, 32, Normal(rng_, 256));
+  AttentionShape s{2, 1, 32, 5, 1.0f / std::sqrt(32.f)};
+  const std::vector<int32_t> pos = {5, 6};
+  s.window = 4;
+  s.positions = pos;
+  s.ring = 8;
+  const absl::Status st = gpu_->Attention(*q.gpu, *k.gpu, *v.gpu, s, {}, out.gpu.get());
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("ring"), std::string::npos) << st;
+}
+
+// Logits of one token whose selection is decided by margins far above fp32 error: every pair of choices
+// (σ(logit) + bias), and with groups every pair of group ranks, at least 1e-4 apart (float error here is
+// ~1e-7), so the CPU and the GPU must pick identical ids.
+std::vector<float> RouterRowWithoutNearTies(std::mt19937_64& rng, const std::vector<float>& bias, int groups) {
+  const int e = static_cast<int>(bias.size()), gsize = e / groups;
+  std::normal_distribution<float> d(0.f, 2.f);
+  for (;;) {
+    std::vector<float> l(e);
+    std::vector<double> choice(e);
+    for (int j = 0; j < e; ++j) {
+      l[j] = d(rng);
+      choice[j] = 1.0 / (1.0 + std::exp(-double(l[j]))) + bias[j];
+    }
+    auto far_apart = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      for (size_t i = 1; i < v.size(); ++i) {
+        if (v[i] - v[i - 1] < 1e-4) return false;
+      }
+      return true;
+    };
+    if (!far_apart(choice)) continue;
+    std::vector<double> group_rank(groups);
+    for (int g = 0; g < groups; ++g) {
+      std::vector<double> c(choice.begin() + g * gsize, choice.begin() + (g + 1) * gsize);
+      std::sort(c.rbegin(), c.rend());
+      group_rank[g] = c[0] + c[1];
+    }
+    if (groups == 1 || far_apart(group_rank)) return l;
+  }
+}
+
+// RouteWith: sigmoid scores, a selection bias, groups and a routed scale. Ids identical (no near-ties, see
+// above); weights: each score differs by the expf difference (≤ 3 ulp, through 1 + e and the division:
+// ≤ 5u relative), the sum of k such scores by as much plus k roundings that may fall apart (k·u), the
+// division and the scale one rounding each: within (12 + k)·u relative; 32u + k·u is allowed.
+TEST_P(CudaOps, RouteWithSigmoidBiasGroupsAndScale) {
+  struct Case { int n, e, k, groups, used; bool bias; RouterNorm norm; float scale; DType bias_type; };
+  for (const Case c : {Case{9, 16, 4, 1, 1, true, RouterNorm::kSigmoidTopKRenormalize, 2.5f, DType::kF32},
+                       Case{5, 64, 6, 8, 3, true, RouterNorm::kSigmoidTopKRenormalize, 2.5f, DType::kF32},
+                       Case{17, 128, 8, 4, 2, true, RouterNorm::kSigmoidTopK, 1.0f, DType::kBF16},
+                       Case{12, 8, 2, 2, 1, false, RouterNorm::kSigmoidTopKRenormalize, 1.5f, DType::kF32},
+                       Case{1, 256, 8, 8, 4, true, RouterNorm::kSigmoidTopK, 2.827f, DType::kF32}}) {
+    const std::string what = "RouteWith E=" + std::to_string(c.e) + " k=" + std::to_string(c.k) + " groups=" +
+                             std::to_string(c.used) + "/" + std::to_string(c.groups) + (c.bias ? " bias" : "");
+    const HostWeight hb = MakeWeight(rng_, c.bias_type, 1, c.e, 0.3f);
+    std::vector<float> bias = c.bias ? hb.f32 : std::vector<float>(c.e, 0.f);
+    auto cb = cpu_.Upload(hb.View(), "bias");
+    auto gb = gpu_->Upload(hb.View(), "bias");
+    ASSERT_TRUE(cb.ok() && gb.ok());
+    std::vector<float> lv;
+    for (int t = 0; t < c.n; ++t) {
+      const auto row = RouterRowWithoutNearTies(rng_, bias, c.groups);
+      lv.insert(lv.end(), row.begin(), row.end());
+    }
+    Pair logits = MakePair(c.n, c.e, lv);
+    RouterParams pc{c.norm, c.bias ? cb->get() : nullptr, c.groups, c.used, c.scale};
+    RouterParams pg{c.norm, c.bias ? gb->get() : nullptr, c.groups, c.used, c.scale};
+    Routing rc, rg;
+    ASSERT_TRUE(cpu_.RouteWith(*logits.cpu, c.k, pc, &rc).ok());
+    const absl::Status st = gpu_->RouteWith(*logits.gpu, c.k, pg, &rg);
+    ASSERT_TRUE(st.ok()) << what << ": " << st;
+    EXPECT_EQ(rg.n_tokens, c.n);
+    EXPECT_EQ(rg.k, c.k);
+    EXPECT_EQ(rg.expert, rc.expert) << what;
+    ExpectAllClose(rg.weight, rc.weight, 1e-30, (32.0 + c.k) * kU, what + " weights");
+    // The groups and the bias must matter: without them the CPU picks other experts for some token.
+    if (c.bias || c.groups > 1) {
+      Routing plain;
+      ASSERT_TRUE(cpu_.RouteWith(*logits.cpu, c.k, RouterParams{c.norm, nullptr, 1, 1, c.scale}, &plain).ok());
+      EXPECT_NE(plain.expert, rc.expert) << what << ": neither the bias nor the groups changed a choice";
+    }
+    if (!c.bias && c.groups == 1 && c.scale == 1.0f) {  // Route with a sigmoid norm is RouteWith's
+      Routing r2;
+      ASSERT_TRUE(gpu_->Route(*logits.gpu, c.k, c.norm, &r2).ok());
+      EXPECT_EQ(r2.expert, rg.expert);
+    }
+  }
+  // A softmax norm with a routed scale: Route's weights times the scale; a bias or groups are refused.
+  const int n = 6, e = 32, k = 4;
+  Pair logits = MakePair(n, e, Normal(rng_, n * e, 2.f));
+  Routing plain, scaled;
+  ASSERT_TRUE(gpu_->Route(*logits.gpu, k, RouterNorm::kSoftmaxTopKRenormalize, &plain).ok());
+  ASSERT_TRUE(gpu_->RouteWith(*logits.gpu, k, RouterParams{RouterNorm::kSoftmaxTopKRenormalize, nullptr, 1, 1, 2.5f},
+                              &scaled).ok());
+  EXPECT_EQ(plain.expert, scaled.expert);
+  for (size_t i = 0; i < plain.weight.size(); ++i) EXPECT_EQ(scaled.weight[i], plain.weight[i] * 2.5f) << i;
+  EXPECT_FALSE(gpu_->RouteWith(*logits.gpu, k, RouterParams{RouterNorm::kSoftmaxThenTopK, nullptr, 2, 1, 1.f}, &scaled).ok());
+  // Groups that cannot hold k experts, or do not divide them, are errors, not a crash.
+  EXPECT_FALSE(gpu_->RouteWith(*logits.gpu, k, RouterParams{RouterNorm::kSigmoidTopK, nullptr, 8, 1, 1.f}, &scaled).ok());
+  EXPECT_FALSE(gpu_->RouteWith(*logits.gpu, k, RouterParams{RouterNorm::kSigmoidTopK, nullptr, 5, 2, 1.f}, &scaled).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(GemvOrders, CudaOps, ::testing::ValuesIn(kernels::kGemvOrders),
                          [](const ::testing::TestParamInfo<kernels::GemvOrder>& info) {
                            return std::string(kernels::GemvOrderName(info.param));

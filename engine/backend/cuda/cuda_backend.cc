@@ -15,6 +15,7 @@
 #include "engine/backend/device_form.h"
 #include "engine/backend/op_checks.h"
 #include "engine/core/status_macros.h"
+#include "kernels/arch_elementwise.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/attention_choice.h"
 #include "kernels/attention_simple.cuh"
@@ -29,6 +30,7 @@
 #include "kernels/rope.cuh"
 #include "kernels/routed_experts.cuh"
 #include "kernels/router.cuh"
+#include "kernels/router_sigmoid.cuh"
 #include "kernels/routing_override.cuh"
 
 namespace specgen {
@@ -477,6 +479,107 @@ absl::Status CudaBackend::Rope(std::span<const int32_t> positions, int64_t head_
       stream_));
 }
 
+namespace {
+// RopePartial's arguments, as the CPU backend checks them.
+absl::Status CheckRopeFrequencies(int64_t head_dim, int64_t rope_dim, std::span<const float> inv_freq) {
+  if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
+    return InvalidArgument("cuda Rope: rotating ", rope_dim, " of ", head_dim, " dims (an even count, at most all)");
+  }
+  if (static_cast<int64_t>(inv_freq.size()) != rope_dim / 2) {
+    return InvalidArgument("cuda Rope: ", inv_freq.size(), " inverse frequencies for ", rope_dim, " rotated dims");
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<const float*> CudaBackend::DeviceFrequencies(std::span<const float> inv_freq) {
+  for (const FreqTable& t : freq_tables_) {
+    if (std::equal(inv_freq.begin(), inv_freq.end(), t.host.begin(), t.host.end())) {
+      return static_cast<const float*>(t.dev);
+    }
+  }
+  if (capturing_) return absl::FailedPreconditionError("cuda: a new RoPE frequency table inside a captured pass");
+  if (freq_tables_.size() >= kMaxFreqTables) {
+    // Work queued before may still read it; the arena hands the block out again only in stream order.
+    arena_->Free(freq_tables_.front().dev);
+    freq_tables_.erase(freq_tables_.begin());
+    ++scratch_generation_;  // a captured pass may hold its address
+  }
+  FreqTable t;
+  t.host.assign(inv_freq.begin(), inv_freq.end());
+  ASSIGN_OR_RETURN(t.dev, arena_->Allocate(inv_freq.size_bytes(), "a RoPE frequency table"));
+  absl::StatusOr<void*> staged = Stage(inv_freq.data(), inv_freq.size_bytes());
+  if (!staged.ok()) {
+    arena_->Free(t.dev);
+    return staged.status();
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.dev, *staged, inv_freq.size_bytes(), cudaMemcpyDeviceToDevice, stream_));
+  freq_tables_.push_back(std::move(t));
+  return static_cast<const float*>(freq_tables_.back().dev);
+}
+
+absl::Status CudaBackend::RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                              std::span<const float> inv_freq, RopeStyle style, Buffer* x) {
+  return RopePartial(positions, head_dim, head_dim, inv_freq, 1.0f, style, x);
+}
+
+absl::Status CudaBackend::RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                                      std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x) {
+  RETURN_IF_ERROR(CheckRope("cuda", positions.size(), head_dim, *x));
+  RETURN_IF_ERROR(CheckRopeFrequencies(head_dim, rope_dim, inv_freq));
+  if (positions.empty()) return absl::OkStatus();
+  kernels::RopeFrequencies f;
+  ASSIGN_OR_RETURN(f.inv_freq, DeviceFrequencies(inv_freq));
+  f.rot_dim = static_cast<int>(rope_dim);
+  f.factor = factor;
+  ASSIGN_OR_RETURN(const int32_t* d, StagePositions(positions));
+  return SPECGEN_CUDA_STATUS(kernels::LaunchRopeFrequencies(
+      B(*x).data(), d, static_cast<int>(x->rows()), static_cast<int>(x->cols() / head_dim),
+      static_cast<int>(head_dim), f,
+      style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf : kernels::RopeStyle::kInterleaved,
+      stream_));
+}
+
+bool CudaBackend::Supports(ModelFeature f) const {
+  switch (f) {
+    case ModelFeature::kAttentionBias:
+    case ModelFeature::kAttentionSinks:
+    case ModelFeature::kSlidingWindow:  // without a ring (SupportsKvRing): every position kept
+    case ModelFeature::kPartialRope:
+    case ModelFeature::kScaledRope:
+    case ModelFeature::kSharedExperts:
+    case ModelFeature::kSigmoidRouting:
+    case ModelFeature::kRouterBias:
+    case ModelFeature::kExpertBias:
+    case ModelFeature::kClampedSwiGlu:
+      return true;
+  }
+  return false;
+}
+
+absl::Status CudaBackend::AddBias(const Weight& b, Buffer* y) {
+  if (b.rows() * b.cols() != y->cols()) {
+    return InvalidArgument("cuda AddBias: a bias of ", b.rows() * b.cols(), " for rows of ", y->cols());
+  }
+  if (kernels::IsPacked(W(b).type())) return InvalidArgument("cuda AddBias: a bias of a block-quantized type");
+  return SPECGEN_CUDA_STATUS(kernels::LaunchAddBias(B(*y).data(), W(b).data(), W(b).type(), y->rows(),
+                                                    static_cast<int>(y->cols()), stream_));
+}
+
+absl::Status CudaBackend::SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out) {
+  RETURN_IF_ERROR(CheckSwiGlu("cuda", gate, up, *out));
+  return SPECGEN_CUDA_STATUS(kernels::LaunchSwiGluClamped(B(gate).data(), B(up).data(), B(*out).data(),
+                                                          gate.rows() * gate.cols(), alpha, limit, stream_));
+}
+
+absl::Status CudaBackend::ScaleRowsBySigmoid(const Buffer& g, Buffer* y) {
+  if (g.cols() != 1 || g.rows() != y->rows()) {
+    return InvalidArgument("cuda ScaleRowsBySigmoid: gates ", g.rows(), "x", g.cols(), " for ", y->rows(), " rows");
+  }
+  return SPECGEN_CUDA_STATUS(kernels::LaunchScaleRowsBySigmoid(B(g).data(), B(*y).data(), y->rows(),
+                                                               static_cast<int>(y->cols()), stream_));
+}
+
 absl::Status CudaBackend::Zero(Buffer* y) {
   return SPECGEN_CUDA_STATUS(cudaMemsetAsync(B(*y).data(), 0,
                                              static_cast<size_t>(y->rows() * y->cols()) * sizeof(float),
@@ -512,11 +615,9 @@ absl::Status CudaBackend::CopyRows(const Buffer& src, int64_t dst_row, Buffer* d
 
 absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer* k, const Buffer& v,
                                         int64_t dst_row, Buffer* k_cache, Buffer* v_cache) {
-  // The RoPE kernels derive every frequency from theta: a scaled RoPE must not reach them (Transformer
-  // refuses such a model on this backend first; SupportsRopeFrequencies() is false here).
-  if (!p.inv_freq.empty()) {
-    return absl::UnimplementedError("cuda NormRopeStore: RoPE with scaled frequencies is not supported");
-  }
+  // A frequency table (scaled RoPE), a partial rotation or YaRN's factor: the frequency kernel's rotation.
+  const bool freq = !p.inv_freq.empty() || (p.rope_dim != 0 && p.rope_dim != p.head_dim) || p.rope_factor != 1.0f;
+  const int64_t rope_dim = p.rope_dim != 0 ? p.rope_dim : p.head_dim;
   const bool normed = p.q_norm != nullptr && p.k_norm != nullptr;
   const bool one_kernel = fused_ops_ && (p.q_norm == nullptr) == (p.k_norm == nullptr) && p.head_dim > 0 && p.head_dim <= 256 &&
                           p.head_dim % 2 == 0 && (!normed || W(*p.q_norm).type() == W(*p.k_norm).type()) &&
@@ -528,6 +629,7 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
     }
     return Backend::NormRopeStore(p, q, k, v, dst_row, k_cache, v_cache);  // its checks name the fault
   }
+  if (freq) RETURN_IF_ERROR(CheckRopeFrequencies(p.head_dim, rope_dim, p.inv_freq));
   if (normed) {
     RETURN_IF_ERROR(CheckRmsNorm("cuda", *q, *p.q_norm, p.head_dim, *q));
     RETURN_IF_ERROR(CheckRmsNorm("cuda", *k, *p.k_norm, p.head_dim, *k));
@@ -537,6 +639,12 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
   RETURN_IF_ERROR(CheckCopyRows("cuda", *k, dst_row, *k_cache));
   RETURN_IF_ERROR(CheckCopyRows("cuda", v, dst_row, *v_cache));
   if (q->rows() == 0) return absl::OkStatus();
+  kernels::RopeFrequencies f;
+  if (freq) {
+    ASSIGN_OR_RETURN(f.inv_freq, DeviceFrequencies(p.inv_freq));
+    f.rot_dim = static_cast<int>(rope_dim);
+    f.factor = p.rope_factor;
+  }
   const int32_t* d_pos = nullptr;
   if (device_length_ != nullptr) {
     for (size_t t = 0; t < p.positions.size(); ++t) {
@@ -559,7 +667,8 @@ absl::Status CudaBackend::NormRopeStore(const HeadNormRope& p, Buffer* q, Buffer
       normed ? W(*p.k_norm).data() : nullptr, normed ? W(*p.q_norm).type() : ElemType::kF32, p.eps, d_pos,
       static_cast<int>(q->rows()), static_cast<int>(q->cols() / d), static_cast<int>(k->cols() / d), d, p.theta,
       p.style == RopeStyle::kRotateHalf ? kernels::RopeStyle::kRotateHalf : kernels::RopeStyle::kInterleaved,
-      B(*k_cache).raw(), B(*v_cache).raw(), dst_row, stream_, device_length_, CacheElemType(k_cache->dtype())));
+      B(*k_cache).raw(), B(*v_cache).raw(), dst_row, stream_, device_length_, CacheElemType(k_cache->dtype()),
+      freq ? &f : nullptr));
 }
 
 absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
@@ -585,6 +694,7 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
   problem.kv_heads = kv_heads;
   problem.queries = static_cast<int>(std::min<int64_t>(n, INT32_MAX));
   problem.masked = d_mask != nullptr;
+  problem.sinks_or_window = s.sinks != nullptr || s.window > 0;
   const kernels::AttentionKernel kernel = kernels::ChooseAttentionKernel(problem);
   const bool decode_kernel = kernel == kernels::AttentionKernel::kDecode;
   // With a device length (a captured pass) the host's prefix is only checked against the bound the
@@ -613,6 +723,24 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
         static_cast<int>(n_prefix), static_cast<int>(n), heads, kv_heads, static_cast<int>(d), s.scale,
         decode_attn_ws_, decode_attn_ws_bytes_, stream_, device_length_));
   }
+  if (problem.sinks_or_window) {  // ChooseAttentionKernel chose the simple kernel
+    kernels::AttentionSinksWindow extra;
+    if (s.sinks != nullptr) {
+      if (kernels::IsPacked(W(*s.sinks).type())) {
+        return InvalidArgument("cuda Attention: sinks of a block-quantized type");
+      }
+      extra.sinks = W(*s.sinks).data();
+      extra.sinks_type = W(*s.sinks).type();
+    }
+    if (s.window > 0) {
+      // Positions are int32: a window past 2^30 sees everything any position can.
+      extra.window = static_cast<int>(std::min<int64_t>(s.window, int64_t{1} << 30));
+      ASSIGN_OR_RETURN(extra.positions, StagePositions(s.positions));
+    }
+    return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
+        B(q).data(), B(k_cache).raw(), B(v_cache).raw(), kv_type, d_mask, B(*out).data(), static_cast<int>(n),
+        static_cast<int>(s.n_prefix), heads, kv_heads, static_cast<int>(d), s.scale, extra, stream_));
+  }
   if (kernel == kernels::AttentionKernel::kSimple) {
     return SPECGEN_CUDA_STATUS(kernels::LaunchAttentionSimple(
         B(q).data(), B(k_cache).raw(), B(v_cache).raw(), kv_type, d_mask, B(*out).data(), static_cast<int>(n),
@@ -629,7 +757,8 @@ absl::Status CudaBackend::Attention(const Buffer& q, const Buffer& k_cache, cons
 }
 
 absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buffer& logits, int64_t k,
-                                                                      RouterNorm norm) {
+                                                                      const RouterParams& p) {
+  const RouterNorm norm = p.norm;
   const int64_t n = logits.rows(), e = logits.cols();
   if (k <= 0 || k > e || k > kernels::kRouterMaxTopK || e > kernels::kRouterMaxExperts) {
     return InvalidArgument("cuda Route: top-", k, " of ", e, " experts");
@@ -645,9 +774,23 @@ absl::StatusOr<CudaBackend::DeviceRouting> CudaBackend::RouteOnDevice(const Buff
                                              : kernels::RouterMode::kTopKSoftmax;
   ASSIGN_OR_RETURN(const std::optional<RoutingOverrideState::Site> site, routing_override_.Take("cuda", n, e, k));
   if (n == 0) return r;
-  CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
-                                                 static_cast<int>(e), static_cast<int>(k), mode, r.weights,
-                                                 r.ids, stream_));
+  if (IsSigmoidRouter(norm)) {  // RouteWith has checked the groups and the bias
+    kernels::SigmoidRouterParams sp;
+    if (p.selection_bias != nullptr) {
+      sp.bias = W(*p.selection_bias).data();
+      sp.bias_type = W(*p.selection_bias).type();
+    }
+    sp.groups = static_cast<int>(p.n_groups);
+    sp.groups_used = static_cast<int>(p.groups_used);
+    sp.renormalize = norm == RouterNorm::kSigmoidTopKRenormalize;
+    sp.scale = p.scale;
+    CUDA_RETURN_IF_ERROR(kernels::LaunchSigmoidRouterTopK(B(logits).data(), static_cast<int>(n), static_cast<int>(e),
+                                                          static_cast<int>(k), sp, r.weights, r.ids, stream_));
+  } else {
+    CUDA_RETURN_IF_ERROR(kernels::LaunchRouterTopK(B(logits).data(), static_cast<int>(n),
+                                                   static_cast<int>(e), static_cast<int>(k), mode, r.weights,
+                                                   r.ids, stream_));
+  }
   if (site) RETURN_IF_ERROR(OverrideRouting(*site, r.ids));
   return r;
 }
@@ -709,8 +852,47 @@ absl::Status CudaBackend::OverrideRouting(const RoutingOverrideState::Site& site
 }
 
 absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) {
-  const int64_t n = logits.rows();
-  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(logits, k, norm));
+  if (IsSigmoidRouter(norm)) return RouteWith(logits, k, RouterParams{norm}, routing);
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(logits, k, RouterParams{norm}));
+  return ReadRouting(r, logits.rows(), k, routing);
+}
+
+absl::Status CudaBackend::RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) {
+  if (!IsSigmoidRouter(p.norm)) {
+    if (p.selection_bias != nullptr || p.n_groups != 1) {
+      return InvalidArgument("cuda Route: a selection bias or expert groups need sigmoid routing");
+    }
+    RETURN_IF_ERROR(Route(logits, k, p.norm, routing));
+    if (p.scale != 1.0f) {  // the CPU's one rounding a weight, on the host as there
+      for (float& w : routing->weight) w *= p.scale;
+    }
+    return absl::OkStatus();
+  }
+  const int64_t e = logits.cols();
+  RETURN_IF_ERROR(CheckRoute("cuda", logits, k));
+  if (p.n_groups <= 0 || e % p.n_groups != 0 || p.groups_used <= 0 || p.groups_used > p.n_groups ||
+      p.groups_used * (e / p.n_groups) < k || (p.n_groups > 1 && e / p.n_groups < 2)) {
+    return InvalidArgument("cuda Route: top-", k, " of ", e, " experts in ", p.n_groups, " groups keeping ",
+                           p.groups_used);
+  }
+  if (p.n_groups > kernels::kSigmoidRouterMaxGroups) {
+    return InvalidArgument("cuda Route: ", p.n_groups, " expert groups (the router kernel takes at most ",
+                           kernels::kSigmoidRouterMaxGroups, ")");
+  }
+  if (p.selection_bias != nullptr) {
+    if (p.selection_bias->rows() * p.selection_bias->cols() != e) {
+      return InvalidArgument("cuda Route: a selection bias of ", p.selection_bias->rows() * p.selection_bias->cols(),
+                             " for ", e, " experts");
+    }
+    if (kernels::IsPacked(W(*p.selection_bias).type())) {
+      return InvalidArgument("cuda Route: a selection bias of a block-quantized type");
+    }
+  }
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(logits, k, p));
+  return ReadRouting(r, logits.rows(), k, routing);
+}
+
+absl::Status CudaBackend::ReadRouting(const DeviceRouting& r, int64_t n, int64_t k, Routing* routing) {
   if (n == 0) {
     *routing = Routing{0, k, {}, {}};
     return absl::OkStatus();
@@ -792,7 +974,7 @@ absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buff
                            router_logits.rows(), ", ", router_logits.cols(), "], out [", out->rows(), ", ",
                            out->cols(), "] for ", t.experts, " experts of hidden ", t.hidden);
   }
-  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, norm));
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, RouterParams{norm}));
   // A streamed layer: its routed experts into cache slots, the tables pointed at them (on the device).
   if (set.fetch() != nullptr) RETURN_IF_ERROR(set.fetch()->Fetch(r.ids, static_cast<int>(n * k), stream_));
   const size_t ws = kernels::RoutedExpertsWorkspaceBytes(static_cast<int>(n), static_cast<int>(k), t.hidden, t.ffn);

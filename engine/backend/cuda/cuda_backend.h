@@ -7,6 +7,12 @@
 // row kernel for f32 weights. All work is queued on one stream; the host waits only through
 // Synchronize(), which counts every wait by kind (docs/design.md §6.1: one result copy per speculative step,
 // plus the per-MoE-layer expert-union reads).
+// Every ModelFeature of GLM-4.5 and gpt-oss is computed (issue 45): biases, clamped SwiGLU and the shared
+// expert's gate by element-wise kernels (kernels/arch_elementwise.cuh), scaled and partial RoPE from a
+// device copy of the model's frequency table, sinks and windows by the simple attention kernel (the
+// others have neither; kernels/attention_choice.h), sigmoid routing by its own router kernel
+// (kernels/router_sigmoid.cuh). What it lacks is a ring KV cache (SupportsKvRing() is false): a sliding
+// layer keeps every position and attends through its window, and an AttentionShape with a ring is refused.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -76,6 +82,9 @@ class CudaBackend : public Backend {
   absl::Status RmsNorm(const Buffer& x, const Weight& w, int64_t group, float eps, Buffer* y) override;
   absl::Status Rope(std::span<const int32_t> positions, int64_t head_dim, float theta, RopeStyle style,
                     Buffer* x) override;
+  absl::Status RopeWithFrequencies(std::span<const int32_t> positions, int64_t head_dim,
+                                   std::span<const float> inv_freq, RopeStyle style, Buffer* x) override;
+  bool SupportsRopeFrequencies() const override { return true; }
   absl::Status Zero(Buffer* y) override;
   absl::Status Add(const Buffer& x, Buffer* y) override;
   absl::Status SwiGlu(const Buffer& gate, const Buffer& up, Buffer* out) override;
@@ -91,6 +100,15 @@ class CudaBackend : public Backend {
                          const AttentionShape& shape, std::span<const uint8_t> mask,
                          Buffer* out) override;
   absl::Status Route(const Buffer& logits, int64_t k, RouterNorm norm, Routing* routing) override;
+  // Sigmoid routing on the device (kernels/router_sigmoid.cuh), read back as Route's; a softmax norm
+  // with a routed scale: Route's weights scaled on the host, as the CPU does.
+  absl::Status RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) override;
+  bool Supports(ModelFeature f) const override;
+  absl::Status AddBias(const Weight& b, Buffer* y) override;
+  absl::Status SwiGluClamped(const Buffer& gate, const Buffer& up, float alpha, float limit, Buffer* out) override;
+  absl::Status ScaleRowsBySigmoid(const Buffer& g, Buffer* y) override;
+  absl::Status RopePartial(std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                           std::span<const float> inv_freq, float factor, RopeStyle style, Buffer* x) override;
   absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
@@ -164,7 +182,9 @@ class CudaBackend : public Backend {
     int32_t* ids;
     size_t bytes;
   };
-  absl::StatusOr<DeviceRouting> RouteOnDevice(const Buffer& logits, int64_t k, RouterNorm norm);
+  absl::StatusOr<DeviceRouting> RouteOnDevice(const Buffer& logits, int64_t k, const RouterParams& p);
+  // RouteOnDevice's result copied to the host (the layer's expert-union wait).
+  absl::Status ReadRouting(const DeviceRouting& r, int64_t n, int64_t k, Routing* routing);
   // The armed routing override applied to RouteOnDevice's ids.
   absl::Status OverrideRouting(const RoutingOverrideState::Site& site, int32_t* ids);
 
@@ -198,6 +218,15 @@ class CudaBackend : public Backend {
   // else has been staged since (so the ring has not moved past it).
   absl::StatusOr<const int32_t*> StagePositions(std::span<const int32_t> positions);
   std::vector<int32_t> staged_positions_;
+  // Device copies of the RoPE frequency tables seen (a model has one; a draft may bring another), so a
+  // layer's RoPE stages nothing and a captured pass can rotate: the oldest dropped past kMaxFreqTables.
+  absl::StatusOr<const float*> DeviceFrequencies(std::span<const float> inv_freq);
+  struct FreqTable {
+    std::vector<float> host;
+    void* dev = nullptr;
+  };
+  static constexpr size_t kMaxFreqTables = 8;
+  std::vector<FreqTable> freq_tables_;
   const int32_t* staged_positions_dev_ = nullptr;
   size_t staged_positions_end_ = 0;  // staging_pos_ right after they were staged
   void* decode_attn_ws_ = nullptr;  // LaunchDecodeAttentionBatch's: zeroed whenever (re)allocated
