@@ -342,7 +342,7 @@ TEST(TransformerErrors, TensorsThatDoNotMatchTheConfig) {
   EXPECT_NE(std::string(lm.status().message()).find("blk.2"), std::string::npos) << lm.status();
 }
 
-// A backend that computes none of the GLM-4.5 / gpt-oss features (as the CUDA backend today) refuses
+// A backend that computes none of the GLM-4.5 / gpt-oss features (as the CUDA backend once did) refuses
 // those models when they are created, naming the first feature missing, instead of running them wrong;
 // the older architectures need none and still run on it.
 class CpuWithoutNewFeatures : public CpuBackend {
