@@ -1,4 +1,5 @@
 #include "kernels/arch_elementwise.cuh"
+#include "kernels/arch_math.cuh"
 #include "kernels/device_util.cuh"
 
 namespace specgen::kernels {
@@ -11,9 +12,6 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
 }
 
-// 1 / (1 + e^−z) as the CPU writes it: each step one IEEE rounding.
-__device__ __forceinline__ float Sigmoid(float z) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z))); }
-
 __global__ void AddBiasKernel(float* y, const void* __restrict__ bias, ElemType bias_type, int64_t n, int cols) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -25,19 +23,14 @@ __global__ void SwiGluClampedKernel(const float* gate, const float* up, float* o
                                     float limit) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i], u = up[i];
-    // std::min(g, limit) and std::clamp(u, −limit, limit), NaN passing through as there.
-    const float gc = limit < g ? limit : g;
-    const float uc = u < -limit ? -limit : (limit < u ? limit : u);
-    const float glu = __fmul_rn(gc, Sigmoid(__fmul_rn(gc, alpha)));
-    out[i] = __fmul_rn(__fadd_rn(uc, 1.0f), glu);
+    out[i] = detail::SwiGluClampedRn(gate[i], up[i], alpha, limit);
   }
 }
 
 __global__ void ScaleRowsBySigmoidKernel(const float* __restrict__ g, float* y, int64_t n, int cols) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] = __fmul_rn(y[i], Sigmoid(g[i / cols]));
+    y[i] = __fmul_rn(y[i], detail::SigmoidRn(g[i / cols]));
   }
 }
 

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/arch_math.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/packed.cuh"
 #include "kernels/gemv.cuh"
@@ -62,7 +63,7 @@ __host__ __device__ inline Plan CarvePlan(void* ws, int s, int ffn) {
 constexpr int kPlanThreads = kRouterMaxExperts;
 __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __restrict__ ids,
                                                            const float* __restrict__ w, int n, int k,
-                                                           int experts, Plan plan) {
+                                                           int experts, float route_scale, Plan plan) {
   static_assert(kPlanThreads == 32 * 32, "the scan below takes 32 warps");
   __shared__ int scan[64];
   __shared__ int ids_s[kMaxT * kRouterMaxTopK];  // the scans below read every id once a thread
@@ -113,8 +114,32 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const int32_t* __rest
     }
     plan.slot_token[slot] = i;
     plan.token_slot[i * k + rank] = slot;
-    plan.token_w[i * k + rank] = w[t];
+    plan.token_w[i * k + rank] = __fmul_rn(w[t], route_scale);  // x · 1 is x: the plain models' bits
   }
+}
+
+// The epilogues of the products. kGen false: the plain models' SwiGLU and raw down product, exactly
+// the code they had before the general models came (a compile-time variant, not a runtime branch: the
+// plain kernels' registers and instructions stay as they were). kGen true: the host-routed op sequence
+// of a general model, op for op: + gate/up bias (AddBiasKernel's one fp32 add), then SwiGLU or
+// SwiGluClampedKernel's formula; down product + down bias. Which bias or activation a layer has is a
+// uniform branch on kernel parameters, negligible beside the products.
+template <bool kGen>
+__device__ __forceinline__ float ExpertActivation(const ExpertTables& tab, const ExpertFfn& ffn, int e, int row,
+                                                  float g, float u) {
+  if constexpr (kGen) {
+    if (tab.gate_bias != nullptr) g = __fadd_rn(g, detail::LoadAsF32(tab.gate_bias[e], tab.bias_type, row));
+    if (tab.up_bias != nullptr) u = __fadd_rn(u, detail::LoadAsF32(tab.up_bias[e], tab.bias_type, row));
+    if (ffn.clamped) return detail::SwiGluClampedRn(g, u, ffn.alpha, ffn.limit);
+  }
+  return portable::SiluMul(g, u);  // SwiGluKernel's
+}
+template <bool kGen>
+__device__ __forceinline__ float ExpertOutput(const ExpertTables& tab, int e, int row, float y) {
+  if constexpr (kGen) {
+    if (tab.down_bias != nullptr) y = __fadd_rn(y, detail::LoadAsF32(tab.down_bias[e], tab.bias_type, row));
+  }
+  return y;
 }
 
 // sum_k w_r[k] x_t[k] for each of the warp's kRows rows (gate and up share their inputs: their loads go
@@ -174,35 +199,35 @@ __device__ __forceinline__ void RowDots(const void* const (&w_row)[kRows], const
 
 // grid (ffn / kWarps rounded up, min(n k, experts)): block y = the y-th active expert, warp = one row of
 // Lane 0 of a warp stores row `row` of the activations of the expert's m tokens (slots first ..):
-// silu(g) u from gu[0] (gate) and gu[1] (up), as SwiGluKernel computes it.
-template <int N>
-__device__ __forceinline__ void StoreSwiGlu(const Plan& plan, int first, int m, int ffn, int row,
-                                            const float (&gu)[2][N]) {
+// the activation (ExpertActivation) of gu[0] (gate) and gu[1] (up) of expert e.
+template <bool kGen, int N>
+__device__ __forceinline__ void StoreSwiGlu(const ExpertTables& tab, const ExpertFfn& fo, const Plan& plan, int e,
+                                            int first, int m, int ffn, int row, const float (&gu)[2][N]) {
   if ((threadIdx.x & 31) != 0) return;  // (a return from this helper only: callers loop on)
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     if (t >= m) break;
     const float g = gu[0][t];
-    plan.act[static_cast<int64_t>(first + t) * ffn + row] = portable::SiluMul(g, gu[1][t]);
+    plan.act[static_cast<int64_t>(first + t) * ffn + row] = ExpertActivation<kGen>(tab, fo, e, row, g, gu[1][t]);
   }
 }
 
-// Lane 0 of a warp stores row `row` of the expert outputs of its m tokens (slots first ..).
-template <int N>
-__device__ __forceinline__ void StoreExpertOutputs(const Plan& plan, int first, int m, int hidden, int row,
-                                                   const float (&y)[1][N]) {
+// Lane 0 of a warp stores row `row` of expert e's outputs (ExpertOutput) of its m tokens (slots first ..).
+template <bool kGen, int N>
+__device__ __forceinline__ void StoreExpertOutputs(const ExpertTables& tab, const Plan& plan, int e, int first, int m,
+                                                   int hidden, int row, const float (&y)[1][N]) {
   if ((threadIdx.x & 31) != 0) return;  // (a return from this helper only: callers loop on)
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     if (t >= m) break;
-    plan.y[static_cast<int64_t>(first + t) * hidden + row] = y[0][t];
+    plan.y[static_cast<int64_t>(first + t) * hidden + row] = ExpertOutput<kGen>(tab, e, row, y[0][t]);
   }
 }
 
-// gate and up for all the expert's tokens; writes silu(g) u as SwiGluKernel does.
-template <ElemType kW, bool kChunked>
+// gate and up for all the expert's tokens; writes their activation (ExpertActivation).
+template <ElemType kW, bool kChunked, bool kGen>
 __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, const float* __restrict__ x,
-                                                            Plan plan) {
+                                                            Plan plan, ExpertFfn fo) {
   WaitForPrecedingGrid();  // the plan
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;
@@ -221,11 +246,11 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertTables tab, co
   // The down kernel's blocks may be scheduled once every block here has read its weights (earlier, they
   // would hold multiprocessors that this grid's later waves still need).
   LetDependentsLaunch();
-  StoreSwiGlu(plan, first, m, tab.ffn, row, gu);
+  StoreSwiGlu<kGen>(tab, fo, plan, e, first, m, tab.ffn, row, gu);
 }
 
 // grid (hidden / kWarps rounded up, min(n k, experts)): one row of down a warp, every token of the expert.
-template <ElemType kW, bool kChunked>
+template <ElemType kW, bool kChunked, bool kGen>
 __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int u = blockIdx.y;
@@ -236,12 +261,12 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertTables tab, Plan
   const float* xs[kMaxT];
 #pragma unroll
   for (int t = 0; t < kMaxT; ++t) xs[t] = plan.act + static_cast<int64_t>(first + (t < m ? t : 0)) * tab.ffn;
-  const void* const rows[1] = {static_cast<const char*>(tab.down[plan.expert[u]]) +
-                               static_cast<size_t>(row) * tab.ffn * ElemBytes(kW)};
+  const int e = plan.expert[u];
+  const void* const rows[1] = {static_cast<const char*>(tab.down[e]) + static_cast<size_t>(row) * tab.ffn * ElemBytes(kW)};
   float y[1][kMaxT];
   RowDots<kW, kChunked, 1>(rows, xs, m, tab.ffn, y);
   LetDependentsLaunch();  // as in GateUpKernel
-  StoreExpertOutputs(plan, first, m, tab.hidden, row, y);
+  StoreExpertOutputs<kGen>(tab, plan, e, first, m, tab.hidden, row, y);
 }
 
 // grid (hidden / 256 rounded up, n): acc = 0, then += weight * expert output in ascending expert id,
@@ -264,8 +289,9 @@ __global__ void CombineKernel(Plan plan, int k, int hidden, float* __restrict__ 
 // warp % P of a 16-row tile of the expert's rows (P = MmaParts of the matrix's shape, as LaunchGemv on
 // that matrix alone), every token of the expert a column. A row's bits depend only on its weights, its
 // inputs and the parts, so they equal MatMul's on the gathered rows.
-template <int NT, int P, int W = (P > 8 ? P : 8)>
-__global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, const float* __restrict__ x, Plan plan) {
+template <int NT, int P, bool kGen, int W = (P > 8 ? P : 8)>
+__global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, const float* __restrict__ x, Plan plan,
+                                                          ExpertFfn fo) {
   WaitForPrecedingGrid();  // the plan
   const int u = blockIdx.y;
   if (u >= *plan.n_active) return;  // the whole block: AddParts' barrier is not reached by any warp
@@ -294,11 +320,11 @@ __global__ void __launch_bounds__(W * 32) MmaGateUpKernel(ExpertTables tab, cons
     const int row = tile * 16 + g + 8 * h;
     if (t >= m || row >= tab.ffn) return;
     const float gv = sum[0][j][i];
-    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = portable::SiluMul(gv, sum[1][j][i]);
+    plan.act[static_cast<int64_t>(first + t) * tab.ffn + row] = ExpertActivation<kGen>(tab, fo, e, row, gv, sum[1][j][i]);
   });
 }
 
-template <int NT, int P, int W = (P > 8 ? P : 8)>
+template <int NT, int P, bool kGen, int W = (P > 8 ? P : 8)>
 __global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int u = blockIdx.y;
@@ -307,11 +333,11 @@ __global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan p
   const int g = lane >> 2;
   const int tile = blockIdx.x * (W / P) + warp / P;
   const bool live = tile * 16 < tab.hidden;
-  const int m = plan.count[u], first = plan.first[u];
+  const int e = plan.expert[u], m = plan.count[u], first = plan.first[u];
   const uint16_t* wrow[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    wrow[h] = static_cast<const uint16_t*>(tab.down[plan.expert[u]]) +
+    wrow[h] = static_cast<const uint16_t*>(tab.down[e]) +
               static_cast<int64_t>(min(tile * 16 + g + 8 * h, tab.hidden - 1)) * tab.ffn;
   }
   int b0, b1;
@@ -325,22 +351,23 @@ __global__ void __launch_bounds__(W * 32) MmaDownKernel(ExpertTables tab, Plan p
   detail::ForEachTileSum<NT>([&](int t, int h, int j, int i) {
     const int row = tile * 16 + g + 8 * h;
     if (t >= m || row >= tab.hidden) return;
-    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = sum[0][j][i];
+    plan.y[static_cast<int64_t>(first + t) * tab.hidden + row] = ExpertOutput<kGen>(tab, e, row, sum[0][j][i]);
   });
 }
 
-template <int NT, int P>
-cudaError_t LaunchMmaGateUpP(const ExpertTables& tab, const float* x, const Plan& plan, unsigned ys, cudaStream_t stream,
-                             bool pdl) {
+template <int NT, int P, bool kGen>
+cudaError_t LaunchMmaGateUpP(const ExpertTables& tab, const float* x, const Plan& plan, const ExpertFfn& fo, unsigned ys,
+                             cudaStream_t stream, bool pdl) {
   constexpr int W = P > 8 ? P : 8;
   const unsigned grid = static_cast<unsigned>(((tab.ffn + 15) / 16 + W / P - 1) / (W / P));
-  return LaunchDecodeKernel(MmaGateUpKernel<NT, P>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, x, plan);
+  return LaunchDecodeKernel(MmaGateUpKernel<NT, P, kGen>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, x, plan,
+                            fo);
 }
-template <int NT, int P>
+template <int NT, int P, bool kGen>
 cudaError_t LaunchMmaDownP(const ExpertTables& tab, const Plan& plan, unsigned ys, cudaStream_t stream, bool pdl) {
   constexpr int W = P > 8 ? P : 8;
   const unsigned grid = static_cast<unsigned>(((tab.hidden + 15) / 16 + W / P - 1) / (W / P));
-  return LaunchDecodeKernel(MmaDownKernel<NT, P>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, plan);
+  return LaunchDecodeKernel(MmaDownKernel<NT, P, kGen>, dim3(grid, ys), dim3(W * 32), 0, stream, pdl, tab, plan);
 }
 // f(integral_constant<P>) for the parts MmaParts gives.
 template <typename F>
@@ -353,17 +380,17 @@ cudaError_t WithParts(int parts, F f) {
     default: return f(std::integral_constant<int, 16>{});
   }
 }
-template <int NT>
-cudaError_t LaunchMmaGateUp(const ExpertTables& tab, const float* x, const Plan& plan, unsigned ys,
+template <int NT, bool kGen>
+cudaError_t LaunchMmaGateUp(const ExpertTables& tab, const float* x, const Plan& plan, const ExpertFfn& fo, unsigned ys,
                             cudaStream_t stream, bool pdl) {
   return WithParts(detail::MmaParts(tab.ffn, tab.hidden), [&](auto p) {
-    return LaunchMmaGateUpP<NT, decltype(p)::value>(tab, x, plan, ys, stream, pdl);
+    return LaunchMmaGateUpP<NT, decltype(p)::value, kGen>(tab, x, plan, fo, ys, stream, pdl);
   });
 }
-template <int NT>
+template <int NT, bool kGen>
 cudaError_t LaunchMmaDown(const ExpertTables& tab, const Plan& plan, unsigned ys, cudaStream_t stream, bool pdl) {
   return WithParts(detail::MmaParts(tab.hidden, tab.ffn), [&](auto p) {
-    return LaunchMmaDownP<NT, decltype(p)::value>(tab, plan, ys, stream, pdl);
+    return LaunchMmaDownP<NT, decltype(p)::value, kGen>(tab, plan, ys, stream, pdl);
   });
 }
 
@@ -378,7 +405,7 @@ constexpr int kProductThreads = detail::kSliceWarps * 32;
 
 // The loop both packed expert kernels run over the block's run of items. in_of(u, t): the input row of
 // active expert u's t-th token; mat(j, e): expert e's matrix j of kMats (out_rows rows over `in`);
-// store(first, row, tok, v): the kMats results of output row `row` for the expert's token `tok`
+// store(e, first, row, tok, v): the kMats results of output row `row` of expert e for its token `tok`
 // (its slot first + tok), called by the warps that end TileProducts with them.
 template <ElemType kT, int kMats, int kNT, typename InOf, typename Mat, typename Store>
 __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_rows, InOf in_of,
@@ -416,7 +443,7 @@ __device__ __forceinline__ void ExpertItems(const Plan& plan, int in, int out_ro
     detail::TileElement el;
     if (detail::TileProducts<kT, kMats, kNT>(rows, a, ntiles, partial, out, &el)) {
       const int r = el.e >> 1, tok = 8 * el.t + 2 * c + (el.e & 1);
-      if (row[r] < out_rows && tok < m) store(first, row[r], tok, out);
+      if (row[r] < out_rows && tok < m) store(e, first, row[r], tok, out);
     }
     __syncthreads();  // partial (and, for a new expert, the inputs) are written again
   }
@@ -469,7 +496,7 @@ __device__ __forceinline__ void ExpertRowItems(const Plan& plan, int in, int out
       float v[kMats];
 #pragma unroll
       for (int j = 0; j < kMats; ++j) v[j] = out[j][t];
-      store(first, row, t, v);
+      store(e, first, row, t, v);
     }
   }
 }
@@ -487,22 +514,23 @@ __device__ __forceinline__ void ExpertLoop(const Plan& plan, int in, int out_row
   }
 }
 
-template <bool kRows, ElemType kT, int kN>
+template <bool kRows, ElemType kT, int kN, bool kGen>
 __global__ void __launch_bounds__(kExpertThreads<kRows>) PackedGateUpKernel(ExpertTables tab,
-                                                                            const float* __restrict__ x, Plan plan) {
+                                                                            const float* __restrict__ x, Plan plan,
+                                                                            ExpertFfn fo) {
   WaitForPrecedingGrid();  // the plan
   const int hidden = tab.hidden, ffn = tab.ffn;
   ExpertLoop<kRows, kT, 2, kN>(
       plan, hidden, ffn,
       [&](int u, int t) { return x + static_cast<int64_t>(plan.slot_token[plan.first[u] + t]) * hidden; },
       [&](int j, int e) { return j == 0 ? tab.gate[e] : tab.up[e]; },
-      [&](int first, int row, int tok, const float (&v)[2]) {
-        plan.act[static_cast<int64_t>(first + tok) * ffn + row] = portable::SiluMul(v[0], v[1]);  // StoreSwiGlu's
+      [&](int e, int first, int row, int tok, const float (&v)[2]) {
+        plan.act[static_cast<int64_t>(first + tok) * ffn + row] = ExpertActivation<kGen>(tab, fo, e, row, v[0], v[1]);
       });
   LetDependentsLaunch();
 }
 
-template <bool kRows, ElemType kD, int kN>
+template <bool kRows, ElemType kD, int kN, bool kGen>
 __global__ void __launch_bounds__(kExpertThreads<kRows>) PackedDownKernel(ExpertTables tab, Plan plan) {
   WaitForPrecedingGrid();  // the activations
   const int hidden = tab.hidden, ffn = tab.ffn;
@@ -510,8 +538,8 @@ __global__ void __launch_bounds__(kExpertThreads<kRows>) PackedDownKernel(Expert
       plan, ffn, hidden,
       [&](int u, int t) { return plan.act + static_cast<int64_t>(plan.first[u] + t) * ffn; },
       [&](int, int e) { return tab.down[e]; },
-      [&](int first, int row, int tok, const float (&v)[1]) {
-        plan.y[static_cast<int64_t>(first + tok) * hidden + row] = v[0];
+      [&](int e, int first, int row, int tok, const float (&v)[1]) {
+        plan.y[static_cast<int64_t>(first + tok) * hidden + row] = ExpertOutput<kGen>(tab, e, row, v[0]);
       });
   LetDependentsLaunch();
 }
@@ -529,17 +557,17 @@ cudaError_t LaunchExpertRows(Kernel kernel, int out_rows, unsigned ys, int in, i
   return LaunchDecodeKernel(kernel, dim3(grid), dim3(kRowThreads), smem, stream, pdl, args...);
 }
 
-template <int kM>
-cudaError_t LaunchRowsM(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
-                        bool pdl) {
+template <int kM, bool kGen>
+cudaError_t LaunchRowsM(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, const ExpertFfn& fo,
+                        cudaStream_t stream, bool pdl) {
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchExpertRows(PackedGateUpKernel<true, decltype(t)::value, kM>, tab.ffn, ys, tab.hidden, kM, stream,
-                            pdl, tab, x, plan);
+    return LaunchExpertRows(PackedGateUpKernel<true, decltype(t)::value, kM, kGen>, tab.ffn, ys, tab.hidden, kM,
+                            stream, pdl, tab, x, plan, fo);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchExpertRows(PackedDownKernel<true, decltype(t)::value, kM>, tab.hidden, ys, tab.ffn, kM, stream, pdl,
-                            tab, plan);
+    return LaunchExpertRows(PackedDownKernel<true, decltype(t)::value, kM, kGen>, tab.hidden, ys, tab.ffn, kM, stream,
+                            pdl, tab, plan);
   });
 }
 
@@ -557,23 +585,24 @@ cudaError_t LaunchExpertProduct(Kernel kernel, int tiles, unsigned ys, int in, i
   return LaunchDecodeKernel(kernel, dim3(grid), dim3(kProductThreads), smem, stream, pdl, args...);
 }
 
-template <int kNT>
-cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, cudaStream_t stream,
-                           bool pdl) {
+template <int kNT, bool kGen>
+cudaError_t LaunchPackedNT(const ExpertTables& tab, const float* x, unsigned ys, const Plan& plan, const ExpertFfn& fo,
+                           cudaStream_t stream, bool pdl) {
   const int tile = detail::kTileRows;
   cudaError_t e = detail::WithPackedType(tab.type, [&](auto t) {
-    return LaunchExpertProduct(PackedGateUpKernel<false, decltype(t)::value, kNT>, (tab.ffn + tile - 1) / tile, ys,
-                               tab.hidden, 2, kNT, stream, pdl, tab, x, plan);
+    return LaunchExpertProduct(PackedGateUpKernel<false, decltype(t)::value, kNT, kGen>, (tab.ffn + tile - 1) / tile,
+                               ys, tab.hidden, 2, kNT, stream, pdl, tab, x, plan, fo);
   });
   if (e != cudaSuccess) return e;
   return detail::WithPackedType(tab.down_type, [&](auto t) {
-    return LaunchExpertProduct(PackedDownKernel<false, decltype(t)::value, kNT>, (tab.hidden + tile - 1) / tile, ys, tab.ffn,
-                               1, kNT, stream, pdl, tab, plan);
+    return LaunchExpertProduct(PackedDownKernel<false, decltype(t)::value, kNT, kGen>, (tab.hidden + tile - 1) / tile,
+                               ys, tab.ffn, 1, kNT, stream, pdl, tab, plan);
   });
 }
 
-cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                         bool accumulate, cudaStream_t stream, PackedLayout layout) {
+template <bool kGen>
+cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, const ExpertFfn& fo,
+                         float* out, bool accumulate, cudaStream_t stream, PackedLayout layout) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
   // An expert has at most n tokens: a half-warp a row (packed_rows.cuh), or one tile of 8 columns up
@@ -582,10 +611,11 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
   if (layout == PackedLayout::kAuto) layout = DefaultPackedLayout();
   if (layout == PackedLayout::kRows || (layout == PackedLayout::kAuto && n <= kPackedRowsMaxTokens)) {
     e = detail::WithRowTokens(n, [&](auto m) {
-      return LaunchRowsM<decltype(m)::value>(tab, x, ys, plan, stream, pdl);
+      return LaunchRowsM<decltype(m)::value, kGen>(tab, x, ys, plan, fo, stream, pdl);
     });
   } else {
-    e = n <= 8 ? LaunchPackedNT<1>(tab, x, ys, plan, stream, pdl) : LaunchPackedNT<2>(tab, x, ys, plan, stream, pdl);
+    e = n <= 8 ? LaunchPackedNT<1, kGen>(tab, x, ys, plan, fo, stream, pdl)
+               : LaunchPackedNT<2, kGen>(tab, x, ys, plan, fo, stream, pdl);
   }
   if (e == cudaSuccess) {
     e = LaunchDecodeKernel(CombineKernel, dim3((tab.hidden + 255) / 256, n), dim3(256), 0, stream, pdl, plan, k,
@@ -600,24 +630,25 @@ cudaError_t LaunchPacked(const ExpertTables& tab, const float* x, int n, int k, 
 // (WaitForPrecedingGrid) before reading anything the predecessor writes, so the four launch gaps of a
 // layer shrink and results do not change.
 // kCH / kCF: whether the products over hidden (gate, up) / over ffn (down) take the GEMV's order.
-template <ElemType kW, bool kCH, bool kCF>
-cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                        bool accumulate, cudaStream_t stream, GemvOrder order) {
+template <ElemType kW, bool kCH, bool kCF, bool kGen>
+cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, const ExpertFfn& fo,
+                        float* out, bool accumulate, cudaStream_t stream, GemvOrder order) {
   const unsigned ys = static_cast<unsigned>(std::min(n * k, tab.experts));
   const bool pdl = ProgrammaticLaunchOnCurrentDevice();
   // An expert has at most n tokens: one n8 tile of columns up to 8, two up to 16.
   cudaError_t e;
   if (detail::MmaOrder(order, kW, tab.hidden)) {
-    e = n <= 8 ? LaunchMmaGateUp<1>(tab, x, plan, ys, stream, pdl) : LaunchMmaGateUp<2>(tab, x, plan, ys, stream, pdl);
+    e = n <= 8 ? LaunchMmaGateUp<1, kGen>(tab, x, plan, fo, ys, stream, pdl)
+               : LaunchMmaGateUp<2, kGen>(tab, x, plan, fo, ys, stream, pdl);
   } else {
-    e = LaunchDecodeKernel(GateUpKernel<kW, kCH>, dim3((tab.ffn + kWarps - 1) / kWarps, ys), dim3(kWarps * 32), 0,
-                           stream, pdl, tab, x, plan);
+    e = LaunchDecodeKernel(GateUpKernel<kW, kCH, kGen>, dim3((tab.ffn + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
+                           0, stream, pdl, tab, x, plan, fo);
   }
   if (e == cudaSuccess) {
     if (detail::MmaOrder(order, kW, tab.ffn)) {
-      e = n <= 8 ? LaunchMmaDown<1>(tab, plan, ys, stream, pdl) : LaunchMmaDown<2>(tab, plan, ys, stream, pdl);
+      e = n <= 8 ? LaunchMmaDown<1, kGen>(tab, plan, ys, stream, pdl) : LaunchMmaDown<2, kGen>(tab, plan, ys, stream, pdl);
     } else {
-      e = LaunchDecodeKernel(DownKernel<kW, kCF>, dim3((tab.hidden + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
+      e = LaunchDecodeKernel(DownKernel<kW, kCF, kGen>, dim3((tab.hidden + kWarps - 1) / kWarps, ys), dim3(kWarps * 32),
                              0, stream, pdl, tab, plan);
     }
   }
@@ -628,14 +659,29 @@ cudaError_t LaunchTyped(const ExpertTables& tab, const float* x, int n, int k, c
   return e;
 }
 
-template <ElemType kW>
-cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, float* out,
-                       bool accumulate, cudaStream_t stream, GemvOrder order) {
+template <ElemType kW, bool kGen>
+cudaError_t LaunchHalf(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, const ExpertFfn& fo,
+                       float* out, bool accumulate, cudaStream_t stream, GemvOrder order) {
   const bool ch = GemvTakes(kW, tab.hidden), cf = GemvTakes(kW, tab.ffn);
-  if (ch && cf) return LaunchTyped<kW, true, true>(tab, x, n, k, plan, out, accumulate, stream, order);
-  if (ch) return LaunchTyped<kW, true, false>(tab, x, n, k, plan, out, accumulate, stream, order);
-  if (cf) return LaunchTyped<kW, false, true>(tab, x, n, k, plan, out, accumulate, stream, order);
-  return LaunchTyped<kW, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
+  if (ch && cf) return LaunchTyped<kW, true, true, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+  if (ch) return LaunchTyped<kW, true, false, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+  if (cf) return LaunchTyped<kW, false, true, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+  return LaunchTyped<kW, false, false, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+}
+
+// The launches after the plan, for one epilogue variant.
+template <bool kGen>
+cudaError_t LaunchProducts(const ExpertTables& tab, const float* x, int n, int k, const Plan& plan, const ExpertFfn& fo,
+                           float* out, bool accumulate, cudaStream_t stream, GemvOrder order, PackedLayout layout) {
+  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
+  // `order`), else the row kernel.
+  if (IsPacked(tab.type)) return LaunchPacked<kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, layout);
+  if (tab.type == ElemType::kF32) {
+    return LaunchTyped<ElemType::kF32, false, false, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+  }
+  return detail::WithHalfType(tab.type, [&](auto t) {
+    return LaunchHalf<decltype(t)::value, kGen>(tab, x, n, k, plan, fo, out, accumulate, stream, order);
+  });
 }
 
 }  // namespace
@@ -649,7 +695,7 @@ size_t RoutedExpertsWorkspaceBytes(int n, int k, int hidden, int ffn) {
 cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, const int32_t* route_ids,
                                 const float* route_w, int k, void* workspace, size_t workspace_bytes,
                                 float* out, bool accumulate, cudaStream_t stream, GemvOrder order,
-                                PackedLayout layout) {
+                                PackedLayout layout, const ExpertFfn& ffn) {
   SPECGEN_KERNEL_REQUIRE(n >= 1 && n <= kRoutedExpertsMaxTokens && k >= 1 && k <= kRouterMaxTopK);
   SPECGEN_KERNEL_REQUIRE(tab.experts >= k && tab.experts <= kRouterMaxExperts && tab.hidden > 0 && tab.ffn > 0);
   SPECGEN_KERNEL_REQUIRE(tab.gate && tab.up && tab.down && x && route_ids && route_w && workspace && out);
@@ -659,20 +705,16 @@ cudaError_t LaunchRoutedExperts(const ExpertTables& tab, const float* x, int n, 
   SPECGEN_KERNEL_REQUIRE(!IsPacked(tab.type) || IsPacked(tab.down_type));
   SPECGEN_KERNEL_REQUIRE(!IsPacked(tab.type) ||
                          (tab.hidden % BlockElems(tab.type) == 0 && tab.ffn % BlockElems(tab.down_type) == 0));
+  SPECGEN_KERNEL_REQUIRE(!IsPacked(tab.bias_type));
   const Plan plan = CarvePlan(workspace, n * k, tab.ffn);
   const cudaError_t planned = LaunchDecodeKernel(PlanKernel, dim3(1), dim3(kPlanThreads), 0, stream,
                                                  ProgrammaticLaunchOnCurrentDevice(), route_ids, route_w, n, k, tab.experts,
-                                                 plan);
+                                                 ffn.route_scale, plan);
   if (planned != cudaSuccess) return planned;
-  // The order MatMul would use for each product (CudaBackend::MatMul): the GEMV where GemvTakes (in
-  // `order`), else the row kernel.
-  if (IsPacked(tab.type)) return LaunchPacked(tab, x, n, k, plan, out, accumulate, stream, layout);
-  if (tab.type == ElemType::kF32) {
-    return LaunchTyped<ElemType::kF32, false, false>(tab, x, n, k, plan, out, accumulate, stream, order);
+  if (NeedsGeneralEpilogue(tab, ffn)) {
+    return LaunchProducts<true>(tab, x, n, k, plan, ffn, out, accumulate, stream, order, layout);
   }
-  return detail::WithHalfType(tab.type, [&](auto t) {
-    return LaunchHalf<decltype(t)::value>(tab, x, n, k, plan, out, accumulate, stream, order);
-  });
+  return LaunchProducts<false>(tab, x, n, k, plan, ffn, out, accumulate, stream, order, layout);
 }
 
 }  // namespace specgen::kernels
