@@ -136,6 +136,14 @@ struct AttentionShape {
   int64_t ring = 0;
 };
 
+// The expert FFN beyond SwiGLU (issue 45): the activation between gate/up and down (gpt-oss clamps).
+// Biases come with the experts (ExpertRefs, ExpertWeights).
+struct ExpertFfnOptions {
+  FfnActivation act = FfnActivation::kSwiGlu;
+  float alpha = 1.702f;  // kSwiGluClamped
+  float limit = 7.0f;
+};
+
 // How router logits become the top-k experts and their weights (Backend::RouteWith).
 struct RouterParams {
   RouterNorm norm = RouterNorm::kSoftmaxThenTopK;
@@ -278,23 +286,31 @@ class Backend {
   // --- MoE routing without the host (docs/design.md §6.2: the expert-union read is needed only where the host
   // must fetch experts; with every expert resident the device can route by itself) ---
   // An MoE layer's experts, prepared once for RouteAndRunExperts (on the GPU: device tables of the
-  // experts' addresses). nullptr when this backend has no such path (the CPU: routing on the host costs
-  // nothing there) or the experts do not suit it; the caller then routes on the host.
+  // experts' addresses, and of their biases where `experts` has them: all three roles' or some, each
+  // role for every expert or for none). The set refers to the weights, biases included, which must
+  // outlive it. nullptr when this backend has no such path (the CPU: routing on the host costs nothing
+  // there) or the experts do not suit it; the caller then routes on the host.
   virtual absl::StatusOr<std::unique_ptr<ExpertSet>> PrepareExperts(const ExpertWeights& experts) {
     (void)experts;
     return std::unique_ptr<ExpertSet>();
   }
   // out [n, hidden] = the routed experts' weighted sum for each token of x [n, hidden], routed from
-  // router_logits [n, E] as Route would, equal bit for bit to routing on the host (RunRoutedExperts);
-  // with `accumulate`, out += that sum instead (the residual add, Add's bits).
+  // router_logits [n, E] as RouteWith(router) would, each expert's FFN as `ffn` and the set's biases
+  // make it, equal bit for bit to routing on the host (RunRoutedExperts with the same router, ffn and
+  // experts); with `accumulate`, out += that sum instead (the residual add, Add's bits).
   // Returns false, having done nothing, when this batch is not one the path takes (more than 16 tokens;
   // for a set whose experts stream (engine/model/weight_streaming.h), also a batch whose union of
-  // experts might not fit the cache's slots).
+  // experts might not fit the cache's slots). Invalid router params are an error, as in RouteWith.
   virtual absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                                  RouterNorm norm, const ExpertSet& experts, Buffer* out,
-                                                  bool accumulate) {
-    (void)x, (void)router_logits, (void)k, (void)norm, (void)experts, (void)out, (void)accumulate;
+                                                  const RouterParams& router, const ExpertFfnOptions& ffn,
+                                                  const ExpertSet& experts, Buffer* out, bool accumulate) {
+    (void)x, (void)router_logits, (void)k, (void)router, (void)ffn, (void)experts, (void)out, (void)accumulate;
     return false;
+  }
+  // The plain models' form: softmax routing by `norm`, SwiGLU experts.
+  absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k, RouterNorm norm,
+                                          const ExpertSet& experts, Buffer* out, bool accumulate) {
+    return RouteAndRunExperts(x, router_logits, k, RouterParams{norm}, ExpertFfnOptions{}, experts, out, accumulate);
   }
 
   // --- the routing regimes of the offload benchmarks (docs/design.md §12; never generate or chat) ---

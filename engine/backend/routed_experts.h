@@ -27,15 +27,7 @@ absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router
                               RouterNorm norm, const ExpertWeights& experts, const HostRoutingScratch& scratch,
                               Buffer* out);
 
-// The expert FFN beyond SwiGLU (issue 45): the activation between gate/up and down (gpt-oss clamps).
-// Biases come with the experts (ExpertRefs, ExpertWeights).
-struct ExpertFfnOptions {
-  FfnActivation act = FfnActivation::kSwiGlu;
-  float alpha = 1.702f;  // kSwiGluClamped
-  float limit = 7.0f;
-};
-
-// The general form: routed by `router` (Backend::RouteWith), each expert's products plus its biases
+// The general form (ExpertFfnOptions: engine/backend/backend.h): routed by `router` (Backend::RouteWith), each expert's products plus its biases
 // where it has them, then `ffn.act`.
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               const RouterParams& router, const ExpertFfnOptions& ffn,

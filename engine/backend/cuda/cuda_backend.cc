@@ -857,19 +857,16 @@ absl::Status CudaBackend::Route(const Buffer& logits, int64_t k, RouterNorm norm
   return ReadRouting(r, logits.rows(), k, routing);
 }
 
-absl::Status CudaBackend::RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) {
+// What RouteWith and RouteAndRunExperts refuse of `p` beyond CheckRoute's shapes (RouteOnDevice
+// takes the rest as given).
+static absl::Status CheckRouterParams(const Buffer& logits, int64_t k, const RouterParams& p) {
   if (!IsSigmoidRouter(p.norm)) {
     if (p.selection_bias != nullptr || p.n_groups != 1) {
       return InvalidArgument("cuda Route: a selection bias or expert groups need sigmoid routing");
     }
-    RETURN_IF_ERROR(Route(logits, k, p.norm, routing));
-    if (p.scale != 1.0f) {  // the CPU's one rounding a weight, on the host as there
-      for (float& w : routing->weight) w *= p.scale;
-    }
     return absl::OkStatus();
   }
   const int64_t e = logits.cols();
-  RETURN_IF_ERROR(CheckRoute("cuda", logits, k));
   if (p.n_groups <= 0 || e % p.n_groups != 0 || p.groups_used <= 0 || p.groups_used > p.n_groups ||
       p.groups_used * (e / p.n_groups) < k || (p.n_groups > 1 && e / p.n_groups < 2)) {
     return InvalidArgument("cuda Route: top-", k, " of ", e, " experts in ", p.n_groups, " groups keeping ",
@@ -888,6 +885,19 @@ absl::Status CudaBackend::RouteWith(const Buffer& logits, int64_t k, const Route
       return InvalidArgument("cuda Route: a selection bias of a block-quantized type");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RouteWith(const Buffer& logits, int64_t k, const RouterParams& p, Routing* routing) {
+  RETURN_IF_ERROR(CheckRouterParams(logits, k, p));
+  if (!IsSigmoidRouter(p.norm)) {
+    RETURN_IF_ERROR(Route(logits, k, p.norm, routing));
+    if (p.scale != 1.0f) {  // the CPU's one rounding a weight, on the host as there
+      for (float& w : routing->weight) w *= p.scale;
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckRoute("cuda", logits, k));
   ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(logits, k, p));
   return ReadRouting(r, logits.rows(), k, routing);
 }
@@ -928,7 +938,7 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
   const ElemType type = W(g0).type();
   const ElemType down_type = experts.down[0] != nullptr ? W(*experts.down[0]).type() : type;
   if (!kernels::RoutedExpertTypesSupported(type, down_type)) return std::unique_ptr<ExpertSet>();
-  std::vector<const void*> addresses;  // gate[0..e), up[0..e), down[0..e)
+  std::vector<const void*> addresses;  // gate[0..e), up[0..e), down[0..e), then each bias role present
   for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
     for (const Weight* w : *list) {
       const bool down = list == &experts.down;
@@ -937,6 +947,33 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
         return std::unique_ptr<ExpertSet>();
       }
       addresses.push_back(W(*w).data());
+    }
+  }
+  // Biases: a role's for every expert or for none (RunRoutedExperts' rule), one element type for all of
+  // them (the kernels read one), [ffn] for gate and up, [hidden] for down.
+  const std::vector<const Weight*>* bias_lists[3] = {&experts.gate_bias, &experts.up_bias, &experts.down_bias};
+  ElemType bias_type = ElemType::kF32;
+  bool any_bias = false;
+  size_t bias_offset[3] = {0, 0, 0};  // into addresses, 0: the role has none
+  for (int role = 0; role < 3; ++role) {
+    const std::vector<const Weight*>& list = *bias_lists[role];
+    if (list.empty()) continue;
+    if (list.size() != e) {
+      return InvalidArgument("cuda PrepareExperts: biases for ", list.size(), " of ", e, " experts");
+    }
+    const int64_t want = role == 2 ? g0.cols() : g0.rows();
+    bias_offset[role] = addresses.size();
+    for (const Weight* b : list) {
+      if (b == nullptr || b->rows() * b->cols() != want) {
+        return InvalidArgument("cuda PrepareExperts: an expert bias of ", b ? b->rows() * b->cols() : 0,
+                               " elements where ", want, " are needed");
+      }
+      if (kernels::IsPacked(W(*b).type()) || (any_bias && W(*b).type() != bias_type)) {
+        return std::unique_ptr<ExpertSet>();  // the op-by-op path takes any mix
+      }
+      bias_type = W(*b).type();
+      any_bias = true;
+      addresses.push_back(W(*b).data());
     }
   }
   const size_t bytes = addresses.size() * sizeof(void*);
@@ -957,12 +994,16 @@ absl::StatusOr<std::unique_ptr<ExpertSet>> CudaBackend::PrepareExperts(const Exp
   t.ffn = static_cast<int>(g0.rows());
   t.type = type;
   t.down_type = down_type;
+  t.gate_bias = bias_offset[0] ? table + bias_offset[0] : nullptr;
+  t.up_bias = bias_offset[1] ? table + bias_offset[1] : nullptr;
+  t.down_bias = bias_offset[2] ? table + bias_offset[2] : nullptr;
+  t.bias_type = bias_type;
   return std::unique_ptr<ExpertSet>(std::make_unique<CudaExpertSet>(t, arena_.get(), block));
 }
 
 absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                                     RouterNorm norm, const ExpertSet& experts, Buffer* out,
-                                                     bool accumulate) {
+                                                     const RouterParams& router, const ExpertFfnOptions& ffn,
+                                                     const ExpertSet& experts, Buffer* out, bool accumulate) {
   const CudaExpertSet& set = static_cast<const CudaExpertSet&>(experts);
   const kernels::ExpertTables& t = set.tables();
   const int64_t n = x.rows();
@@ -974,14 +1015,29 @@ absl::StatusOr<bool> CudaBackend::RouteAndRunExperts(const Buffer& x, const Buff
                            router_logits.rows(), ", ", router_logits.cols(), "], out [", out->rows(), ", ",
                            out->cols(), "] for ", t.experts, " experts of hidden ", t.hidden);
   }
-  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, RouterParams{norm}));
+  RETURN_IF_ERROR(CheckRouterParams(router_logits, k, router));
+  kernels::ExpertFfn kf;
+  switch (ffn.act) {
+    case FfnActivation::kSwiGlu: break;
+    case FfnActivation::kSwiGluClamped:
+      kf.clamped = true;
+      kf.alpha = ffn.alpha;
+      kf.limit = ffn.limit;
+      break;
+    default: return InvalidArgument("cuda RouteAndRunExperts: an expert activation it does not know");
+  }
+  // A softmax router's routed scale is RouteWith's host multiply (one rounding a weight), done by the
+  // experts' plan kernel instead; a sigmoid router's kernel applies its own.
+  kf.route_scale = IsSigmoidRouter(router.norm) ? 1.0f : router.scale;
+  ASSIGN_OR_RETURN(const DeviceRouting r, RouteOnDevice(router_logits, k, router));
   // A streamed layer: its routed experts into cache slots, the tables pointed at them (on the device).
   if (set.fetch() != nullptr) RETURN_IF_ERROR(set.fetch()->Fetch(r.ids, static_cast<int>(n * k), stream_));
   const size_t ws = kernels::RoutedExpertsWorkspaceBytes(static_cast<int>(n), static_cast<int>(k), t.hidden, t.ffn);
   RETURN_IF_ERROR(EnsureScratch(&experts_ws_, &experts_ws_bytes_, ws, "the routed experts' workspace"));
   CUDA_RETURN_IF_ERROR(kernels::LaunchRoutedExperts(t, B(x).data(), static_cast<int>(n), r.ids, r.weights,
                                                     static_cast<int>(k), experts_ws_, experts_ws_bytes_,
-                                                    B(*out).data(), accumulate, stream_, gemv_order_));
+                                                    B(*out).data(), accumulate, stream_, gemv_order_,
+                                                    kernels::PackedLayout::kAuto, kf));
   return true;
 }
 

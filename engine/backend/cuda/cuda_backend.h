@@ -112,13 +112,15 @@ class CudaBackend : public Backend {
   absl::Status GatherRows(const Buffer& src, std::span<const int32_t> rows, Buffer* dst) override;
   absl::Status ScatterAddScaled(const Buffer& src, std::span<const int32_t> rows,
                                 std::span<const float> scales, Buffer* dst) override;
-  // Every expert of one shape and type: device address tables. Otherwise nullptr (host routing).
+  // Every expert of one shape and type (biases: of one unpacked type): device address tables.
+  // Otherwise nullptr (host routing).
   absl::StatusOr<std::unique_ptr<ExpertSet>> PrepareExperts(const ExpertWeights& experts) override;
-  // 1..16 tokens: router, expert GEMVs and the weighted sum on the device (kernels/routed_experts.cuh),
-  // no host wait.
+  // 1..16 tokens: router (softmax or sigmoid), expert GEMVs with their biases and activation, and the
+  // weighted sum on the device (kernels/routed_experts.cuh), no host wait.
+  using Backend::RouteAndRunExperts;
   absl::StatusOr<bool> RouteAndRunExperts(const Buffer& x, const Buffer& router_logits, int64_t k,
-                                          RouterNorm norm, const ExpertSet& experts, Buffer* out,
-                                          bool accumulate) override;
+                                          const RouterParams& router, const ExpertFfnOptions& ffn,
+                                          const ExpertSet& experts, Buffer* out, bool accumulate) override;
   // The trace copied into the arena (stream-ordered, no host wait; not while capturing); the armed
   // override rewrites the router's ids on the device right after it (kernels/routing_override.cuh),
   // reading the pass's positions from device memory: the staged positions, or with a device length

@@ -1,7 +1,8 @@
-// The CUDA backend's ExpertSet: device tables of one MoE layer's expert addresses, which the routed
-// experts' kernels read (kernels/routed_experts.cuh). A resident set's tables are written once; a
-// streamed set (moe/cuda/streamed_experts.h) carries a fetch that, run on the device after
-// the router, brings the routed experts into VRAM cache slots and points the tables at them.
+// The CUDA backend's ExpertSet: device tables of one MoE layer's expert addresses (and of their biases,
+// where the experts have them), which the routed experts' kernels read (kernels/routed_experts.cuh). A
+// resident set's tables are written once; a streamed set (moe/cuda/streamed_experts.h) carries a fetch
+// that, run on the device after the router, brings the routed experts into VRAM cache slots and points
+// the matrices' tables at them (biases stay resident: their tables never change).
 #pragma once
 
 #include <cuda_runtime_api.h>
