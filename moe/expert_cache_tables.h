@@ -1,7 +1,8 @@
 // The VRAM the expert cache takes beside its slots, as moe/cuda/streamed_experts.cc lays it out: one
 // block of tables (per (layer, expert) its slot, per slot its owner and last-use stamp, the last
 // decision's two fetch lists, the counters), one block of expert addresses per layer (gate, up and
-// down pointers an expert), and one slot that stages experts for host-routed passes. The planner
+// down pointers an expert, then its resident biases' pointers where the model has them), and one slot
+// that stages experts for host-routed passes. The planner
 // (planner.h) counts exactly these bytes and the allocation is made from them, so the two agree.
 // Plain host code: the sizes of the device structs they mirror are checked where those are known
 // (static_asserts in streamed_experts.cc).
@@ -20,6 +21,8 @@ inline constexpr size_t kExpertCacheStateBytes = 48;
 inline constexpr size_t kArenaAlignment = 256;
 // One expert's three device pointers in its layer's address tables.
 inline constexpr size_t kExpertAddressBytes = 3 * 8;
+// And one pointer for each of its bias roles (gate, up, down: gpt-oss has all three), after them.
+inline constexpr size_t kExpertBiasAddressBytes = 8;
 
 inline constexpr size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
 inline constexpr size_t ArenaBytes(size_t b) { return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
@@ -41,11 +44,18 @@ inline ExpertCacheTableLayout ExpertCacheTables(int64_t layers, int64_t experts,
   return t;
 }
 
+// A streamed layer's address tables: an expert's matrices, then its `bias_roles` biases.
+inline size_t ExpertAddressTableBytes(int64_t experts, int bias_roles) {
+  return (kExpertAddressBytes + kExpertBiasAddressBytes * static_cast<size_t>(bias_roles)) *
+         static_cast<size_t>(experts);
+}
+
 // Every arena byte of the cache but its slots: the tables block, the layers' address tables and the
 // staging slot (allocated at the first host-routed pass; every prompt longer than 16 positions has one).
-inline size_t ExpertCacheOverheadBytes(int64_t layers, int64_t experts, int64_t slots, size_t slot_bytes) {
+inline size_t ExpertCacheOverheadBytes(int64_t layers, int64_t experts, int64_t slots, size_t slot_bytes,
+                                       int bias_roles = 0) {
   return ArenaBytes(ExpertCacheTables(layers, experts, slots).bytes) +
-         static_cast<size_t>(layers) * ArenaBytes(kExpertAddressBytes * static_cast<size_t>(experts)) +
+         static_cast<size_t>(layers) * ArenaBytes(ExpertAddressTableBytes(experts, bias_roles)) +
          ArenaBytes(slot_bytes);
 }
 

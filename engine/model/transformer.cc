@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr
   }
   t->rope_factor_ = RopeAttentionFactor(spec.rope_scaling);
   t->general_moe_ = !RequiredFeatures(spec).empty();
+  t->device_routed_experts_ = options.device_routed_experts;
   RETURN_IF_ERROR(t->UploadWeights(options));
   return t;
 }
@@ -137,6 +138,22 @@ absl::Status Transformer::UploadTensor(const WeightKey& key, std::unique_ptr<Wei
   return absl::OkStatus();
 }
 
+absl::Status Transformer::UploadExpertBiases(int64_t l) {
+  LayerWeights& lw = layers_[l];
+  if (!model_->spec.expert_bias || !lw.expert_refs.gate_bias.empty()) return absl::OkStatus();
+  lw.experts.resize(model_->spec.n_experts);
+  for (int e = 0; e < model_->spec.n_experts; ++e) {
+    const int layer = static_cast<int>(l);
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertGateBias, layer, e}, &lw.experts[e].gate_bias));
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertUpBias, layer, e}, &lw.experts[e].up_bias));
+    RETURN_IF_ERROR(UploadTensor({Role::kExpertDownBias, layer, e}, &lw.experts[e].down_bias));
+    lw.expert_refs.gate_bias.push_back(lw.experts[e].gate_bias.get());
+    lw.expert_refs.up_bias.push_back(lw.experts[e].up_bias.get());
+    lw.expert_refs.down_bias.push_back(lw.experts[e].down_bias.get());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Transformer::UploadExperts(int64_t l) {
   LayerWeights& lw = layers_[l];
   lw.experts.resize(model_->spec.n_experts);
@@ -148,17 +165,9 @@ absl::Status Transformer::UploadExperts(int64_t l) {
     lw.expert_refs.gate.push_back(lw.experts[e].gate.get());
     lw.expert_refs.up.push_back(lw.experts[e].up.get());
     lw.expert_refs.down.push_back(lw.experts[e].down.get());
-    if (model_->spec.expert_bias) {
-      RETURN_IF_ERROR(UploadTensor({Role::kExpertGateBias, layer, e}, &lw.experts[e].gate_bias));
-      RETURN_IF_ERROR(UploadTensor({Role::kExpertUpBias, layer, e}, &lw.experts[e].up_bias));
-      RETURN_IF_ERROR(UploadTensor({Role::kExpertDownBias, layer, e}, &lw.experts[e].down_bias));
-      lw.expert_refs.gate_bias.push_back(lw.experts[e].gate_bias.get());
-      lw.expert_refs.up_bias.push_back(lw.experts[e].up_bias.get());
-      lw.expert_refs.down_bias.push_back(lw.experts[e].down_bias.get());
-    }
   }
-  // The device's own routing (RouteAndRunExperts) knows softmax routing and plain SwiGLU experts only.
-  if (general_moe_) return absl::OkStatus();
+  RETURN_IF_ERROR(UploadExpertBiases(l));
+  if (!device_routed_experts_) return absl::OkStatus();
   ASSIGN_OR_RETURN(lw.expert_set, backend_->PrepareExperts(lw.expert_refs));
   lw.device_experts = lw.expert_set.get();
   return absl::OkStatus();
@@ -176,8 +185,11 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
     return key.layer >= 0 && key.expert < 0 && layers_[key.layer].dense_streamed >= 0 &&
            (key.role == Role::kFfnGate || key.role == Role::kFfnUp || key.role == Role::kFfnDown);
   };
+  // A streamed layer's expert biases are uploaded all the same (small, and read by every pass).
   for (const auto& [key, view] : ws.tensors()) {
-    if (!(experts_stream && key.expert >= 0) && !streams_ffn(key)) upload_total_ += view.bytes;
+    if (!(experts_stream && key.expert >= 0 && !IsVectorRole(key.role)) && !streams_ffn(key)) {
+      upload_total_ += view.bytes;
+    }
   }
   auto up = [&](Role role, int layer, int expert, std::unique_ptr<Weight>* dst) {
     return UploadTensor({role, layer, expert}, dst);
@@ -217,9 +229,13 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
       }
       if (options.expert_cache_slots < 0) {
         RETURN_IF_ERROR(UploadExperts(l));
-      } else {  // gathered below, for the backend to keep in host memory
+      } else {  // gathered below, for the backend to keep in host memory; the biases stay resident
+        RETURN_IF_ERROR(UploadExpertBiases(l));
         ExpertViews v;
         v.name = Cat(model_->source, ": blk.", l, " experts");
+        v.gate_bias = lw.expert_refs.gate_bias;
+        v.up_bias = lw.expert_refs.up_bias;
+        v.down_bias = lw.expert_refs.down_bias;
         for (int e = 0; e < spec.n_experts; ++e) {
           ASSIGN_OR_RETURN(TensorView g, ws.Get({Role::kExpertGate, l, e}));
           ASSIGN_OR_RETURN(TensorView u, ws.Get({Role::kExpertUp, l, e}));
@@ -251,7 +267,7 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
     if (streamed_ == nullptr) {  // no streaming: uploaded with the rest
       lw.streamed = -1;
       RETURN_IF_ERROR(UploadExperts(l));
-    } else {
+    } else if (device_routed_experts_) {
       lw.device_experts = &streamed_->layer(static_cast<size_t>(lw.streamed));
     }
   }
@@ -631,18 +647,7 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
                                                                  spec.router_norm, *lw.device_experts, s.h.get(), true));
     if (on_device) return absl::OkStatus();
   }
-  const HostRoutingScratch scratch{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
-  if (lw.streamed >= 0) {  // routed on the host, each routed expert staged into VRAM once
-    StreamedExperts* streamed = streamed_.get();
-    const size_t index = static_cast<size_t>(lw.streamed);
-    ++host_routed_layer_passes_;
-    RETURN_IF_ERROR(RunRoutedExperts(
-        be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm, spec.n_experts,
-        [streamed, index](int e) { return streamed->Stage(index, e); }, scratch, s.out.get()));
-  } else {
-    RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, spec.router_norm,
-                                     lw.expert_refs, scratch, s.out.get()));
-  }
+  RETURN_IF_ERROR(HostRoutedExperts(layer, RouterParams{spec.router_norm}, ExpertFfnOptions{}));
   return be.Add(*s.out, s.h.get());
 }
 
@@ -753,15 +758,29 @@ absl::Status Transformer::SequencesAttention(int64_t layer, std::span<const int3
 
 namespace specgen {
 
+absl::Status Transformer::HostRoutedExperts(int64_t layer, const RouterParams& router, const ExpertFfnOptions& ffn) {
+  const ModelSpec& spec = model_->spec;
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  const HostRoutingScratch scratch{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
+  if (lw.streamed < 0) {
+    return RunRoutedExperts(*backend_, *s.x, *s.router_logits, spec.n_experts_used, router, ffn, lw.expert_refs,
+                            scratch, s.out.get());
+  }
+  // Each routed expert staged into VRAM once (its biases are resident: Stage returns them too).
+  StreamedExperts* streamed = streamed_.get();
+  const size_t index = static_cast<size_t>(lw.streamed);
+  ++host_routed_layer_passes_;
+  return RunRoutedExperts(
+      *backend_, *s.x, *s.router_logits, spec.n_experts_used, router, ffn, spec.n_experts,
+      [streamed, index](int e) { return streamed->Stage(index, e); }, scratch, s.out.get());
+}
+
 absl::Status Transformer::MoeFfnGeneral(int64_t layer) {
   const ModelSpec& spec = model_->spec;
   const LayerWeights& lw = layers_[layer];
   Scratch& s = *scratch_;
   Backend& be = *backend_;
-  if (lw.streamed >= 0 || streamed_ != nullptr) {
-    return absl::UnimplementedError(Cat(model_->source, ": streamed experts of a ", ArchName(spec.arch),
-                                        " model (biases, sigmoid routing, shared experts) are not supported"));
-  }
   if (routing_override_ != nullptr) {
     const auto& is_moe = spec.layer_is_moe;
     const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
@@ -777,10 +796,18 @@ absl::Status Transformer::MoeFfnGeneral(int64_t layer) {
   ffn.act = spec.expert_act;
   ffn.alpha = spec.swiglu_alpha;
   ffn.limit = spec.swiglu_limit;
-  const HostRoutingScratch scratch{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
-  RETURN_IF_ERROR(RunRoutedExperts(be, *s.x, *s.router_logits, spec.n_experts_used, router, ffn, lw.expert_refs,
-                                   scratch, s.out.get()));
-  if (lw.shared_gate != nullptr) {
+  // With a shared expert the routed sum goes to `out`, the shared expert is added to it, then out to
+  // the residual: the host path's order of additions. Without one, the device adds the sum to the
+  // residual itself (accumulate: Add's bits, one kernel fewer).
+  const bool shared = lw.shared_gate != nullptr;
+  bool on_device = false;
+  if (lw.device_experts != nullptr) {
+    ASSIGN_OR_RETURN(on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used, router, ffn,
+                                                      *lw.device_experts, shared ? s.out.get() : s.h.get(), !shared));
+    if (on_device && !shared) return absl::OkStatus();
+  }
+  if (!on_device) RETURN_IF_ERROR(HostRoutedExperts(layer, router, ffn));
+  if (shared) {
     // The shared expert on the same normed input, added to the routed sum (transformers' order).
     RETURN_IF_ERROR(be.MatMulSwiGlu(*s.x, *lw.shared_gate, *lw.shared_up, s.sh_u.get(), s.sh_g.get()));
     RETURN_IF_ERROR(be.MatMul(*s.sh_g, *lw.shared_down, s.sh_y.get()));

@@ -59,6 +59,11 @@ struct TransformerOptions {
   // false: every position, masked (the reference the ring is tested against). Honoured only on a
   // backend whose Attention takes a ring (Backend::SupportsKvRing); elsewhere every position is kept.
   bool sliding_window_ring = true;
+  // MoE layers route and run their experts on the device where the backend has that path
+  // (Backend::PrepareExperts, RouteAndRunExperts: no host wait a layer), else on the host. false: always
+  // on the host (RunRoutedExperts; a streamed layer stages every routed expert), the reference the
+  // device path is tested against bit for bit.
+  bool device_routed_experts = true;
 };
 
 // Which rows of a pass the output norm and head run on. A prompt's prefill reads at most its last row,
@@ -178,6 +183,9 @@ class Transformer : public CausalLm {
   // Uploads one tensor, counting its resident bytes and the upload's progress.
   absl::Status UploadTensor(const WeightKey& key, std::unique_ptr<Weight>* dst);
   absl::Status UploadExperts(int64_t layer);
+  // The layer's expert biases (ModelSpec::expert_bias), resident whether or not its experts stream;
+  // once (UploadExperts after a streamed layer's fallback finds them there).
+  absl::Status UploadExpertBiases(int64_t layer);
   // The dense FFN layers TransformerOptions::streamed_dense_layers names: checked, then kept by the
   // backend in host memory (or uploaded where it keeps everything resident).
   absl::Status PrepareDenseStreaming(const TransformerOptions& options);
@@ -195,8 +203,11 @@ class Transformer : public CausalLm {
   absl::Status DenseFfnBlock(int64_t layer);
   absl::Status MoeFfnBlock(int64_t layer);
   // An MoE layer with any of issue 45's features (sigmoid routing, biases, clamped experts, shared
-  // experts), routed on the host; router_logits already computed.
+  // experts); router_logits already computed. Routed on the device where MoeFfnBlock would route a
+  // plain layer there (streamed layers too), else on the host; the shared expert runs as ops after.
   absl::Status MoeFfnGeneral(int64_t layer);
+  // out = the layer's routed sum, routed on the host (RunRoutedExperts; a streamed layer's experts staged).
+  absl::Status HostRoutedExperts(int64_t layer, const RouterParams& router, const ExpertFfnOptions& ffn);
 
   std::shared_ptr<const LoadedModel> model_;
   Backend* backend_;
@@ -204,6 +215,7 @@ class Transformer : public CausalLm {
   std::vector<float> rope_inv_freq_;  // per-pair inverse frequencies of a scaled or partial RoPE, else empty
   float rope_factor_ = 1.0f;          // YaRN's attention factor on the rotated dims (RopeAttentionFactor)
   bool general_moe_ = false;          // the model needs a ModelFeature: MoE layers run MoeFfnGeneral
+  bool device_routed_experts_ = true;  // TransformerOptions::device_routed_experts
   std::unique_ptr<Weight> token_embd_;
   std::unique_ptr<Weight> output_norm_;
   std::unique_ptr<Weight> output_;  // null when tied: token_embd_ is the head

@@ -24,6 +24,10 @@ namespace specgen {
 // One MoE layer's experts as loaded (host views), by expert id.
 struct ExpertViews {
   std::vector<TensorView> gate, up, down;
+  // Biases by expert id (ModelSpec::expert_bias; each role empty or one an expert): weights the caller
+  // uploaded, which must outlive the streamed experts. They never stream (E × (2F + D) values a layer,
+  // read by every pass): the layer's ExpertSet and Stage refer to them where they are.
+  std::vector<const Weight*> gate_bias, up_bias, down_bias;
   std::string name;  // names the layer in messages
 };
 struct ExpertStreamingOptions {

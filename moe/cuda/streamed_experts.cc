@@ -18,6 +18,7 @@ static_assert(moe::kExpertCacheFetchEntries == kernels::kExpertCacheMaxExperts);
 static_assert(sizeof(kernels::ExpertCacheState) <= moe::kExpertCacheStateBytes);
 static_assert(moe::kArenaAlignment == DeviceArena::kAlignment);
 static_assert(moe::kExpertAddressBytes == 3 * sizeof(void*));
+static_assert(moe::kExpertBiasAddressBytes == sizeof(void*));
 
 // The device forms every expert of a layer shares (gate/up [ffn, hidden] of one type, down [hidden,
 // ffn] of its own, as llama.cpp's _M mixes store them: what the routed experts' kernels take), or an
@@ -25,6 +26,8 @@ static_assert(moe::kExpertAddressBytes == 3 * sizeof(void*));
 struct LayerForm {
   DeviceForm gate, up, down;
   DType source, down_source;
+  int bias_roles = 0;  // roles with biases (each for every expert), in gate, up, down order
+  kernels::ElemType bias_type = kernels::ElemType::kF32;
 };
 absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
   const size_t e = v.gate.size();
@@ -47,6 +50,33 @@ absl::StatusOr<LayerForm> FormOf(const ExpertViews& v) {
     return absl::UnimplementedError(Cat(v.name, ": expert matrices of these types or shapes cannot be streamed (",
                                         kernels::ElemTypeName(f.gate.type), " gate, ", kernels::ElemTypeName(f.up.type),
                                         " up, ", kernels::ElemTypeName(f.down.type), " down)"));
+  }
+  // Biases: resident weights, a role's for every expert or none, of one unpacked type (the routed
+  // experts' kernels read one), [ffn] for gate and up, [hidden] for down.
+  bool typed = false;
+  for (const auto& [list, len, what] : {std::tuple{&v.gate_bias, f.gate.rows, "gate"},
+                                        std::tuple{&v.up_bias, f.gate.rows, "up"},
+                                        std::tuple{&v.down_bias, f.gate.cols, "down"}}) {
+    if (list->empty()) continue;
+    if (list->size() != e) {
+      return InvalidArgument(v.name, ": ", what, " biases for ", list->size(), " of ", e, " experts");
+    }
+    for (size_t i = 0; i < e; ++i) {
+      const Weight* b = (*list)[i];
+      if (b == nullptr || b->rows() * b->cols() != len) {
+        return InvalidArgument(v.name, " expert ", i, " ", what, " bias: ", b ? b->rows() * b->cols() : 0,
+                               " elements where ", len, " are needed");
+      }
+      const kernels::ElemType t = CudaBackend::Type(*b);
+      if (kernels::IsPacked(t) || (typed && t != f.bias_type)) {
+        return absl::UnimplementedError(Cat(v.name, " expert ", i, " ", what, " bias: biases of ",
+                                            kernels::ElemTypeName(t), " beside ", kernels::ElemTypeName(f.bias_type),
+                                            " or block-quantized cannot be streamed"));
+      }
+      f.bias_type = t;
+      typed = true;
+    }
+    ++f.bias_roles;
   }
   for (size_t i = 0; i < e; ++i) {
     for (const auto& [list, want, what] :
@@ -140,10 +170,22 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     const LayerForm& f = forms[l];
     const ExpertLayout::Layer& ll = lay.layers[l];
     const int e = static_cast<int>(ll.experts);
-    const size_t address_bytes = moe::kExpertAddressBytes * static_cast<size_t>(e);
+    const size_t address_bytes = moe::ExpertAddressTableBytes(e, f.bias_roles);
     ASSIGN_OR_RETURN(void* block, arena.Allocate(address_bytes, Cat(layers[l].name, ": expert address tables")));
     SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block, 0, address_bytes, stream));
     const void** table = static_cast<const void**>(block);
+    // The bias tables follow the fetched ones and are written once: the biases do not move.
+    const void* const* bias_table[3] = {nullptr, nullptr, nullptr};
+    std::vector<const void*> ba;
+    for (const auto* list : {&layers[l].gate_bias, &layers[l].up_bias, &layers[l].down_bias}) {
+      if (list->empty()) continue;
+      bias_table[list == &layers[l].gate_bias ? 0 : list == &layers[l].up_bias ? 1 : 2] = table + 3 * e + ba.size();
+      for (const Weight* b : *list) ba.push_back(CudaBackend::Data(*b));
+    }
+    if (!ba.empty()) {  // pageable source: the call returns once the bytes are staged
+      SPECGEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(table + 3 * e, ba.data(), ba.size() * sizeof(void*),
+                                                   cudaMemcpyHostToDevice, stream));
+    }
     kernels::ExpertTables tab;
     tab.gate = table;
     tab.up = table + e;
@@ -153,6 +195,10 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     tab.ffn = static_cast<int>(f.gate.rows);
     tab.type = f.gate.type;
     tab.down_type = f.down.type;
+    tab.gate_bias = bias_table[0];
+    tab.up_bias = bias_table[1];
+    tab.down_bias = bias_table[2];
+    tab.bias_type = f.bias_type;
     kernels::ExpertCacheLayer cl;
     cl.layer = static_cast<int>(l);
     cl.experts = e;
@@ -171,6 +217,9 @@ absl::StatusOr<std::unique_ptr<CudaStreamedExperts>> CudaStreamedExperts::Create
     out.down_source = f.down_source;
     out.hidden = f.gate.cols;
     out.ffn = f.gate.rows;
+    out.gate_bias = layers[l].gate_bias;
+    out.up_bias = layers[l].up_bias;
+    out.down_bias = layers[l].down_bias;
     out.fetch = std::make_unique<LayerFetch>(s.get(), cl);
     out.set = std::make_unique<CudaExpertSet>(tab, &arena, block, out.fetch.get());
   }
@@ -207,7 +256,9 @@ absl::StatusOr<ExpertRefs> CudaStreamedExperts::Stage(size_t i, int expert) {
                                                cudaMemcpyHostToDevice, backend_->stream()));
   ++staged_;
   staged_bytes_ += static_cast<int64_t>(ll.stride);
-  return ExpertRefs{l.staged_gate.get(), l.staged_up.get(), l.staged_down.get()};
+  auto bias = [expert](const std::vector<const Weight*>& v) { return v.empty() ? nullptr : v[expert]; };
+  return ExpertRefs{l.staged_gate.get(), l.staged_up.get(),  l.staged_down.get(),
+                    bias(l.gate_bias),   bias(l.up_bias),    bias(l.down_bias)};
 }
 
 absl::Status CudaStreamedExperts::EmptyCache() {

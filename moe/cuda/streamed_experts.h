@@ -8,7 +8,8 @@
 // host memory and points the layer's address tables at the slots; the routed experts' kernels then run
 // unchanged. No host wait, so such a pass can be replayed from a CUDA graph. Every other batch (prefill,
 // or a union that might exceed the slots) is routed on the host, which stages each routed expert
-// through one VRAM buffer (Stage).
+// through one VRAM buffer (Stage). Expert biases (gpt-oss) never stream: the caller's resident weights
+// (ExpertViews), which the layer's address tables and Stage's refs point at.
 #pragma once
 
 #include <memory>
@@ -66,6 +67,7 @@ class CudaStreamedExperts : public StreamedExperts {
     std::unique_ptr<LayerFetch> fetch;
     std::unique_ptr<CudaExpertSet> set;
     std::unique_ptr<Weight> staged_gate, staged_up, staged_down;  // views of the staging buffer
+    std::vector<const Weight*> gate_bias, up_bias, down_bias;     // resident (ExpertViews), or empty
   };
 
   explicit CudaStreamedExperts(CudaBackend* backend) : backend_(backend) {}

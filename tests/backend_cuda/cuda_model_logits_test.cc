@@ -34,6 +34,7 @@
 // the greedy continuation with f32 weights.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "engine/io/model_loader.h"
 #include "engine/model/transformer.h"
 #include "gtest/gtest.h"
+#include "kernels/routed_experts.cuh"
 #include "tests/common/compare.h"
 #include "tests/common/gpu_test_env.h"
 #include "tests/common/golden_fixture.h"
@@ -241,6 +243,95 @@ INSTANTIATE_TEST_SUITE_P(Presets, CudaSynthArchLogits, ::testing::Values("tiny-g
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// The general MoE models route their experts on the device (Backend::RouteAndRunExperts: sigmoid routing,
+// expert biases and the clamped SwiGLU in the experts' epilogues; GLM's shared expert as ops after it,
+// added in the host path's order) with the host-routed path's bits (TransformerOptions::
+// device_routed_experts = false) on the same GPU: the logits of passes of 1..16 positions and of a
+// 37-position one (host-routed in both), bit for bit, each in turn through the KV cache. The device
+// path must be the one taken: a pass of <= 16 positions reads no expert union, where the host path
+// reads one a MoE layer. Fixtures from their HF directories (f32) and through a bf16 GGUF, under both
+// reduction orders; the synth presets in f32 and q8_0 (gpt-oss's experts MXFP4 there, as published).
+void ExpectDeviceRoutingEqualsHostRouting(std::shared_ptr<const LoadedModel> model, const std::string& what,
+                                          kernels::GemvOrder order) {
+  SCOPED_TRACE(what + " " + kernels::GemvOrderName(order));
+  auto gpu = testing::TestCudaBackend(size_t{512} << 20, order);
+  ASSERT_NE(gpu, nullptr);
+  TransformerOptions on_device;
+  on_device.max_context = 256;
+  TransformerOptions on_host = on_device;
+  on_host.device_routed_experts = false;
+  auto dev = Transformer::Create(model, gpu.get(), on_device);
+  auto host = Transformer::Create(model, gpu.get(), on_host);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  ASSERT_TRUE(host.ok()) << host.status();
+  const ModelSpec& spec = model->spec;
+  const int64_t moe_layers = std::count(spec.layer_is_moe.begin(), spec.layer_is_moe.end(), true);
+  ASSERT_GT(moe_layers, 0);
+  int64_t pos = 0;
+  for (const int n : {16, 1, 4, 16, 2, 7, 1, 9, 37, 3, 13, 1}) {
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((131 * (pos + i) + 17) % spec.vocab_size);
+    pos += n;
+    std::vector<float> ld, lh;
+    const int64_t before = gpu->syncs().expert_union;
+    ASSERT_TRUE((*dev)->Forward(ids, &ld).ok());
+    const int64_t mid = gpu->syncs().expert_union;
+    ASSERT_TRUE((*host)->Forward(ids, &lh).ok());
+    const int64_t after = gpu->syncs().expert_union;
+    if (n <= kernels::kRoutedExpertsMaxTokens) {
+      EXPECT_EQ(mid - before, 0) << n << " positions: the device path must route every MoE layer";
+    }
+    EXPECT_GE(after - mid, moe_layers) << n << " positions: the host path reads each MoE layer's routing";
+    ASSERT_EQ(ld.size(), lh.size());
+    for (size_t i = 0; i < ld.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(ld[i])) << n << " positions, logit " << i;
+      ASSERT_EQ(std::memcmp(&ld[i], &lh[i], sizeof(float)), 0)
+          << n << " positions, logit " << i << ": device-routed " << ld[i] << ", host-routed " << lh[i];
+    }
+  }
+}
+
+TEST(CudaGeneralMoeLogits, DeviceRoutingEqualsHostRoutingOnFixtures) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  for (const char* fixture : {"gptoss-tiny", "glm4moe-tiny"}) {
+    const fs::path dir = testing::SourceDir() / "tests" / "data" / "models" / fixture;
+    if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "fixture not present: " << dir;
+    auto hf = LoadModel(dir.string());
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    std::shared_ptr<const LoadedModel> model = std::move(hf).value();
+    ASSERT_FALSE(RequiredFeatures(model->spec).empty()) << fixture;
+    for (const kernels::GemvOrder order : kernels::kGemvOrders) {
+      ExpectDeviceRoutingEqualsHostRouting(model, std::string(fixture) + " hf", order);
+    }
+    GgufExportOptions opt;
+    opt.dtype = DType::kBF16;
+    const std::string path = ::testing::TempDir() + "/cuda_routing_" + fixture + "_bf16.gguf";
+    ASSERT_TRUE(ExportGguf(model->spec, model->weights, path, opt).ok());
+    auto g = LoadModel(path);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const std::shared_ptr<const LoadedModel> bf16 = std::move(g).value();
+    for (const kernels::GemvOrder order : kernels::kGemvOrders) {
+      ExpectDeviceRoutingEqualsHostRouting(bf16, std::string(fixture) + " gguf bf16", order);
+    }
+  }
+}
+
+TEST(CudaGeneralMoeLogits, DeviceRoutingEqualsHostRoutingOnSynthPresets) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  for (const char* preset : {"tiny-gptoss", "tiny-glm4moe"}) {
+    for (const DType t : {DType::kF32, DType::kQ8_0}) {
+      auto spec = SynthSpec(preset);
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      auto synth = SynthWeights(*spec, t, 7, 1);
+      ASSERT_TRUE(synth.ok()) << synth.status();
+      std::shared_ptr<LoadedModel> loaded = std::move(synth).value();
+      loaded->source = std::string("synth:") + preset;
+      ExpectDeviceRoutingEqualsHostRouting(loaded, std::string(preset) + " " + std::string(Name(t)),
+                                           kernels::GemvOrder::kFma);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace specgen

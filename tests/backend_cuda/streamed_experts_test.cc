@@ -359,6 +359,31 @@ TEST(StreamedExperts, EqualResidentOnFixtures) {
   }
 }
 
+// The general MoE models stream too (issue 45): gpt-oss's expert biases stay resident and reach both the
+// device path's tables (the GPU-driven cache) and the staged experts of the host-routed passes; GLM-4.5's
+// sigmoid routing and shared expert run beside its streamed experts. The synth presets in bf16 and
+// q8_0 (gpt-oss's experts MXFP4 there, as published), then the fixtures from their HF directories (f32).
+TEST(StreamedExperts, EqualResidentOnGeneralMoe) {
+  SPECGEN_SKIP_WITHOUT_CUDA();
+  for (const char* preset : {"tiny-gptoss", "tiny-glm4moe"}) {
+    for (const DType t : {DType::kBF16, DType::kQ8_0}) {
+      auto spec = SynthSpec(preset);
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      ASSERT_FALSE(RequiredFeatures(*spec).empty()) << preset;
+      auto w = SynthWeights(*spec, t, 9);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const std::string what = std::string("synth ") + preset + " " + std::string(Name(t));
+      CheckStreamedEqualsResident(what.c_str(), std::shared_ptr<const LoadedModel>(std::move(w).value()));
+      if (HasFatalFailure()) return;
+    }
+  }
+  for (const char* name : {"gptoss-tiny", "glm4moe-tiny"}) {
+    const auto path = testing::SourceDir() / "tests" / "data" / "models" / name;
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+    CheckStreamedEqualsResident(name, Load(path.string()));
+  }
+}
+
 // ---------------------------------------------------------------- the speculative loop
 
 TEST(StreamedExperts, SpeculativeGreedyEqualsTargetOnlyWithOneWaitAStep) {
