@@ -1,6 +1,7 @@
 #include "moe/model_bytes.h"
 
 #include <algorithm>
+#include <set>
 
 #include "engine/core/status_macros.h"
 #include "moe/expert_layout.h"
@@ -68,7 +69,9 @@ size_t ModelBytes::slot_bytes() const {
 
 size_t ModelBytes::device_total() const {
   size_t sum = embedding + head + experts_total();
-  for (const LayerBytes& l : layers) sum += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts;
+  for (const LayerBytes& l : layers) {
+    sum += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts + l.expert_biases;
+  }
   return sum;
 }
 
@@ -78,6 +81,7 @@ absl::StatusOr<ModelBytes> SumModelBytes(const ModelSpec& spec, const std::vecto
   out.spec = spec;
   out.source = std::move(source);
   out.layers.resize(static_cast<size_t>(spec.n_layers));
+  std::set<Role> bias_roles_seen;
   for (int64_t l = 0; l < spec.n_layers; ++l) {
     out.layers[l].moe = spec.is_moe() && l < static_cast<int64_t>(spec.layer_is_moe.size()) &&
                         spec.layer_is_moe[l];
@@ -102,6 +106,9 @@ absl::StatusOr<ModelBytes> SumModelBytes(const ModelSpec& spec, const std::vecto
     LayerBytes& layer = out.layers[t.key.layer];
     if (IsNormRole(t.key.role)) {
       layer.norms += *device;
+    } else if (IsExpert(t.key.role) && IsVectorRole(t.key.role)) {  // an expert's bias: every one counts
+      layer.expert_biases += *device;
+      bias_roles_seen.insert(t.key.role);
     } else if (IsExpert(t.key.role)) {
       // Every expert of a layer has the same shape and dtype per role: count expert 0 only.
       if (t.key.expert == 0) {
@@ -118,6 +125,7 @@ absl::StatusOr<ModelBytes> SumModelBytes(const ModelSpec& spec, const std::vecto
       layer.attention += *device;
     }
   }
+  out.expert_bias_roles = static_cast<int>(bias_roles_seen.size());
   return out;
 }
 

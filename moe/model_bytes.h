@@ -29,9 +29,11 @@ struct LayerBytes {
   size_t router = 0;     // MoE layers only
   size_t dense_ffn = 0;  // dense layers only: gate + up + down
   size_t shared_experts = 0;  // MoE layers' shared experts (and their gate): resident, never streamed
-  // One expert's gate + up + down and their biases (MoE layers; a layer's experts all have one dtype
-  // per role).
+  // One expert's gate + up + down (MoE layers; a layer's experts all have one dtype per role).
   size_t expert = 0;
+  // Every expert's biases (gpt-oss: E × (2F + D) values a layer): resident whether or not the experts
+  // stream, as the Transformer uploads them (small, and every pass reads the routed ones).
+  size_t expert_biases = 0;
   // The same as a streamed expert lies in a cache slot: gate, up and down each from a 256-byte
   // boundary (moe/expert_layout.h).
   size_t expert_slot = 0;
@@ -44,9 +46,12 @@ struct ModelBytes {
   size_t head = 0;         // output projection (0 when tied to the embedding) and output norm
   std::vector<LayerBytes> layers;
   size_t stored_total = 0;  // every tensor as the files hold it (host RAM when loaded as stored)
+  // Expert bias roles (gate, up, down) the model has: a streamed layer's address tables point at each
+  // (moe/expert_cache_tables.h).
+  int expert_bias_roles = 0;
 
   int64_t n_moe_layers() const;
-  size_t experts_total() const;   // every expert of every layer
+  size_t experts_total() const;   // every expert of every layer (their matrices: what streams)
   size_t largest_expert() const;  // the largest one-expert size over the MoE layers (0 if dense)
   size_t slot_bytes() const;      // a cache slot: the largest expert_slot over the MoE layers (0 if dense)
   size_t device_total() const;    // every weight, as the GPU holds it

@@ -26,6 +26,7 @@ std::string_view ResidentKindName(ResidentKind k) {
     case ResidentKind::kRouters: return "routers";
     case ResidentKind::kAttention: return "attention";
     case ResidentKind::kSharedExperts: return "shared_experts";
+    case ResidentKind::kExpertBiases: return "expert_biases";
     case ResidentKind::kDenseLayers: return "dense_layers";
     case ResidentKind::kDenseRing: return "dense_ring";
     case ResidentKind::kExpertsResident: return "experts";
@@ -91,6 +92,7 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
     Put(plan, ResidentKind::kRouters, l.router);
     Put(plan, ResidentKind::kAttention, l.attention);
     Put(plan, ResidentKind::kSharedExperts, l.shared_experts);
+    Put(plan, ResidentKind::kExpertBiases, l.expert_biases);
     dense_total += l.dense_ffn;
     largest_dense = std::max(largest_dense, l.dense_ffn);
   }
@@ -107,7 +109,7 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
   // (expert_cache_tables.h), each allocation rounded up to the arena's alignment.
   auto cache_bytes = [&](int64_t s) {
     return ArenaBytes(static_cast<size_t>(s) * plan.slot_bytes) +
-           ExpertCacheOverheadBytes(target.n_moe_layers(), spec.n_experts, s, plan.slot_bytes);
+           ExpertCacheOverheadBytes(target.n_moe_layers(), spec.n_experts, s, plan.slot_bytes, target.expert_bias_roles);
   };
   const int64_t union_max =
       std::min<int64_t>(spec.n_experts, (options.draft_max + 1) * spec.n_experts_used);
@@ -212,7 +214,7 @@ absl::StatusOr<Plan> MakePlan(const ModelBytes& target, const ModelBytes* draft,
   // a layer's experts wait for their fetch and the next layer waits for them, so the two add up.
   size_t non_expert = target.head;
   for (const LayerBytes& l : target.layers) {
-    non_expert += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts;
+    non_expert += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts + l.expert_biases;
   }
   const int64_t n_moe = target.n_moe_layers();
   const double cached_share =

@@ -67,6 +67,7 @@ enum class ResidentKind {
   kRouters,
   kAttention,
   kSharedExperts,  // MoE layers' shared experts (GLM, Qwen2-MoE): every token runs them, so resident
+  kExpertBiases,   // every expert's biases (gpt-oss): small and resident, even where the experts stream
   kDenseLayers,
   kDenseRing,
   kExpertsResident,  // every expert, when all fit

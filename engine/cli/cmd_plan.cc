@@ -131,6 +131,7 @@ const char* ResidentLabel(ResidentKind k) {
     case ResidentKind::kDenseLayers: return "dense layers";
     case ResidentKind::kDenseRing: return "dense-layer ring";
     case ResidentKind::kSharedExperts: return "shared experts";
+    case ResidentKind::kExpertBiases: return "expert biases";
     case ResidentKind::kExpertsResident: return "experts (all)";
     case ResidentKind::kExpertSlots: return "expert cache";
     case ResidentKind::kSlotTable: return "cache index";

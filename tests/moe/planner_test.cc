@@ -46,7 +46,8 @@ void ExpectConsistent(const Plan& p, const ModelBytes& target, const std::string
     EXPECT_EQ(p.slot_bytes % 256, 0u) << what;
     const int64_t layers = target.n_moe_layers(), experts = target.spec.n_experts;
     auto cache = [&](int64_t s) {
-      return ArenaBytes(static_cast<size_t>(s) * p.slot_bytes) + ExpertCacheOverheadBytes(layers, experts, s, p.slot_bytes);
+      return ArenaBytes(static_cast<size_t>(s) * p.slot_bytes) +
+             ExpertCacheOverheadBytes(layers, experts, s, p.slot_bytes, target.expert_bias_roles);
     };
     const int64_t s = p.expert_cache_slots;
     EXPECT_EQ(p.resident(ResidentKind::kExpertSlots) + p.resident(ResidentKind::kSlotTable), cache(s)) << what;
@@ -59,6 +60,9 @@ void ExpectConsistent(const Plan& p, const ModelBytes& target, const std::string
       EXPECT_GT(p.resident_total - cache(s) + cache(s + 1), p.vram_budget) << what << ": room for another slot";
     }
   }
+  size_t biases = 0;
+  for (const LayerBytes& l : target.layers) biases += l.expert_biases;
+  EXPECT_EQ(p.resident(ResidentKind::kExpertBiases), biases) << what << ": expert biases stay resident";
   size_t streamed_dense = 0;
   for (int l : p.streamed_dense_layers) streamed_dense += target.layers[l].dense_ffn;
   EXPECT_EQ(p.streamed_dense, streamed_dense) << what;
@@ -353,9 +357,9 @@ TEST(PlannerTest, GptOssMxfp4ExpertsPlanAtTheirPublishedSize) {
   }
   absl::StatusOr<ModelBytes> b = SumModelBytes(*spec, published, "gpt-oss-20b (published)");
   ASSERT_TRUE(b.ok()) << b.status();
-  // One expert: gate, up and down [2880, 2880] each in MXFP4 (2880 / 32 blocks of 17 bytes a row),
-  // plus their three bf16 bias vectors of 2880.
-  const size_t expert = 3 * (2880u * (2880 / 32) * 17) + 3 * 2880u * 2;
+  // One expert: gate, up and down [2880, 2880] each in MXFP4 (2880 / 32 blocks of 17 bytes a row);
+  // its three bf16 bias vectors of 2880 are counted apart (resident: ExpertBiasesStayResident).
+  const size_t expert = 3 * (2880u * (2880 / 32) * 17);
   EXPECT_EQ(b->largest_expert(), expert);
   EXPECT_EQ(b->experts_total(), 24u * 32 * expert);  // 9.47 GiB
   // Device and stored bytes agree (nothing widened); the whole model is 12-13 GiB as published.
@@ -379,12 +383,60 @@ TEST(PlannerTest, GptOssMxfp4ExpertsPlanAtTheirPublishedSize) {
   // synth writes the same experts (MXFP4 under a quantized type), so `specgen plan` on
   // synth:gpt-oss-20b:q8_0 counts the same expert bytes (its biases are f32 there: 4 bytes each).
   const ModelBytes synth = Synth("synth:gpt-oss-20b:q8_0");
-  EXPECT_EQ(synth.experts_total(), size_t{24} * 32 * (3 * (2880u * (2880 / 32) * 17) + 3 * 2880u * 4));
+  EXPECT_EQ(synth.experts_total(), size_t{24} * 32 * (3 * (2880u * (2880 / 32) * 17)));
+  EXPECT_EQ(synth.layers[0].expert_biases, size_t{32} * 3 * 2880 * 4);
   // gpt-oss-120b: 36 layers of 128 such experts, 56.7 GiB of MXFP4 experts; about 59 GiB in all
   // ("~63 GB in every GGUF").
   const ModelBytes big = Synth("synth:gpt-oss-120b:q8_0");
   EXPECT_GT(big.device_total(), 58 * kGiB);
   EXPECT_LT(big.device_total(), 61 * kGiB);
+}
+
+// gpt-oss's expert biases (E × (2F + D) values a layer) stay resident when the experts stream: the
+// Transformer uploads them and the routed experts' tables point at them. So they are neither in an
+// expert's streamed bytes, nor in a cache slot, nor in the host arena, but in the resident total,
+// and the streamed layers' address tables carry one pointer more an expert for each bias role.
+TEST(PlannerTest, ExpertBiasesStayResident) {
+  const ModelBytes g = Synth("synth:gpt-oss-20b:q8_0");
+  const size_t mxfp4 = 2880u * (2880 / 32) * 17;  // one [2880, 2880] MXFP4 matrix
+  const size_t biases = size_t{32} * (2880 + 2880 + 2880) * 4;  // f32 gate, up (F) and down (D) of 32 experts
+  ASSERT_EQ(g.n_moe_layers(), 24);
+  EXPECT_EQ(g.expert_bias_roles, 3);
+  for (const LayerBytes& l : g.layers) {
+    EXPECT_EQ(l.expert, 3 * mxfp4);
+    EXPECT_EQ(l.expert_biases, biases);
+    EXPECT_EQ(l.expert_slot, 3 * ((mxfp4 + 255) / 256 * 256)) << "a slot holds the matrices only";
+  }
+  size_t rest = g.embedding + g.head;
+  for (const LayerBytes& l : g.layers) rest += l.norms + l.attention + l.router + l.dense_ffn + l.shared_experts;
+  EXPECT_EQ(g.device_total(), rest + g.experts_total() + 24 * biases);
+
+  PlanOptions o;
+  o.vram_budget = 8 * kGiB;
+  absl::StatusOr<Plan> p = MakePlan(g, nullptr, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_GE(p->expert_cache_slots, 0);
+  ExpectConsistent(*p, g, "synth:gpt-oss-20b:q8_0 at 8 GiB");
+  EXPECT_EQ(p->resident(ResidentKind::kExpertBiases), 24 * biases);
+  EXPECT_EQ(p->streamed_experts, size_t{24} * 32 * 3 * mxfp4);
+  EXPECT_EQ(p->host_bytes, p->streamed_experts + p->streamed_dense);
+  // The address tables: 3 matrix and 3 bias pointers an expert, 32 experts, a 256-byte block a layer.
+  EXPECT_EQ(ExpertCacheOverheadBytes(24, 32, p->expert_cache_slots, p->slot_bytes, 3) -
+                ExpertCacheOverheadBytes(24, 32, p->expert_cache_slots, p->slot_bytes, 0),
+            24 * (ArenaBytes(48 * 32) - ArenaBytes(24 * 32)));
+
+  // Resident experts: the biases still count once, beside the experts.
+  o.vram_budget = 80 * kGiB;
+  p = MakePlan(g, nullptr, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_LT(p->expert_cache_slots, 0);
+  EXPECT_EQ(p->resident(ResidentKind::kExpertBiases), 24 * biases);
+  EXPECT_EQ(p->resident(ResidentKind::kExpertsResident), g.experts_total());
+
+  // A model without expert biases has none to count, and its address tables are the three pointers.
+  const ModelBytes q = Synth("synth:tiny-moe");
+  EXPECT_EQ(q.expert_bias_roles, 0);
+  for (const LayerBytes& l : q.layers) EXPECT_EQ(l.expert_biases, 0u);
 }
 
 TEST(PlannerTest, BadModelPathsAreErrors) {
