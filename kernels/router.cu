@@ -1,4 +1,5 @@
 #include "kernels/device_util.cuh"
+#include "kernels/warp_topk.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/router.cuh"
 
@@ -6,19 +7,6 @@ namespace specgen::kernels {
 namespace {
 
 constexpr int kThreads = 128;
-
-// (value, index) maximum with ties to the lower index, across a warp.
-__device__ __forceinline__ void WarpArgmax(float& v, int& idx) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
-  }
-}
 
 // A warp a token, kWarps tokens a block: the logits in shared memory (lane l owns experts l + 32 i),
 // the softmax's max and sum by butterflies, then k rounds of a warp argmax over the experts not yet
@@ -52,20 +40,7 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const float* __restrict
   float sum = 0.f;
   for (int e = lane; e < experts; e += 32) sum += expf(l[e] - mx);
   sum = detail::WarpSum(sum);
-  uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
-  for (int r = 0; r < k; ++r) {
-    float v = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
-      if (!((taken >> i) & 1u) && (l[e] > v || (l[e] == v && e < idx))) {
-        v = l[e];
-        idx = e;
-      }
-    }
-    WarpArgmax(v, idx);
-    if (idx < experts && (idx & 31) == lane) taken |= 1u << (idx >> 5);
-    if (lane == 0) chosen[r] = idx;
-  }
+  detail::WarpTopK(l, experts, k, lane, [](int) { return true; }, chosen);
   __syncwarp();
   if (lane == 0) {
     float* w_out = weights + static_cast<int64_t>(token) * k;

@@ -1,4 +1,5 @@
 #include "kernels/device_util.cuh"
+#include "kernels/warp_topk.cuh"
 #include "kernels/router.cuh"
 #include "kernels/router_sigmoid.cuh"
 
@@ -9,19 +10,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = kRouterMaxExperts / 32;
 static_assert(kPerLane <= 32, "a lane's taken experts are the bits of one word");
-
-// (value, index) maximum with ties to the lower index, across a warp.
-__device__ __forceinline__ void WarpArgmax(float& v, int& idx) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
-  }
-}
 
 // A warp a token (as RouterKernel, router.cu): scores and choices in shared memory, lane l owning
 // experts l + 32 i; lane g ranks group g by the CPU's serial top-two scan; then argmax rounds over the
@@ -68,27 +56,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < p.groups_used; ++r) {
       float v = taken ? -INFINITY : gs;
       int idx = taken ? 0x7fffffff : lane;
-      WarpArgmax(v, idx);
+      detail::WarpArgmax(v, idx);
       if (idx == lane) taken = true;
       if (idx < p.groups) allowed_groups |= 1u << idx;
     }
   }
-  uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
-  for (int r = 0; r < k; ++r) {
-    float v = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
-      if ((taken >> i) & 1u) continue;
-      if (!((allowed_groups >> (e / group_size)) & 1u)) continue;
-      if (choice[e] > v || (choice[e] == v && e < idx)) {
-        v = choice[e];
-        idx = e;
-      }
-    }
-    WarpArgmax(v, idx);
-    if (idx < experts && (idx & 31) == lane) taken |= 1u << (idx >> 5);
-    if (lane == 0) chosen[r] = idx;
-  }
+  detail::WarpTopK(choice, experts, k, lane,
+                   [&](int e) { return ((allowed_groups >> (e / group_size)) & 1u) != 0; }, chosen);
   __syncwarp();
   if (lane == 0) {
     float* w_out = weights + static_cast<int64_t>(token) * k;
