@@ -119,26 +119,8 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
   }
   __syncthreads();
   const int pos = d_base != nullptr ? static_cast<int>(base) + t : positions[t];
-  if (freqs.inv_freq != nullptr) {  // RopeFrequenciesKernel's; the dims past rot_dim as normed
-    for (int i = threadIdx.x; i < freqs.rot_dim / 2; i += blockDim.x) {
-      const FreqRopePair r(pos, i, freqs, style);
-      const float x0 = y[r.i0], x1 = y[r.i1];
-      const float a = r.First(x0, x1), c = r.Second(x0, x1);
-      x[r.i0] = a;
-      x[r.i1] = c;
-      if (!is_q) {
-        detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i0, a);
-        detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i1, c);
-      }
-    }
-    for (int i = freqs.rot_dim + threadIdx.x; i < d; i += blockDim.x) {
-      x[i] = y[i];
-      if (!is_q) detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + i, y[i]);
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < d / 2; i += blockDim.x) {  // RopeKernel's, with rot_dim = d
-    const RopePair r(pos, i, d, theta, style);
+  // One pair rotated from the normed y into x (and, for k, the cache).
+  const auto rotate = [&](const auto& r) {
     const float x0 = y[r.i0], x1 = y[r.i1];
     const float a = r.First(x0, x1), c = r.Second(x0, x1);
     x[r.i0] = a;
@@ -147,7 +129,17 @@ __global__ void NormRopeStoreKernel(float* q, float* k, const float* __restrict_
       detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i0, a);
       detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + r.i1, c);
     }
+  };
+  if (freqs.inv_freq != nullptr) {  // RopeFrequenciesKernel's; the dims past rot_dim as normed
+    for (int i = threadIdx.x; i < freqs.rot_dim / 2; i += blockDim.x) rotate(FreqRopePair(pos, i, freqs, style));
+    for (int i = freqs.rot_dim + threadIdx.x; i < d; i += blockDim.x) {
+      x[i] = y[i];
+      if (!is_q) detail::CacheStoreAs(k_cache, kv_type, cache_row + h * d + i, y[i]);
+    }
+    return;
   }
+  // RopeKernel's, with rot_dim = d.
+  for (int i = threadIdx.x; i < d / 2; i += blockDim.x) rotate(RopePair(pos, i, d, theta, style));
 }
 
 }  // namespace
