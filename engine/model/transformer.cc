@@ -271,6 +271,7 @@ absl::Status Transformer::UploadWeights(const TransformerOptions& options) {
       lw.device_experts = &streamed_->layer(static_cast<size_t>(lw.streamed));
     }
   }
+  BindHostExperts(options, streamed_views.size());
   return absl::OkStatus();
 }
 
@@ -327,12 +328,19 @@ absl::StatusOr<ExpertStreamStats> Transformer::expert_stream_stats() const {
   if (streamed_ == nullptr) return absl::FailedPreconditionError("the model's experts do not stream");
   ASSIGN_OR_RETURN(ExpertStreamStats stats, streamed_->Stats());
   stats.layer_passes += host_routed_layer_passes_;
+  if (host_experts_ != nullptr) {
+    const HostExpertStats h = host_experts_->Stats();
+    stats.host_experts = h.experts;
+    stats.host_seconds = h.seconds;
+    stats.host_activation_bytes = h.activation_bytes;
+  }
   return stats;
 }
 
 bool Transformer::StreamsOnHost(int64_t n) const {
   // The rule of the CUDA backend's streamed sets (DeviceExpertFetch::Takes): the union must fit.
   const ModelSpec& spec = model_->spec;
+  if (host_experts_ != nullptr && host_experts_->TakesPass(n)) return true;
   return streamed_ != nullptr && n * spec.n_experts_used > expert_cache_slots_ && spec.n_experts > expert_cache_slots_;
 }
 
@@ -641,6 +649,11 @@ absl::Status Transformer::MoeFfnBlock(int64_t layer) {
     const auto& is_moe = spec.layer_is_moe;
     const int moe_layer = static_cast<int>(std::count(is_moe.begin(), is_moe.begin() + layer, true));
     RETURN_IF_ERROR(be.OverrideNextRouting(moe_layer, pass_positions_));
+  }
+  if (lw.streamed >= 0 && host_experts_ != nullptr && host_experts_->TakesPass(s.x->rows())) {
+    const HostRoutingScratch split{s.ex_x.get(), s.ex_y.get(), s.ex_g.get(), s.ex_u.get()};
+    RETURN_IF_ERROR(SplitStreamedExperts(static_cast<size_t>(lw.streamed), *s.x, *s.router_logits, split, s.out.get()));
+    return be.Add(*s.out, s.h.get());
   }
   if (lw.device_experts != nullptr) {  // on the device, the experts' sum added to the residual there
     ASSIGN_OR_RETURN(const bool on_device, be.RouteAndRunExperts(*s.x, *s.router_logits, spec.n_experts_used,

@@ -10,13 +10,16 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/routed_experts.h"
 #include "engine/io/weight_set.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/host_experts.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/weight_streaming.h"
@@ -50,6 +53,12 @@ struct TransformerOptions {
   int dense_ring_layers = 2;
   // The copy of the streamed dense layers into host memory: (bytes done, bytes in all).
   std::function<void(size_t done, size_t total)> dense_copy_progress = {};
+  // Routed experts computed on the host CPU (engine/model/host_experts.h; moe::ApplyRunPlan makes one
+  // from --moe-host): with experts streaming, the passes it takes (at most 16 positions) route on the
+  // host and split their experts between it and the link (split_routed_experts.h), bypassing the VRAM
+  // cache. Ignored where experts do not stream; where it cannot compute them (Bind's error) the model
+  // runs without it and host_experts_note() says why. The results are the resident run's, bit for bit.
+  std::shared_ptr<HostExpertPath> host_experts = nullptr;
   // Called after each weight is uploaded with the stored bytes done and their total; may be empty.
   std::function<void(size_t done, size_t total)> upload_progress = {};
   // The KV cache's element type (f32, f16 or bf16; rows rounded to it when stored). The library's
@@ -155,8 +164,13 @@ class Transformer : public CausalLm {
   // layers, experts and experts_used. Turning it on or off makes captured passes stale (scratch_generation).
   absl::Status SetRoutingOverride(std::shared_ptr<const RoutingTable> table);
   // Whether a pass of n positions routes a streamed layer on the host (its union of n * experts_used
-  // ids might exceed the cache's slots), so that it cannot be captured in a CUDA graph.
+  // ids might exceed the cache's slots, or the host expert path takes it), so that it cannot be
+  // captured in a CUDA graph.
   bool StreamsOnHost(int64_t n) const;
+  // Whether streamed layers' passes may take the host expert path (TransformerOptions::host_experts),
+  // and why not where one was given but could not be used (empty otherwise).
+  bool uses_host_experts() const { return host_experts_ != nullptr; }
+  const std::string& host_experts_note() const { return host_experts_note_; }
 
   // The uploaded weights of a dense layer and the KV cache, for decode paths that run their own fused
   // kernels on the same memory (the CUDA-graph draft decode, draft/cuda/graphed_draft.h).
@@ -208,6 +222,11 @@ class Transformer : public CausalLm {
   absl::Status MoeFfnGeneral(int64_t layer);
   // out = the layer's routed sum, routed on the host (RunRoutedExperts; a streamed layer's experts staged).
   absl::Status HostRoutedExperts(int64_t layer, const RouterParams& router, const ExpertFfnOptions& ffn);
+  // The host expert path (transformer_host_experts.cc): bound after the experts are prepared, and a
+  // streamed layer's pass split between the host and the link.
+  void BindHostExperts(const TransformerOptions& options, size_t streamed_layers);
+  absl::Status SplitStreamedExperts(size_t streamed_layer, const Buffer& x, const Buffer& router_logits,
+                                    const HostRoutingScratch& scratch, Buffer* out);
 
   std::shared_ptr<const LoadedModel> model_;
   Backend* backend_;
@@ -226,6 +245,9 @@ class Transformer : public CausalLm {
   int64_t expert_cache_slots_ = -1;             // TransformerOptions::expert_cache_slots
   size_t prefill_chunk_ = kPrefillChunk;        // TransformerOptions::prefill_chunk
   int64_t host_routed_layer_passes_ = 0;        // streamed layers' passes routed on the host
+  std::shared_ptr<HostExpertPath> host_experts_;  // TransformerOptions::host_experts, once bound
+  std::string host_experts_note_;                 // why the given one is not used
+  std::unique_ptr<Buffer> pairs_z_, pairs_y_;     // the split path's [16·k, D] pair buffers (lazily)
   std::map<DType, size_t> resident_bytes_;
   std::function<void(size_t, size_t)> upload_progress_;  // TransformerOptions::upload_progress
   size_t upload_done_ = 0, upload_total_ = 0;

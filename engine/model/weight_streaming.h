@@ -50,12 +50,23 @@ struct ExpertStreamStats {
   // (pass, streamed layer) pairs the device decided (Transformer::expert_stream_stats adds the ones
   // routed on the host): the unions the counts above sum over.
   int64_t layer_passes = 0;
-  // Missed experts computed on the host CPU instead of fetched (moe/host, --moe-host), the host's wall
-  // time for them and the activations that crossed the link for them (both ways). Zero until the
-  // streamed pass takes the host path.
+  // Routed experts computed on the host CPU instead of staged (moe/host, --moe-host: the host expert
+  // path, engine/model/host_experts.h), the host's wall time for them and the activations that crossed
+  // the link for them (x read down once a layer pass, their outputs written back). Filled in by
+  // Transformer::expert_stream_stats; zero without the host path.
   int64_t host_experts = 0;
   double host_seconds = 0;
   int64_t host_activation_bytes = 0;
+};
+// One streamed expert's three matrices where the host CPU can read them (the pinned host copy):
+// gate and up [ffn, hidden] of `type`, down [hidden, ffn] of `down_type`, rows packed back to back in
+// the stored GGUF block form (what moe/host's packed product reads).
+struct ExpertHostView {
+  DType type = DType::kQ8_0, down_type = DType::kQ8_0;
+  int64_t hidden = 0, ffn = 0;
+  const uint8_t* gate = nullptr;
+  const uint8_t* up = nullptr;
+  const uint8_t* down = nullptr;
 };
 // Every streamed layer's experts: the host copy, the VRAM cache, and per layer an ExpertSet for
 // RouteAndRunExperts, which fetches the layer's misses on its own.
@@ -71,6 +82,14 @@ class StreamedExperts {
   virtual absl::StatusOr<ExpertStreamStats> Stats() = 0;
   // Empties the cache in stream order (every slot free; the counters go on): a cold start for benchmarks.
   virtual absl::Status EmptyCache() = 0;
+  // Expert `expert` of layer i in host memory, for the host expert path (engine/model/host_experts.h):
+  // valid as long as this object. Only where the host copy keeps the matrices as stored in a packed
+  // type the host computes (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4); else an error saying why (the run
+  // then goes without the host path). The default: Unimplemented.
+  virtual absl::StatusOr<ExpertHostView> HostView(size_t i, int expert) const {
+    (void)i, (void)expert;
+    return absl::UnimplementedError("these streamed experts have no host view");
+  }
 };
 
 // --- dense layers kept in host memory, streamed through a ring of VRAM layer buffers (§12) ---
