@@ -39,9 +39,14 @@ struct RunRequest {
 // is host memory already and nothing streams.
 absl::StatusOr<RunPlan> PlanFor(const RunRequest& request, size_t vram_budget);
 
+// The decision of which streamed passes take the host path (moe/host/streamed_decision.h) for a plan
+// with plan.host_path set: what PlanFor stores in plan.host_decision.
+moe_host::StreamedHostDecision DecideHostPath(const RunPlan& plan);
+
 // The TransformerOptions fields a plan sets: expert_cache_slots, prefill_chunk, streamed_dense_layers,
 // dense_ring_layers, and the streaming they go through (the CUDA backend's, when `cuda` is given and
-// the plan streams; without it every weight is uploaded).
+// the plan streams; without it every weight is uploaded); where experts stream through it and
+// plan.host_decision takes any pass, host_experts (moe/host/streamed_host_path.h).
 void ApplyRunPlan(const RunPlan& plan, CudaBackend* cuda, TransformerOptions* options);
 
 // The target's options: `context` positions, the request's KV type, then ApplyRunPlan.

@@ -32,6 +32,13 @@ absl::StatusOr<RunPlan> PlanRun(const OffloadRequest& request) {
   run.dense_ring_layers = plan->dense_ring_layers;
   run.streamed_dense_bytes = plan->streamed_dense;
   run.prefill_chunk = plan->prefill_chunk;
+  if (plan->expert_cache_slots >= 0) {
+    for (const PassPrediction& p : plan->passes) run.expected_passes.push_back({p.n, p.distinct_experts, p.missed_experts});
+    run.expert_bytes = target.largest_expert();
+    run.hidden = target.spec.hidden;
+    run.top_k = target.spec.n_experts_used;
+    run.n_experts = target.spec.n_experts;
+  }
   return run;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "moe/host/host_path.h"
+#include "moe/host/streamed_decision.h"
 
 namespace specgen::moe {
 
@@ -34,8 +35,15 @@ struct RunPlan {
   // Plan::prefill_chunk: positions a prompt chunk takes (0 for a model without experts: the default).
   int64_t prefill_chunk = 0;
   // Where missed experts are computed (--moe-host, docs/design.md §12.1): off unless experts stream.
-  // The CUDA streamed pass asks moe_host::ChooseSplit per layer with it (the lead's wiring).
   moe_host::HostPath host_path;
+  // What the streamed passes' host path is decided from (PlanRun fills them where experts stream):
+  // the expected distinct and missed experts a layer per pass size n = 1..16, and the experts' shape.
+  std::vector<moe_host::PassMisses> expected_passes;
+  size_t expert_bytes = 0;  // the largest expert's gate + up + down
+  int64_t hidden = 0, top_k = 0, n_experts = 0;
+  // Which pass sizes take the host-routed split path (PlanFor, from host_path and the fields above);
+  // ApplyRunPlan hands it to the target's HostExpertPath.
+  moe_host::StreamedHostDecision host_decision;
 
   bool streams() const { return expert_cache_slots >= 0 || !streamed_dense_layers.empty(); }
 };

@@ -41,6 +41,8 @@ class CudaStreamedExperts : public StreamedExperts {
   absl::StatusOr<ExpertRefs> Stage(size_t i, int expert) override;
   absl::StatusOr<ExpertStreamStats> Stats() override;
   absl::Status EmptyCache() override;
+  // The expert's matrices in the pinned arena (streamed_experts_host_view.cc): packed types only.
+  absl::StatusOr<ExpertHostView> HostView(size_t i, int expert) const override;
 
   const ExpertLayout& layout() const { return layout_; }
   // The device tables (for tests that compare them with moe/expert_cache_model.h).

@@ -117,7 +117,7 @@ absl::Status StreamedHostPath::Finish() {
 }
 
 HostExpertStats StreamedHostPath::Stats() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 

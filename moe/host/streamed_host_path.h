@@ -70,7 +70,7 @@ class StreamedHostPath : public HostExpertPath {
 
   // The driver thread and its one job.
   std::thread driver_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false, pending_ = false, running_ = false;
   std::vector<HostExpertJob> jobs_;
