@@ -284,16 +284,19 @@ absl::StatusOr<std::unique_ptr<LoadedPair>> LoadPair(const GenerationFlags& flag
   request.kv_type = kv_type;
   ASSIGN_OR_RETURN(request.host_path, moe_host::ResolveHostPath(flags.moe_host, flags.calibration));
   ASSIGN_OR_RETURN(const moe::RunPlan plan, moe::PlanFor(request, vram_budget));
-  if (plan.host_path.mode != moe_host::HostMode::kOff) {
-    // Carried in the plan; the CUDA streamed pass does not split yet (docs/design.md §12.1).
-    std::fprintf(stderr, "note: --moe-host %s: the streamed GPU pass does not compute experts on the host yet; "
-                 "every missed expert crosses the link\n", std::string(moe_host::HostModeName(plan.host_path.mode)).c_str());
-  } else if (!request.host_path.note.empty() && plan.expert_cache_slots >= 0) {
-    std::fprintf(stderr, "note: %s\n", request.host_path.note.c_str());
+  if (plan.expert_cache_slots >= 0) {
+    // Which path the streamed passes take and why (moe/host/streamed_decision.h, docs/design.md §12.1).
+    if (!request.host_path.note.empty()) std::fprintf(stderr, "note: %s\n", request.host_path.note.c_str());
+    if (plan.host_path.mode != moe_host::HostMode::kOff) {
+      std::fprintf(stderr, "note: %s\n", plan.host_decision.note.c_str());
+    }
   }
   ASSIGN_OR_RETURN(pair->target, LoadWithReport("target", flags.model, pair->backend.get(),
                                                 moe::TargetOptions(request, context, plan, pair->cuda),
                                                 !flags.no_check_tensors));
+  if (!pair->target->host_experts_note().empty()) {
+    std::fprintf(stderr, "note: %s\n", pair->target->host_experts_note().c_str());
+  }
   if (with_draft) {
     ASSIGN_OR_RETURN(pair->draft, LoadWithReport("draft", flags.draft, pair->backend.get(),
                                                  moe::DraftOptions(request, pair->target->max_context()),

@@ -8,6 +8,7 @@
 #include "engine/core/str_cat.h"
 #include "moe/host/calibration.h"
 #include "moe/host/host_path.h"
+#include "moe/host/streamed_decision.h"
 #include "nlohmann/json.hpp"
 #if defined(SPECGEN_WITH_CUDA)
 #include "moe/cuda/link_rate.h"
@@ -52,6 +53,21 @@ std::vector<moe_host::HostPathRow> Rows(const moe_host::HostPath& path, const mo
   }
   return moe_host::HostPathRows(path, passes, target.largest_expert(), target.spec.hidden,
                                 target.spec.n_experts_used, moe::kPcieBytesPerSecond);
+}
+
+// Which pass sizes a run would send through the host-routed split path (the decision PlanFor makes
+// for generate and chat: moe/host/streamed_decision.h).
+moe_host::StreamedHostDecision Decision(const moe_host::HostPath& path, const moe::Plan& plan,
+                                        const moe::ModelBytes& target) {
+  moe_host::StreamedDecisionInput in;
+  for (const moe::PassPrediction& x : plan.passes) in.passes.push_back({x.n, x.distinct_experts, x.missed_experts});
+  in.expert_bytes = target.largest_expert();
+  in.hidden = target.spec.hidden;
+  in.top_k = target.spec.n_experts_used;
+  in.n_experts = target.spec.n_experts;
+  in.cache_slots = plan.expert_cache_slots;
+  in.default_link_bytes_per_second = moe::kPcieBytesPerSecond;
+  return moe_host::DecideStreamedHostPath(path, in);
 }
 
 }  // namespace
@@ -139,6 +155,7 @@ absl::Status PrintHostPath(const PlanHostFlags& f, const moe::Plan& plan, const 
   }
   std::printf("  (a MoE layer of a pass of n tokens: its missed experts computed on the host, reading their weights "
               "in host RAM, or fetched over the link; link bytes count the host experts' activations both ways)\n");
+  std::printf("  the run: %s\n", Decision(path, plan, target).note.c_str());
   return absl::OkStatus();
 }
 
@@ -157,6 +174,15 @@ absl::StatusOr<nlohmann::json> HostPathJson(const PlanHostFlags& f, const moe::P
     }
   }
   j["passes"] = rows;
+  if (plan.expert_cache_slots >= 0 && plan.total_experts > 0) {
+    const moe_host::StreamedHostDecision d = Decision(path, plan, target);
+    nlohmann::json takes = nlohmann::json::array();
+    for (int n = 1; n <= moe_host::kCalibratedTokens; ++n) {
+      if (d.takes[n - 1]) takes.push_back(n);
+    }
+    j["split_path_passes"] = takes;
+    j["split_path_note"] = d.note;
+  }
   return j;
 }
 
