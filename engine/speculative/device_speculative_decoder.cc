@@ -125,9 +125,10 @@ absl::StatusOr<OffloadCounters> DeviceSpeculativeDecoder::OffloadTotals() {
   ASSIGN_OR_RETURN(const ExpertStreamStats s, target_lm_->expert_stream_stats());
   c.h2d_bytes += s.fetched_bytes + s.staged_bytes;
   c.expert_hits = s.hits;
-  // An expert staged for a pass routed on the host is fetched whatever the cache holds: a miss.
-  c.expert_misses = s.misses + s.staged;
-  c.distinct_experts = s.hits + s.misses + s.staged;
+  // An expert staged for a pass routed on the host is fetched whatever the cache holds: a miss; so is
+  // one the host expert path computed instead (that path bypasses the cache).
+  c.expert_misses = s.misses + s.staged + s.host_experts;
+  c.distinct_experts = s.hits + s.misses + s.staged + s.host_experts;
   c.moe_layer_passes = s.layer_passes;
   c.host_experts = s.host_experts;
   c.host_seconds = s.host_seconds;
