@@ -74,7 +74,7 @@ void SetCounters(benchmark::State& state, const RunSpec& spec, const RunTotals& 
   state.counters["h2d_bytes_per_token"] = t.per_token(t.stats.offload.h2d_bytes);
   state.counters["expert_cache_hit_rate"] = t.stats.offload.hit_rate();
   state.counters["mean_distinct_experts"] = t.stats.offload.mean_distinct_experts();
-  state.counters["host_experts_per_token"] = t.per_token(t.stats.offload.host_experts);  // --moe-host (0 until wired)
+  state.counters["host_experts_per_token"] = t.per_token(t.stats.offload.host_experts);  // --moe-host
   // `specgen plan`'s prediction of this run beside the measurement: under the regime's profile, or
   // the acceptance per depth the real draft showed. None where the plan cannot be made.
   const absl::StatusOr<moe::AcceptanceProfile> profile =

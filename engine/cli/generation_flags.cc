@@ -177,9 +177,11 @@ void AddGenerationFlags(CLI::App& app, GenerationFlags* f) {
   app.add_flag("--ignore-eos", f->ignore_eos, "do not stop at end-of-generation tokens");
   app.add_option("-t,--threads", f->threads, "CPU threads (default: all)");
   app.add_option("--moe-host", f->moe_host,
-                 "auto|off|only: where a streamed target's missed experts are computed: auto lets the host CPU "
-                 "take a share where `specgen plan --calibrate`'s calibration says it is faster, off fetches "
-                 "all over the link, only computes all on the host (default: auto with a calibration, else off)");
+                 "auto|off|only: where a streamed target's experts are computed: auto routes a pass on the host "
+                 "and lets the host CPU take a share of its experts where `specgen plan --calibrate`'s calibration "
+                 "predicts that faster than the VRAM cache (which such passes bypass), off fetches every missed "
+                 "expert over the link, only computes every expert of passes up to 16 positions on the host "
+                 "(default: auto with a calibration, else off)");
   app.add_option("--calibration", f->calibration,
                  "the calibration FILE --moe-host reads (default: $XDG_CACHE_HOME/specgen/calibration.json)");
   AddNoCheckTensorsFlag(app, &f->no_check_tensors);
