@@ -9,6 +9,14 @@ namespace specgen {
 
 void Transformer::BindHostExperts(const TransformerOptions& options, size_t streamed_layers) {
   if (options.host_experts == nullptr || streamed_ == nullptr || streamed_layers == 0) return;
+  if (general_moe_) {
+    // The host computes plain softmax-routed SwiGLU experts (moe/host/host_expert.h), and the split
+    // runs from MoeFfnBlock's plain branch: issue 45's layers (MoeFfnGeneral) never reach it.
+    host_experts_note_ = Cat("--moe-host: the host expert path does not take ", model_->source, "'s ",
+                             ArchName(model_->spec.arch), " experts (biases, clamped or sigmoid-routed experts, "
+                             "shared experts), so every missed expert crosses the link");
+    return;
+  }
   const absl::Status bound = options.host_experts->Bind(*streamed_, streamed_layers, model_->spec.n_experts);
   if (bound.ok()) {
     host_experts_ = options.host_experts;

@@ -333,5 +333,23 @@ TEST(SplitRoutedExperts, ExpertsTheHostCannotComputeRunWithoutThePathAndSayWhy) 
   EXPECT_EQ(stats->host_experts, 0);
 }
 
+TEST(SplitRoutedExperts, IssueFortyFiveLayersRunWithoutThePathAndSayWhy) {
+  auto spec = SynthSpec("tiny-glm4moe");
+  ASSERT_TRUE(spec.ok());
+  auto w = SynthWeights(*spec, DType::kQ8_0, 3);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::shared_ptr<const LoadedModel> model(std::move(w).value());
+  CpuBackend be(2);
+  TransformerOptions o;
+  o.max_context = 64;
+  o.expert_cache_slots = 2;
+  o.streaming = std::make_shared<CpuTestStreaming>(&be);
+  o.host_experts = std::make_shared<StreamedHostPath>(HostOptions(HostMode::kOnly, -1));
+  auto t = Transformer::Create(model, &be, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE((*t)->uses_host_experts());
+  EXPECT_THAT((*t)->host_experts_note(), ::testing::HasSubstr("glm4moe experts"));
+}
+
 }  // namespace
 }  // namespace specgen
