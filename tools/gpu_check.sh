@@ -59,7 +59,7 @@ if [ "$what" = profile ]; then
   cp "$OUT/ncu_pass.txt" "$OUT_FINAL/" 2>/dev/null
   exit 0
 fi
-gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test streamed_experts_test cuda_general_experts_test
+gpu_tests="kernels_test cuda_backend_ops_test cuda_backend_packed_test cuda_graph_test cuda_model_logits_test streamed_experts_test cuda_general_experts_test streamed_host_split_gpu_test
            speculative_gpu_test graphed_draft_test graphed_target_pass_test acceptance_gpu_stats_test fixture_pairs_gpu_test routing_override_gpu_test streamed_layers_test offload_run_gpu_test scripted_draft_gpu_test host_expert_gpu_test"
 
 if [ "$what" != bench ]; then
