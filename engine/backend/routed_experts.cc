@@ -6,6 +6,21 @@
 
 namespace specgen {
 
+absl::StatusOr<ExpertPairs> GroupByExpert(const Routing& routing, int64_t n_experts) {
+  ExpertPairs p;
+  p.rows.resize(static_cast<size_t>(n_experts));
+  p.scales.resize(static_cast<size_t>(n_experts));
+  for (int64_t i = 0; i < routing.n_tokens; ++i) {
+    for (int64_t j = 0; j < routing.k; ++j) {
+      const int32_t e = routing.expert[i * routing.k + j];
+      if (e < 0 || e >= n_experts) return absl::InternalError(Cat("routing chose expert ", e, " of ", n_experts));
+      p.rows[e].push_back(static_cast<int32_t>(i));
+      p.scales[e].push_back(routing.weight[i * routing.k + j]);
+    }
+  }
+  return p;
+}
+
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               RouterNorm norm, const ExpertWeights& experts, const HostRoutingScratch& scratch,
                               Buffer* out) {
@@ -44,19 +59,9 @@ absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router
   Routing routing;
   RETURN_IF_ERROR(be.RouteWith(router_logits, k, router, &routing));
   const size_t n_experts = static_cast<size_t>(n_experts_in);
-  // The (token, weight) pairs grouped by expert, tokens ascending within an expert.
-  std::vector<std::vector<int32_t>> rows(n_experts);
-  std::vector<std::vector<float>> scales(n_experts);
-  for (int64_t i = 0; i < routing.n_tokens; ++i) {
-    for (int64_t j = 0; j < routing.k; ++j) {
-      const int32_t e = routing.expert[i * routing.k + j];
-      if (e < 0 || static_cast<size_t>(e) >= n_experts) {
-        return absl::InternalError(Cat("routing chose expert ", e, " of ", n_experts));
-      }
-      rows[e].push_back(static_cast<int32_t>(i));
-      scales[e].push_back(routing.weight[i * routing.k + j]);
-    }
-  }
+  ASSIGN_OR_RETURN(const ExpertPairs pairs, GroupByExpert(routing, n_experts_in));
+  const auto& rows = pairs.rows;
+  const auto& scales = pairs.scales;
   RETURN_IF_ERROR(be.Zero(out));
   for (size_t e = 0; e < n_experts; ++e) {
     if (rows[e].empty()) continue;

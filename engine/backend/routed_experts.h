@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 
 namespace specgen {
@@ -32,6 +34,15 @@ absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router
 absl::Status RunRoutedExperts(Backend& be, const Buffer& x, const Buffer& router_logits, int64_t k,
                               const RouterParams& router, const ExpertFfnOptions& ffn,
                               const ExpertWeights& experts, const HostRoutingScratch& scratch, Buffer* out);
+
+// A routing's (token, weight) pairs grouped by expert: rows[e] the tokens that chose expert e in
+// ascending order, scales[e] their weights (the order RunRoutedExperts adds them in). An id outside
+// [0, n_experts) is an Internal error naming it.
+struct ExpertPairs {
+  std::vector<std::vector<int32_t>> rows;
+  std::vector<std::vector<float>> scales;
+};
+absl::StatusOr<ExpertPairs> GroupByExpert(const Routing& routing, int64_t n_experts);
 
 // The same with each routed expert's weights asked for just before its ops are queued (a streamed
 // layer stages them into VRAM: StreamedExperts::Stage), once per expert, in ascending id.

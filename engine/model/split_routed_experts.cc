@@ -24,18 +24,9 @@ absl::Status RunSplitRoutedExperts(Backend& be, const Buffer& x, const Buffer& r
   RETURN_IF_ERROR(be.RouteWith(router_logits, k, RouterParams{norm}, &routing));
   const size_t n_experts = static_cast<size_t>(n_experts_in);
   // The (token, weight) pairs grouped by expert, tokens ascending within an expert: RunRoutedExperts's.
-  std::vector<std::vector<int32_t>> rows(n_experts);
-  std::vector<std::vector<float>> scales(n_experts);
-  for (int64_t i = 0; i < routing.n_tokens; ++i) {
-    for (int64_t j = 0; j < routing.k; ++j) {
-      const int32_t e = routing.expert[i * routing.k + j];
-      if (e < 0 || static_cast<size_t>(e) >= n_experts) {
-        return absl::InternalError(Cat("routing chose expert ", e, " of ", n_experts));
-      }
-      rows[e].push_back(static_cast<int32_t>(i));
-      scales[e].push_back(routing.weight[i * routing.k + j]);
-    }
-  }
+  ASSIGN_OR_RETURN(const ExpertPairs grouped, GroupByExpert(routing, n_experts_in));
+  const auto& rows = grouped.rows;
+  const auto& scales = grouped.scales;
   std::vector<int32_t> ids;
   std::vector<int64_t> counts;
   for (size_t e = 0; e < n_experts; ++e) {
