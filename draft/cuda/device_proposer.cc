@@ -403,8 +403,8 @@ bool DeviceProposer::WantGuess() {
   // The side work after x_k is the guess's decode and a run of n drafts (n - 1 decodes, n draws).
   // A hit takes it off the next step's critical path (as much of the run as that step asks for); a
   // miss discards it. Work beside the verification is not free: it shares the multiprocessors, so the
-  // verification runs longer by a share s of the side work's own time (measured on the bundled pair,
-  // docs/experiments.md: a decode beside it saves ~0.25 of its 0.57 ms, s ~ 0.55), and a late miss
+  // verification runs longer by a share s of the side work's own time (about half of it on the
+  // bundled pair: docs/experiments.md), and a late miss
   // (still running when the verification ends) also makes the next step wait for what is left.
   // The guess itself is one decode, cheap beside a verification, so for it only late misses count:
   // guess while hits are at least as frequent. The run's n - 1 decodes pay (1 - s) of each on a hit
